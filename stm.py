@@ -1,0 +1,3279 @@
+#!/usr/bin/env python3
+"""stm: layered, git-friendly memory for AI agents and the people who work with them.
+
+One file, standard library only, Python >= 3.9.  Copy it anywhere and run it.
+
+Memory lives in two trees beside each other in a project:
+
+    .stacks/                  the four memory layers
+      AGENT.md                Identity: who the agent is; first at every boot
+      MEMORY.md               Session: the letter to the next session; loaded at boot
+      refs/                   Reference: stable knowledge; indexed at boot, read on demand
+      logs/YYYY-MM-DD.md      Log: append-only, never loaded at boot, searched on demand
+    .state/                   session-isolated workflow state (see spec/state-layout.md)
+      sessions/<id>/          state.json, history.jsonl, context/, artifacts/
+      history/YYYY-MM/<id>/   archived sessions
+      current-session.json    which session this checkout works on (local, not committed)
+
+Usage:
+
+    $ python3 stm.py init                 # create .stacks/ and .state/
+    $ python3 stm.py boot                 # print the memory an agent starts from
+    $ python3 stm.py log "fixed the parser; see refs/parser.md"
+    $ python3 stm.py session new --name "port parser" --phases plan,build,ship
+    $ python3 stm.py session checkpoint --done plan --pending build --resume "run tests"
+    $ python3 stm.py compose-handoff handoff.json
+    $ python3 stm.py check                # CI: exit 1 when memory is broken
+
+Exit codes:
+
+    0    ok
+    1    failure (a check found errors, a file is missing or invalid, ...)
+    2    usage error (bad flag, bad argument, refused input)
+    3    conflict: --expect-version did not match the stored version
+    75   the lock could not be taken in time (STM_LOCK_TIMEOUT, default 10 s)
+    130  interrupted (Ctrl-C)
+    143  terminated (SIGTERM)
+
+Sections (grep -n '^# ====' stm.py):
+
+    Constants and templates
+    Errors
+    Filesystem primitives      lock, atomic write, append (the write protocol)
+    Path and name safety
+    Time and text helpers
+    Store locations
+    Formats: Markdown layers   comments, refs index, log entries, secrets
+    Formats: sessions          ids, state.json, history.jsonl, pointer
+    Formats: handoffs
+    Boot
+    Check
+    Commands                   one cmd_<verb> per subcommand
+    Command line               build_parser(), main()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+
+try:  # POSIX advisory locks; Windows falls back to msvcrt below.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows only
+    fcntl = None
+
+# ==== Constants and templates ================================================
+
+__version__ = "0.1.0"
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_CONFLICT = 3
+EXIT_LOCKED = 75
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+STACKS_DIRNAME = ".stacks"
+STATE_DIRNAME = ".state"
+LOCK_NAME = ".stm.lock"
+AGENT_FILE = "AGENT.md"
+MEMORY_FILE = "MEMORY.md"
+REFS_DIR = "refs"
+LOGS_DIR = "logs"
+POINTER_FILE = "current-session.json"
+STATE_FILE = "state.json"
+HISTORY_FILE = "history.jsonl"
+SESSION_MD = "Session.md"
+HANDOFF_JSON = "handoff.json"
+
+BOOT_BUDGET_TOKENS = 2000
+LOCK_TIMEOUT_S = 10.0
+STATE_WARN_BYTES = 10 * 1024
+HANDOFF_MAX_BYTES = 1024 * 1024
+MESSAGE_MAX_BYTES = 1024 * 1024
+MEMORY_STALE_DAYS = 7
+SESSION_IDLE_DAYS = 14
+REF_HEAD_BYTES = 8192  # boot reads only the head of each ref: title and summary live there
+NAME_MAX_BYTES = 255
+
+AGENT_TEMPLATE = """\
+# Agent Identity
+
+<!--
+Identity layer: loaded first at every boot. Say who the agent is and how it works.
+Keep it short and stable; it rarely changes. Replace these comments with your own text.
+-->
+
+## Role
+
+<!-- What is this agent for? Which project, which responsibilities? -->
+
+## Principles
+
+<!-- How does it work? Values, limits, things it must never do. -->
+
+## Conventions
+
+<!-- Project conventions to follow: style, tools, commands, where things live. -->
+"""
+
+MEMORY_TEMPLATE = """\
+# Session Memory
+
+<!--
+Session layer: the letter to the next session, loaded at every boot.
+Rewrite it at the end of each session: where things stand, what you noticed,
+what is open, what to do next. Keep it short; history belongs in the log (stm log).
+-->
+
+## Status
+
+<!-- Where does the work stand right now? -->
+
+## Observations
+
+<!-- What did you learn that the next session must know? -->
+
+## Open Questions
+
+<!-- What is undecided or unknown? -->
+
+## Next Steps
+
+<!-- What should the next session do first? -->
+
+## Last Updated
+
+<!-- Date of the last rewrite, e.g. 2026-11-22 or 2026-11-22T10:00:00Z; stm status uses it. -->
+"""
+
+SESSION_LOG_TEMPLATE = """\
+### Summary
+<!-- One or two lines: what this session did. -->
+
+### Done
+<!-- What was finished; name commits, files, issues. -->
+
+### Decisions
+<!-- What was decided, and why. -->
+
+### Next
+<!-- What the next session should pick up. -->
+"""
+
+STACKS_GITATTRIBUTES = """\
+# Logs are append-only: two branches that both logged merge by keeping both sides.
+logs/*.md merge=union
+"""
+
+STACKS_GITIGNORE = """\
+# stm's lock and temp files are never committed.
+.stm.lock
+*.tmp
+"""
+
+STATE_GITATTRIBUTES = """\
+# Event logs are append-only: two branches that both appended merge by keeping both sides.
+history.jsonl merge=union
+"""
+
+STATE_GITIGNORE = """\
+# The pointer is per checkout: two people switching sessions never conflict.
+current-session.json
+# stm's lock and temp files are never committed.
+.stm.lock
+*.tmp
+"""
+
+STATE_README = """\
+# .state/ — session-isolated workflow state
+
+Written by stm (https://example.invalid/stm is not needed: `stm.py` is self-contained).
+Each workflow session has its own folder, so people and agents working on different
+sessions never edit the same file and git merges stay clean.
+
+```
+.state/
+  README.md                 this file
+  .gitignore                the local pointer, lock and temp files
+  .gitattributes            history.jsonl merges by union
+  current-session.json      pointer to this checkout's session (local, not committed)
+  sessions/<id>/            one folder per active session
+  sessions/user-<name>/<id>/  the same, namespaced by --user / STM_USER
+    state.json              small workflow state (phase, checkpoint, recovery)
+    history.jsonl           append-only event log, one JSON object per line
+    context/                input files referenced from state.json
+    artifacts/              outputs
+    Session.md              (handoffs) the handoff, readable and editable
+  history/YYYY-MM/<id>/     archived sessions, by the month the session was created
+```
+
+Session ids are `YYYY-MM-DD-xxxxxxxx`: the UTC creation date and 8 random hex digits,
+so sorted ids are chronological and two users never pick the same one.
+
+Archival: `stm session archive [ID]` moves a finished session to `history/YYYY-MM/`
+in one rename; archived sessions are read-only for stm. Sessions untouched for 14 days
+are flagged by `stm status`. Do not edit state.json by hand while stm runs; use
+`stm session phase` / `stm session checkpoint`, which keep `version` and the history.
+"""
+
+TEMPLATES = {
+    "AGENT.md": AGENT_TEMPLATE,
+    "MEMORY.md": MEMORY_TEMPLATE,
+    "session-log.md": SESSION_LOG_TEMPLATE,
+}
+
+# Text that looks like a credential. Memory is committed to git, and a leaked token is
+# not undone by a later edit, so log refuses it and check reports it.
+SECRET_PATTERNS = (
+    ("GitHub token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("OpenAI-style API key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"),
+    ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("private key block", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
+)
+
+# ==== Errors =================================================================
+
+
+class StmError(Exception):
+    """An expected failure: one line for stderr and the exit code to return."""
+
+    def __init__(self, message: str, code: int = EXIT_FAIL):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so that cleanup (temp files, locks) runs."""
+
+
+def usage_error(message: str) -> StmError:
+    return StmError(message, EXIT_USAGE)
+
+
+# ==== Filesystem primitives ==================================================
+#
+# The write protocol (spec/reliability.md):
+# - Every mutation holds the tree's lock (.stacks/.stm.lock, .state/.stm.lock), taken
+#   in that order when a command needs both. Readers never lock.
+# - A whole file is replaced atomically: temp file in the same directory, write all,
+#   fsync, os.replace, fsync the directory. The temp file is removed on any exception.
+# - Appends happen under the lock, in one write loop, after repairing a torn tail that
+#   a killed writer may have left; then fsync.
+# - STM_FSYNC=0 skips fsync (bulk work, test suites): consistency stays, durability
+#   against power loss goes.
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def fsync_enabled() -> bool:
+    return os.environ.get("STM_FSYNC", "1") != "0"
+
+
+def fsync_fd(fd: int) -> None:
+    if fsync_enabled():
+        os.fsync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new file in `path` durable (a power cut can forget it)."""
+    if not fsync_enabled() or os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write may write less than asked; loop until every byte is out."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def random_hex(nbytes: int) -> str:
+    return os.urandom(nbytes).hex()
+
+
+def default_file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace `path` with `data`: readers see the old or the new bytes, never a mix."""
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        mode = os.lstat(path).st_mode & 0o777
+    except FileNotFoundError:
+        mode = default_file_mode()
+    tmp = os.path.join(directory, f".{name}.{random_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        try:
+            write_all(fd, data)
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, mode)
+            fsync_fd(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def read_bytes(path: str, limit: int | None = None) -> bytes:
+    """Read a file inside a tree without following a symlink in its last component."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    try:
+        chunks = []
+        remaining = limit if limit is not None else -1
+        while remaining != 0:
+            chunk = os.read(fd, 65536 if remaining < 0 else min(65536, remaining))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if remaining > 0:
+                remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str, limit: int | None = None) -> str:
+    return read_bytes(path, limit).decode("utf-8", errors="replace")
+
+
+def make_dir(path: str) -> bool:
+    """Create a directory (and its parents); True when it was created now."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return False
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        make_dir(parent)
+    os.mkdir(path)
+    fsync_dir(parent or ".")
+    return True
+
+
+class FileLock:
+    """An exclusive lock on one lock file per tree, polled until LOCK_TIMEOUT_S.
+
+    flock is used because the kernel drops it when the holder dies, even by SIGKILL,
+    so a lock can never go stale. The lock file is never deleted: deleting it would let
+    two processes lock two different inodes.
+    """
+
+    def __init__(self, path: str, timeout: float | None = None):
+        self.path = path
+        self.timeout = lock_timeout() if timeout is None else timeout
+        self.fd = -1
+
+    def __enter__(self) -> FileLock:
+        flags = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+        try:
+            self.fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise StmError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
+        try:
+            self._acquire()
+            os.ftruncate(self.fd, 0)
+            stamp = f"{os.getpid()} {host_name()} {iso_now()}\n"
+            os.pwrite(self.fd, stamp.encode(), 0)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            raise
+        return self
+
+    def _acquire(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.001
+        while True:
+            try:
+                _try_lock(self.fd)
+                return
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise StmError(
+                    f"cannot lock {self.path}: {exc.strerror}; stm needs a filesystem "
+                    "with flock support (not all network filesystems have it)"
+                ) from exc
+            if time.monotonic() >= deadline:
+                raise StmError(self._timeout_message(), EXIT_LOCKED)
+            jitter = 0.5 + os.urandom(1)[0] / 255
+            time.sleep(min(delay * jitter, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+
+    def _timeout_message(self) -> str:
+        try:
+            holder = os.pread(self.fd, 200, 0).decode("utf-8", "replace").split()
+        except OSError:
+            holder = []
+        who = f"pid {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "another process"
+        return (
+            f"{self.path} is locked by {who}; gave up after {self.timeout:g} s. "
+            "Wait for it to finish, or raise STM_LOCK_TIMEOUT"
+        )
+
+    def __exit__(self, *exc_info) -> None:
+        if self.fd >= 0:
+            try:
+                _unlock(self.fd)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+if fcntl is not None:
+
+    def _try_lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+else:  # pragma: no cover - Windows: byte-range lock on byte 0, same polling loop (untested)
+    import msvcrt
+
+    def _try_lock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError as exc:
+            raise BlockingIOError(str(exc)) from exc
+
+    def _unlock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+def lock_timeout() -> float:
+    raw = os.environ.get("STM_LOCK_TIMEOUT", "")
+    if not raw:
+        return LOCK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} must not be negative")
+    return value
+
+
+def host_name() -> str:
+    try:
+        return os.uname().nodename or "unknown-host"
+    except AttributeError:  # pragma: no cover - Windows
+        return os.environ.get("COMPUTERNAME", "unknown-host")
+
+
+def append_record(path: str, data: bytes, complete_end) -> int:
+    """Append `data` to `path` in one write loop, repairing a torn tail first.
+
+    Call with the tree's lock held. `complete_end(fd, size)` returns the offset where
+    the last complete record ends, or None when the tail is foreign text that must be
+    kept. Returns the number of torn bytes cut (and says so on stderr).
+    """
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, flags, default_file_mode())
+    except OSError as exc:
+        raise StmError(f"cannot append to {path}: {exc.strerror}") from exc
+    cut = 0
+    try:
+        size = os.fstat(fd).st_size
+        end = complete_end(fd, size) if size else 0
+        if end is not None and end < size:
+            os.ftruncate(fd, end)
+            cut = size - end
+            warn(f"{path}: removed a torn record of {cut} bytes left by an interrupted writer")
+            size = end
+        elif end is None and size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            write_all(fd, data)
+            fsync_fd(fd)
+        except BaseException:
+            # Leave the file exactly as it was: no partial record behind us.
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+    if not existed:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return cut
+
+
+def tail_bytes(fd: int, size: int, count: int) -> bytes:
+    start = max(0, size - count)
+    return os.pread(fd, size - start, start)
+
+
+def jsonl_complete_end(fd: int, size: int) -> int:
+    """history.jsonl: a record is a line; anything after the last newline is torn."""
+    if tail_bytes(fd, size, 1) == b"\n":
+        return size
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        chunk = os.pread(fd, pos - start, start)
+        index = chunk.rfind(b"\n")
+        if index >= 0:
+            return start + index + 1
+        pos = start
+    return 0
+
+
+def sweep_temp_files(directory: str) -> list[str]:
+    """Names of leftover `.*.tmp` files from killed writers in `directory`."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(".") and n.endswith(".tmp"))
+
+
+# ==== Path and name safety ===================================================
+
+SESSION_ID_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}$")
+ID_FRAGMENT_RE = re.compile(r"^[0-9a-f-]{4,19}$")
+PHASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LOG_NAME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
+
+
+def check_component(name: str, what: str) -> str:
+    """Refuse a path component that could escape or confuse the tree."""
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif "\x00" in name:
+        problem = "contains a NUL byte"
+    elif "/" in name or "\\" in name:
+        problem = "contains a path separator"
+    elif name in (".", ".."):
+        problem = "is '.' or '..'"
+    elif name.lower() == ".git":
+        problem = "is .git"
+    elif len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        problem = f"is longer than {NAME_MAX_BYTES} bytes"
+    elif name.endswith((".tmp", ".lock")):
+        problem = "ends in .tmp or .lock, which stm reserves"
+    if problem:
+        raise usage_error(f"{what} {name!r} {problem}")
+    return name
+
+
+def require_inside(path: str, root: str, what: str) -> str:
+    """Refuse `path` unless it resolves inside `root` (no symlink may lead out)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root + os.sep):
+        raise StmError(
+            f"{what} {path} leads outside {root} (a symbolic link?); "
+            "stm does not follow links out of its tree: remove the link"
+        )
+    return path
+
+
+def refuse_symlink(path: str, what: str) -> None:
+    if os.path.islink(path):
+        raise StmError(
+            f"{what} {path} is a symbolic link; stm does not follow links inside its "
+            "tree: replace it with a real file or folder"
+        )
+
+
+def user_slug(name: str) -> str:
+    """'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'."""
+    slug = re.sub(r"[^a-z0-9_-]", "-", name.strip().lower())[:64]
+    if not re.search(r"[a-z0-9]", slug):
+        raise usage_error(
+            f"user name {name!r} has no letter or digit; pass --user NAME or set STM_USER"
+        )
+    return slug
+
+
+# ==== Time and text helpers ==================================================
+
+ISO_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
+    r"(Z|z|[+-]\d{2}:?\d{2})?)?$"
+)
+
+
+def utc_now() -> float:
+    """Seconds since the epoch; tests replace this to travel in time."""
+    return time.time()
+
+
+def iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def iso_now() -> str:
+    return iso(utc_now())
+
+
+def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) -> float | None:
+    """Parse an ISO-8601 date-time into epoch seconds; None when it is not one."""
+    from datetime import datetime, timedelta, timezone
+
+    match = ISO_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        return None
+    year, month, day, hour, minute, second, frac, zone = match.groups()
+    if hour is None and not date_only_ok:
+        return None
+    if hour is not None and zone is None and need_zone:
+        return None
+    tz = timezone.utc
+    if zone and zone not in "Zz":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+    try:
+        moment = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour or 0),
+            int(minute or 0),
+            int(second or 0),
+            int((frac or "0")[:6].ljust(6, "0")),
+            tzinfo=tz,
+        )
+    except ValueError:
+        return None
+    return moment.timestamp()
+
+
+def is_iso_utc(text) -> bool:
+    return isinstance(text, str) and parse_iso(text, need_zone=True) is not None
+
+
+def human_age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def estimate_tokens(text: str) -> int:
+    """The token estimate used everywhere: characters / 4, rounded up."""
+    return (len(text) + 3) // 4
+
+
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """Make control characters (ANSI escapes included) visible: ESC becomes '\\x1b'.
+
+    Stored text is later printed to terminals; a raw escape sequence could rewrite the
+    screen or the title bar. Tabs and newlines are kept.
+    """
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def warn(message: str) -> None:
+    print(f"stm: warning: {escape_controls(message)}", file=sys.stderr)
+
+
+def display_path(path: str) -> str:
+    """A path as the user should see it: relative to the current directory when inside."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - other drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def author_name() -> str:
+    name = os.environ.get("STM_USER") or os.environ.get("USER") or os.environ.get("LOGNAME")
+    if not name:
+        try:
+            import pwd
+
+            name = pwd.getpwuid(os.getuid()).pw_name
+        except (ImportError, KeyError, AttributeError):
+            name = "unknown"
+    return " ".join(escape_controls(name).split())[:100] or "unknown"
+
+
+def dumps_json(obj, indent: int | None = 2) -> str:
+    """Deterministic JSON: sorted keys, UTF-8 text, trailing newline when indented."""
+    if indent is None:
+        return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent) + "\n"
+
+
+# ==== Store locations ========================================================
+
+
+class Store:
+    """Where one project's memory lives: the stacks tree, the state tree, the user."""
+
+    def __init__(self, stacks: str, state: str, user: str | None = None):
+        self.stacks = os.path.abspath(stacks)
+        self.state = os.path.abspath(state)
+        self.user = user_slug(user) if user else None
+
+    # Stacks tree
+    def layer(self, *parts: str) -> str:
+        return os.path.join(self.stacks, *parts)
+
+    @property
+    def agent_path(self) -> str:
+        return self.layer(AGENT_FILE)
+
+    @property
+    def memory_path(self) -> str:
+        return self.layer(MEMORY_FILE)
+
+    @property
+    def refs_dir(self) -> str:
+        return self.layer(REFS_DIR)
+
+    @property
+    def logs_dir(self) -> str:
+        return self.layer(LOGS_DIR)
+
+    def log_path(self, day: str) -> str:
+        return self.layer(LOGS_DIR, f"{day}.md")
+
+    def stacks_lock(self) -> FileLock:
+        return FileLock(self.layer(LOCK_NAME))
+
+    # State tree
+    @property
+    def sessions_dir(self) -> str:
+        return os.path.join(self.state, "sessions")
+
+    @property
+    def history_dir(self) -> str:
+        return os.path.join(self.state, "history")
+
+    @property
+    def pointer_path(self) -> str:
+        return os.path.join(self.state, POINTER_FILE)
+
+    def state_lock(self) -> FileLock:
+        make_dir(self.state)
+        return FileLock(os.path.join(self.state, LOCK_NAME))
+
+    def rel(self, path: str) -> str:
+        """A path relative to the project root (the folder holding .stacks)."""
+        root = os.path.dirname(self.stacks)
+        rel = os.path.relpath(path, root)
+        return path if rel.startswith("..") else rel
+
+
+def find_stacks(start: str) -> str | None:
+    """The nearest .stacks/ from `start` upward, like git finds .git."""
+    current = os.path.abspath(start)
+    while True:
+        candidate = os.path.join(current, STACKS_DIRNAME)
+        if os.path.isdir(candidate):
+            return candidate
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def open_store(args, for_init: bool = False) -> Store:
+    """Resolve --dir / --state-dir / --user (or their defaults) into a Store."""
+    stacks = getattr(args, "dir", None)
+    if stacks:
+        if not for_init and not os.path.isdir(stacks):
+            raise StmError(
+                f"--dir {stacks}: no such directory; create it with `stm init --dir {stacks}`"
+            )
+    else:
+        stacks = find_stacks(os.getcwd())
+        if stacks is None:
+            if not for_init:
+                raise StmError(
+                    f"no {STACKS_DIRNAME}/ directory in {os.getcwd()} or any parent; "
+                    "run `stm init` first, or pass --dir PATH"
+                )
+            stacks = os.path.join(os.getcwd(), STACKS_DIRNAME)
+    state = getattr(args, "state_dir", None)
+    if not state:
+        state = os.path.join(os.path.dirname(os.path.abspath(stacks)), STATE_DIRNAME)
+    user = getattr(args, "user", None) or os.environ.get("STM_USER") or None
+    return Store(stacks, state, user)
+
+
+# ==== Formats: Markdown layers ===============================================
+
+COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
+HEADING_RE = re.compile(r"^(#{1,6})(\s)")
+FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
+
+
+def strip_comments(text: str) -> str:
+    """Drop HTML comments (the templates' guidance) and squeeze the blank lines left."""
+    text = COMMENT_RE.sub("", text)
+    lines = [line.rstrip() for line in text.splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip("\n")
+
+
+def demote_headings(text: str, levels: int) -> str:
+    """Push Markdown headings down `levels` levels (outside code fences), at most h6."""
+    out = []
+    fenced = False
+    for line in text.splitlines():
+        if FENCE_RE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            match = HEADING_RE.match(line)
+            if match:
+                depth = min(6, len(match.group(1)) + levels)
+                line = "#" * depth + line[len(match.group(1)) :]
+        out.append(line)
+    return "\n".join(out)
+
+
+def content_beyond_template(text: str, template: str) -> list[str]:
+    """Lines a person wrote: not blank, not a comment, not one of the template's lines."""
+    template_lines = {line.strip() for line in strip_comments(template).splitlines()}
+    return [
+        line
+        for line in strip_comments(text).splitlines()
+        if line.strip() and line.strip() not in template_lines
+    ]
+
+
+def section_body(text: str, heading: str) -> str | None:
+    """The text under `## heading` up to the next heading of level 1 or 2."""
+    lines = text.splitlines()
+    wanted = heading.strip().lower()
+    for index, line in enumerate(lines):
+        if line.startswith("## ") and line[3:].strip().lower() == wanted:
+            body = []
+            for follow in lines[index + 1 :]:
+                if re.match(r"^#{1,2}\s", follow):
+                    break
+                body.append(follow)
+            return "\n".join(body)
+    return None
+
+
+def memory_stamp(text: str) -> float | None:
+    """The date under MEMORY.md's `## Last Updated`, as epoch seconds."""
+    body = section_body(text, "Last Updated")
+    if body is None:
+        return None
+    for line in strip_comments(body).splitlines():
+        line = line.strip().strip("*_`- ")
+        if line:
+            return parse_iso(line.split()[0], date_only_ok=True)
+    return None
+
+
+class RefInfo:
+    """One entry of the refs index, derived from the file itself (never hand-kept)."""
+
+    __slots__ = ("path", "title", "summary", "size")
+
+    def __init__(self, path: str, title: str | None, summary: str | None, size: int):
+        self.path, self.title, self.summary, self.size = path, title, summary, size
+
+
+def iter_ref_files(refs_dir: str):
+    """Every regular, non-hidden file under refs/, sorted, without following links."""
+    try:
+        entries = sorted(os.scandir(refs_dir), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            yield from iter_ref_files(entry.path)
+        elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
+            yield entry.path
+
+
+def parse_ref_head(text: str) -> tuple[str | None, str | None]:
+    """(title, summary): title is the first '# ' heading; summary is front matter's
+    `summary:` or `description:`, else the first paragraph line after the title.
+
+    >>> parse_ref_head("---\\nsummary: How we deploy\\n---\\n# Deploy\\nSteps.")
+    ('Deploy', 'How we deploy')
+    >>> parse_ref_head("# API\\n\\nThe public API, versioned.\\n")
+    ('API', 'The public API, versioned.')
+    """
+    lines = text.splitlines()
+    summary = None
+    start = 0
+    if lines and lines[0].strip() == "---":
+        for index in range(1, len(lines)):
+            line = lines[index]
+            if line.strip() in ("---", "..."):
+                start = index + 1
+                break
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() in ("summary", "description") and not summary:
+                summary = value.strip().strip("'\"") or None
+    title = None
+    in_comment = False
+    for line in lines[start:]:
+        stripped = line.strip()
+        if "<!--" in stripped and "-->" not in stripped:
+            in_comment = True
+            continue
+        if in_comment:
+            in_comment = "-->" not in stripped
+            continue
+        if title is None and stripped.startswith("# "):
+            title = stripped[2:].strip() or None
+            continue
+        if summary is None and title is not None and stripped and stripped[0] != "#":
+            summary = stripped
+        if title is not None and summary is not None:
+            break
+    return title, summary
+
+
+def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
+    rel = os.path.relpath(path, os.path.dirname(refs_dir))
+    size = os.lstat(path).st_size
+    if os.path.islink(path):
+        return RefInfo(rel, None, None, size)
+    text = read_text(path, REF_HEAD_BYTES if head_only else None)
+    title, summary = parse_ref_head(text)
+    if summary and len(summary) > 160:
+        summary = summary[:157].rstrip() + "..."
+    return RefInfo(rel, title, summary, size)
+
+
+# Log entries. Each entry is framed by a header line and an end line that both carry
+# the entry's random id, so completeness is checkable even when a writer was killed
+# exactly at a line break, and so git's union merge (which trims lines two sides share
+# at the edges of a conflict) can never fuse two entries: no two entries share a
+# first or last line.
+#
+#   ## 2026-11-22T10:41:07Z · alice <!-- stm:entry 3f9a0c1d -->
+#
+#   fixed the parser; see refs/parser.md
+#
+#   <!-- stm:end 3f9a0c1d -->
+
+LOG_HEADER_RE = re.compile(r"^## (\S+) · (.*) <!-- stm:entry ([0-9a-f]{8}) -->$")
+LOG_END_RE = re.compile(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
+
+
+def render_log_entry(message: str, author: str, stamp: str, entry_id: str) -> str:
+    return (
+        f"## {stamp} · {author} <!-- stm:entry {entry_id} -->\n\n"
+        f"{message}\n\n<!-- stm:end {entry_id} -->\n"
+    )
+
+
+def normalise_message(text: str) -> str:
+    """CRLF to LF, control characters made visible, outer blank lines dropped."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = escape_controls(text).split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(line.rstrip() for line in lines)
+
+
+class LogEntry:
+    __slots__ = (
+        "stamp",
+        "author",
+        "entry_id",
+        "line",
+        "body",
+        "complete",
+        "start",
+        "end",
+    )
+
+    def __init__(self, stamp, author, entry_id, line, start):
+        self.stamp, self.author, self.entry_id, self.line = (
+            stamp,
+            author,
+            entry_id,
+            line,
+        )
+        self.body: list[str] = []
+        self.complete = False
+        self.start = start
+        self.end = start
+
+
+def parse_log(stream):
+    """Yield ('entry', LogEntry) and ('stray', line_no, text) from a binary log stream.
+
+    Streams line by line; an entry missing its end line at end of file is yielded with
+    complete=False (a torn tail).
+    """
+    current = None
+    offset = 0
+    for number, raw in enumerate(stream, 1):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        start, offset = offset, offset + len(raw)
+        if current is not None:
+            if line == f"<!-- stm:end {current.entry_id} -->" and raw.endswith(b"\n"):
+                current.complete = True
+                current.end = offset
+                yield ("entry", current)
+                current = None
+            else:
+                current.body.append(line)
+            continue
+        match = LOG_HEADER_RE.match(line)
+        if match:
+            current = LogEntry(match.group(1), match.group(2), match.group(3), number, start)
+        elif line.strip():
+            yield ("stray", number, line)
+    if current is not None:
+        current.end = offset
+        yield ("entry", current)
+
+
+def log_complete_end(fd: int, size: int) -> int | None:
+    """Where the last complete log entry ends; None when the tail is not stm's."""
+    if LOG_END_RE.search(tail_bytes(fd, size, 64)):
+        return size
+    import io
+
+    last = None
+    for item in parse_log(io.BytesIO(os.pread(fd, size, 0))):
+        last = item
+    if last is not None and last[0] == "entry" and not last[1].complete:
+        return last[1].start  # a torn entry of ours: cut it
+    return None  # a person's text after the last entry: keep it
+
+
+def find_secrets(text: str):
+    """Yield (kind, line_no, excerpt) for every line that looks like a credential."""
+    for number, line in enumerate(text.splitlines(), 1):
+        for kind, pattern in SECRET_PATTERNS:
+            match = re.search(pattern, line)
+            if match:
+                found = match.group()
+                yield kind, number, f"{found[:6]}…" if len(found) > 6 else found
+
+
+# ==== Formats: sessions ======================================================
+
+
+class SessionRef:
+    """A session found on disk: its id, its folder, and whether it is archived."""
+
+    __slots__ = ("id", "path", "archived")
+
+    def __init__(self, session_id: str, path: str, archived: bool):
+        self.id, self.path, self.archived = session_id, path, archived
+
+    @property
+    def state_path(self) -> str:
+        return os.path.join(self.path, STATE_FILE)
+
+    @property
+    def history_path(self) -> str:
+        return os.path.join(self.path, HISTORY_FILE)
+
+
+def is_session_id(text: str) -> bool:
+    return bool(SESSION_ID_RE.match(text))
+
+
+def new_session_id(now: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(now)) + "-" + random_hex(4)
+
+
+def archive_month(session_id: str) -> str:
+    return session_id[:7]
+
+
+def list_dirs(path: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def iter_active_sessions(store: Store):
+    """(id, folder) of every active session, user namespaces included, sorted by id."""
+    found = []
+    for name in list_dirs(store.sessions_dir):
+        path = os.path.join(store.sessions_dir, name)
+        if is_session_id(name):
+            found.append((name, path))
+        elif name.startswith("user-"):
+            found.extend((sid, os.path.join(path, sid)) for sid in list_dirs(path))
+    return sorted(found)
+
+
+def iter_archived_sessions(store: Store):
+    """(id, folder) of every archived session, sorted by id."""
+    found = []
+    for month in list_dirs(store.history_dir):
+        month_dir = os.path.join(store.history_dir, month)
+        found.extend((sid, os.path.join(month_dir, sid)) for sid in list_dirs(month_dir))
+    return sorted(found)
+
+
+def session_folder(store: Store, session_id: str) -> str:
+    """Where a new session of this store's user goes."""
+    base = store.sessions_dir
+    if store.user:
+        base = os.path.join(base, f"user-{store.user}")
+    return os.path.join(base, session_id)
+
+
+def locate_session(store: Store, session_id: str) -> SessionRef | None:
+    """Find a full id without listing big folders: known paths first."""
+    candidates = [os.path.join(store.sessions_dir, session_id)]
+    if store.user:
+        candidates.append(session_folder(store, session_id))
+    for path in candidates:
+        if os.path.lexists(path):
+            return checked_ref(store, SessionRef(session_id, path, False))
+    archived = os.path.join(store.history_dir, archive_month(session_id), session_id)
+    if os.path.lexists(archived):
+        return checked_ref(store, SessionRef(session_id, archived, True))
+    for name in list_dirs(store.sessions_dir):
+        path = os.path.join(store.sessions_dir, name, session_id)
+        if name.startswith("user-") and os.path.lexists(path):
+            return checked_ref(store, SessionRef(session_id, path, False))
+    return None
+
+
+def checked_ref(store: Store, ref: SessionRef) -> SessionRef:
+    """Refuse a session folder or file that is a symlink or leads out of the state tree."""
+    refuse_symlink(ref.path, "session folder")
+    require_inside(ref.path, store.state, "session folder")
+    for path in (ref.state_path, ref.history_path):
+        refuse_symlink(path, "session file")
+    return ref
+
+
+def resolve_session(store: Store, token: str) -> SessionRef:
+    """A full id, or a unique prefix or suffix of at least 4 characters."""
+    token = token.strip()
+    if is_session_id(token):
+        ref = locate_session(store, token)
+        if ref is None:
+            raise StmError(f"no session {token} in {display_path(store.state)}")
+        return ref
+    if not ID_FRAGMENT_RE.match(token):
+        raise usage_error(
+            f"{escape_controls(repr(token))} is not a session id (YYYY-MM-DD-xxxxxxxx) "
+            "nor a prefix or suffix of one of at least 4 characters"
+        )
+    matches = [
+        SessionRef(sid, path, archived)
+        for archived, listing in (
+            (False, iter_active_sessions),
+            (True, iter_archived_sessions),
+        )
+        for sid, path in listing(store)
+        if sid.startswith(token) or sid.endswith(token)
+    ]
+    if not matches:
+        raise StmError(f"no session matches {token!r}; `stm session list --all` shows them")
+    if len(matches) > 1:
+        names = ", ".join(m.id + (" (archived)" if m.archived else "") for m in matches[:10])
+        raise StmError(f"{token!r} is ambiguous: it matches {names}; give more characters")
+    return checked_ref(store, matches[0])
+
+
+def load_json_file(path: str, what: str, limit: int | None = None):
+    try:
+        raw = read_bytes(path, limit)
+    except FileNotFoundError:
+        raise StmError(f"{what} {path} is missing") from None
+    except OSError as exc:
+        raise StmError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(
+            f"{what} {path} is not valid JSON ({exc}); restore it with "
+            f"`git checkout -- {display_path(path)}` or see `stm check`"
+        ) from None
+
+
+def load_state(ref: SessionRef) -> dict:
+    state = load_json_file(ref.state_path, "state file")
+    if not isinstance(state, dict) or not isinstance(state.get("version"), int):
+        raise StmError(
+            f"state file {ref.state_path} is not a stm state (an object with an integer "
+            "'version'); restore it from git or see `stm check`"
+        )
+    return state
+
+
+def save_state(ref: SessionRef, state: dict) -> None:
+    atomic_write(ref.state_path, dumps_json(state).encode("utf-8"))
+
+
+def append_event(ref: SessionRef, event: dict) -> None:
+    line = dumps_json(event, indent=None) + "\n"
+    append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
+
+
+def make_event(name: str, state: dict, **details) -> dict:
+    event = {
+        "event": name,
+        "timestamp": state["updated_at"],
+        "version": state["version"],
+    }
+    event["actor"] = author_name()
+    event.update({k: v for k, v in details.items() if v is not None})
+    return event
+
+
+def read_pointer(store: Store) -> str | None:
+    """The id this checkout works on, or None. A corrupt pointer is an error."""
+    path = store.pointer_path
+    if not os.path.lexists(path):
+        return None
+    refuse_symlink(path, "session pointer")
+    pointer = load_json_file(path, "session pointer", 65536)
+    active = pointer.get("active_session") if isinstance(pointer, dict) else "?"
+    if active is None:
+        return None
+    if not isinstance(active, str) or not is_session_id(active):
+        raise StmError(
+            f"session pointer {path} is corrupt (active_session must be a session id or "
+            "null); fix it with `stm session switch ID` or delete the file"
+        )
+    return active
+
+
+def write_pointer(store: Store, session_id: str | None) -> None:
+    make_dir(store.state)
+    refuse_symlink(store.pointer_path, "session pointer")
+    data = {"active_session": session_id, "updated_at": iso_now()}
+    atomic_write(store.pointer_path, dumps_json(data).encode("utf-8"))
+
+
+def current_session(store: Store) -> SessionRef | None:
+    active = read_pointer(store)
+    if active is None:
+        return None
+    ref = locate_session(store, active)
+    if ref is None:
+        raise StmError(
+            f"the current session {active} no longer exists; "
+            "pick another with `stm session switch ID` or start one with `stm session new`"
+        )
+    return ref
+
+
+def require_session(store: Store, token: str | None) -> SessionRef:
+    if token:
+        return resolve_session(store, token)
+    ref = current_session(store)
+    if ref is None:
+        raise StmError(
+            "no current session; start one with `stm session new`, pick one with "
+            "`stm session switch ID`, or pass --session ID"
+        )
+    return ref
+
+
+def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | None = None):
+    """Read-modify-write one session under the state lock.
+
+    `mutate(state)` edits the state in place and returns (event_name, details); when it
+    changes nothing, nothing is written (no version bump, no event), so agents may
+    safely retry. Returns (state, changed).
+    """
+    with store.state_lock():
+        fresh = locate_session(store, ref.id)
+        if fresh is None:
+            raise StmError(f"session {ref.id} disappeared while waiting for the lock")
+        if fresh.archived:
+            raise StmError(
+                f"session {ref.id} is archived and read-only; start a new one with "
+                "`stm session new`"
+            )
+        state = load_state(fresh)
+        if expect_version is not None and state["version"] != expect_version:
+            raise StmError(
+                f"conflict: session {ref.id} is at version {state['version']}, not "
+                f"{expect_version}; another writer got there first: re-read it with "
+                f"`stm session show {ref.id} --json` and retry",
+                EXIT_CONFLICT,
+            )
+        before = dumps_json(state)
+        name, details = mutate(state)
+        if dumps_json(state) == before:
+            return state, False
+        state["version"] += 1
+        state["updated_at"] = iso_now()
+        save_state(fresh, state)
+        append_event(fresh, make_event(name, state, **details))
+        return state, True
+
+
+def new_state(session_id: str, now: str, name, phase: str, phases, user) -> dict:
+    state = {
+        "session_id": session_id,
+        "created_at": now,
+        "updated_at": now,
+        "version": 1,
+        "phase": phase,
+        "phase_history": [{"phase": phase, "entered_at": now, "exited_at": None}],
+    }
+    if name:
+        state["name"] = name
+    if phases:
+        state["valid_phases"] = list(phases)
+    if user:
+        state["user"] = user
+    return state
+
+
+def create_session(store: Store, state: dict, files=None, events=()) -> SessionRef:
+    """Build a session in a hidden folder, then rename it into place: all or nothing.
+
+    Call with the state lock held. `files` maps paths relative to the session folder
+    to bytes (e.g. context/handoff.json).
+    """
+    session_id = state["session_id"]
+    final = session_folder(store, session_id)
+    parent = os.path.dirname(final)
+    make_dir(parent)
+    require_inside(parent, store.state, "sessions folder")
+    building = os.path.join(parent, f".{session_id}.{random_hex(4)}.building")
+    os.mkdir(building)
+    try:
+        for sub in ("context", "artifacts"):
+            os.mkdir(os.path.join(building, sub))
+        ref = SessionRef(session_id, building, False)
+        save_state(ref, state)
+        append_event(ref, make_event("created", state, phase=state["phase"]))
+        for event in events:
+            append_event(ref, event)
+        for rel, data in (files or {}).items():
+            atomic_write(os.path.join(building, rel), data)
+        if os.path.lexists(final):
+            raise StmError(f"session folder {final} already exists")
+        os.rename(building, final)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    fsync_dir(parent)
+    return SessionRef(session_id, final, False)
+
+
+def parse_phase_list(raw: str) -> list[str]:
+    phases = [p.strip() for p in raw.split(",") if p.strip()]
+    if not phases:
+        raise usage_error("--phases needs a comma-separated list, e.g. --phases plan,build,ship")
+    for phase in phases:
+        check_phase_name(phase, "--phases")
+    if len(set(phases)) != len(phases):
+        raise usage_error(f"--phases {raw!r} names a phase twice")
+    return phases
+
+
+def check_phase_name(phase: str, flag: str) -> str:
+    if not PHASE_RE.match(phase):
+        raise usage_error(
+            f"{flag} {escape_controls(repr(phase))}: a phase is 1-64 letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit"
+        )
+    return phase
+
+
+def one_line(value, limit: int = 300) -> str:
+    """Text from state files, made safe and short for one line of boot or list output."""
+    text = " ".join(escape_controls(str(value)).split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+# ==== Formats: handoffs ======================================================
+
+HANDOFF_REQUIRED = ("task_id", "from_agent", "task", "status", "created_at")
+HANDOFF_SECTIONS = (
+    ("task", "Task"),
+    ("summary", "Summary"),
+    ("context", "Context"),
+    ("decisions", "Decisions"),
+    ("next_steps", "Next steps"),
+    ("blockers", "Blockers"),
+    ("artifacts", "Artifacts"),
+    ("notes", "Notes"),
+)
+HANDOFF_META = ("to_agent", "phase", "priority")
+HANDOFF_KNOWN = set(HANDOFF_REQUIRED) | {k for k, _ in HANDOFF_SECTIONS} | set(HANDOFF_META)
+PLACEHOLDERS = {"tbd", "todo", "n/a", "see chat", "..."}
+TASK_ID_MAX = 200
+
+
+def parse_handoff(raw: bytes, source: str) -> dict:
+    """Decode and validate a handoff; every problem is listed in one error."""
+    if len(raw) > HANDOFF_MAX_BYTES:
+        raise StmError(f"handoff {source} is larger than 1 MiB ({len(raw)} bytes); trim it")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StmError(f"handoff {source} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        handoff = json.loads(text)
+    except ValueError as exc:
+        raise StmError(f"handoff {source} is not valid JSON: {exc}") from None
+    if not isinstance(handoff, dict):
+        kind = type(handoff).__name__.replace("dict", "object").replace("list", "array")
+        raise StmError(f"handoff {source} must be a JSON object, not a JSON {kind}")
+    problems = handoff_problems(handoff)
+    if problems:
+        raise StmError(f"handoff {source} is invalid: " + "; ".join(problems))
+    return handoff
+
+
+def handoff_problems(handoff: dict) -> list[str]:
+    problems = []
+    for key in HANDOFF_REQUIRED:
+        value = handoff.get(key)
+        if key not in handoff:
+            problems.append(f"{key} is missing")
+        elif not isinstance(value, str) or not value.strip():
+            problems.append(f"{key} must be a non-empty string")
+    task_id = handoff.get("task_id")
+    if isinstance(task_id, str) and len(task_id) > TASK_ID_MAX:
+        problems.append(f"task_id is longer than {TASK_ID_MAX} characters")
+    task = handoff.get("task")
+    if isinstance(task, str) and task.strip().lower() in PLACEHOLDERS:
+        problems.append(f"task is a placeholder ({task.strip()!r}); say what the task is")
+    created = handoff.get("created_at")
+    if isinstance(created, str) and created.strip() and parse_iso(created, True) is None:
+        problems.append("created_at must be an ISO-8601 timestamp with a time zone")
+    for key in ("to_agent", "phase", "priority"):
+        if key in handoff and not isinstance(handoff[key], str):
+            problems.append(f"{key} must be a string")
+    phase = handoff.get("phase")
+    if isinstance(phase, str) and not PHASE_RE.match(phase):
+        problems.append("phase must be 1-64 letters, digits, '.', '_' or '-'")
+    return problems
+
+
+def neutralise_markdown(text: str) -> str:
+    """Keep a value's Markdown as text that cannot break the document's structure:
+    a heading (`#`) or a setext underline (`===`, `---`) inside a value is escaped.
+
+    >>> neutralise_markdown("# Not a heading\\n---")
+    '\\\\# Not a heading\\n\\\\---'
+    """
+    out = []
+    for line in escape_controls(text.replace("\r\n", "\n")).split("\n"):
+        stripped = line.lstrip(" ")
+        if len(line) - len(stripped) <= 3 and re.match(r"#|=+\s*$|-+\s*$", stripped):
+            line = line[: len(line) - len(stripped)] + "\\" + stripped
+        out.append(line)
+    return "\n".join(out).strip("\n")
+
+
+def render_handoff_value(value) -> str:
+    if isinstance(value, str):
+        return neutralise_markdown(value)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        items = []
+        for item in value:
+            body = neutralise_markdown(item).replace("\n", "\n  ")
+            items.append(f"- {body}")
+        return "\n".join(items)
+    # Anything else as compact JSON in an indented code block, which nothing can end.
+    return "    " + dumps_json(value, indent=None)
+
+
+def render_session_md(handoff: dict, session_id: str, received: str) -> str:
+    def meta(value) -> str:
+        return one_line(value, 500) if isinstance(value, str) else dumps_json(value, None)
+
+    lines = [f"# Handoff: {meta(handoff['task_id'])}", ""]
+    rows = [
+        ("Task id", handoff["task_id"]),
+        ("From", handoff["from_agent"]),
+        ("To", handoff.get("to_agent")),
+        ("Status", handoff["status"]),
+        ("Priority", handoff.get("priority")),
+        ("Phase", handoff.get("phase")),
+        ("Created", handoff["created_at"]),
+        ("Received", received),
+        ("Session", session_id),
+    ]
+    lines += [f"- **{label}:** {meta(value)}" for label, value in rows if value is not None]
+    for key, title in HANDOFF_SECTIONS:
+        if has_content(handoff.get(key)):
+            lines += ["", f"## {title}", "", render_handoff_value(handoff[key])]
+    others = sorted(k for k in handoff if k not in HANDOFF_KNOWN)
+    if others:
+        lines += ["", "## Other fields"]
+        for key in others:
+            lines += [
+                "",
+                f"### {one_line(key, 200)}",
+                "",
+                render_handoff_value(handoff[key]),
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def has_content(value) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, (list, dict)):
+        return bool(value)
+    return True
+
+
+def handoff_key(handoff: dict) -> str:
+    """What makes two handoffs the same: task, sender, and creation time."""
+    return dumps_json([handoff["task_id"], handoff["from_agent"], handoff["created_at"]], None)
+
+
+# ==== Boot ===================================================================
+
+
+class BootParts:
+    """What boot shows, read once; rendered at different levels of detail."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.problems: list[str] = []
+        self.identity = self._layer(store.agent_path)
+        self.session = self._layer(store.memory_path)
+        self.workflow = self._workflow()
+        self.refs = self._refs()
+
+    def _layer(self, path: str) -> str:
+        try:
+            text = read_text(path)
+        except FileNotFoundError:
+            self.problems.append(f"{display_path(path)} is missing; run `stm init`")
+            return f"(missing: {self.store.rel(path)}; run `stm init`)"
+        except OSError as exc:
+            self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
+            return f"(unreadable: {self.store.rel(path)})"
+        return demote_headings(strip_comments(escape_controls(text)), 2)
+
+    def _workflow(self) -> str | None:
+        try:
+            ref = current_session(self.store)
+            if ref is None:
+                return None
+            state = load_state(ref)
+        except StmError as exc:
+            self.problems.append(exc.message)
+            return None
+        return render_workflow(self.store, ref, state)
+
+    def _refs(self) -> list[RefInfo]:
+        refs = []
+        for path in iter_ref_files(self.store.refs_dir):
+            try:
+                refs.append(read_ref(path, self.store.refs_dir))
+            except OSError as exc:
+                self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
+        return refs
+
+
+def render_workflow(store: Store, ref: SessionRef, state: dict) -> str:
+    now = utc_now()
+    folder = store.rel(ref.path)
+    lines = [f"- Session: `{one_line(state.get('session_id', ref.id))}`"]
+    if state.get("name"):
+        lines[0] += f" — {one_line(state['name'])}"
+    phase = one_line(state.get("phase", "?"))
+    history = state.get("phase_history") or []
+    entered = history[-1].get("entered_at") if history and isinstance(history[-1], dict) else None
+    since = parse_iso(entered or state.get("created_at") or "", need_zone=True)
+    phase_line = f"- Phase: {phase}" + (f" (for {human_age(now - since)})" if since else "")
+    valid = state.get("valid_phases")
+    if isinstance(valid, list) and valid:
+        phase_line += " — phases: " + " → ".join(one_line(p, 64) for p in valid)
+    lines.append(phase_line)
+    if state.get("task_id"):
+        sender = one_line(state.get("from_agent", "?"))
+        lines.append(
+            f"- Handoff: task {one_line(state['task_id'])} from {sender}, status "
+            f"{one_line(state.get('handoff_status', '?'))}; full text: {folder}/{SESSION_MD}"
+        )
+    lines += render_checkpoint(state)
+    context = state.get("context")
+    if isinstance(context, dict) and context:
+        paths = ", ".join(f"{folder}/{one_line(p, 200)}" for _, p in sorted(context.items()))
+        lines.append(f"- Context files: {paths}")
+    lines.append(f"- State: {folder}/{STATE_FILE} (version {state.get('version')})")
+    return "\n".join(lines)
+
+
+def render_checkpoint(state: dict) -> list[str]:
+    lines = []
+    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
+    if checkpoint.get("last_completed_step"):
+        lines.append(f"- Last completed step: {one_line(checkpoint['last_completed_step'])}")
+    pending = checkpoint.get("pending_steps")
+    if isinstance(pending, list) and pending:
+        lines.append("- Pending steps:")
+        lines += [f"  {n}. {one_line(step)}" for n, step in enumerate(pending[:20], 1)]
+        if len(pending) > 20:
+            lines.append(f"  ... and {len(pending) - 20} more (stm session show)")
+    if checkpoint.get("resume_instruction"):
+        lines.append(f"- Resume: {one_line(checkpoint['resume_instruction'], 500)}")
+    if recovery.get("recovery_notes"):
+        lines.append(f"- Recovery notes: {one_line(recovery['recovery_notes'], 500)}")
+    if recovery.get("interrupted_at"):
+        lines.append(f"- Interrupted at: {one_line(recovery['interrupted_at'])}")
+    if recovery.get("last_agent") or recovery.get("last_action"):
+        who = one_line(recovery.get("last_agent") or "?")
+        lines.append(f"- Last action: {one_line(recovery.get('last_action') or '?')} (by {who})")
+    return lines
+
+
+def render_refs(refs: list[RefInfo], mode: str) -> str:
+    if not refs:
+        return "(none yet: add stable knowledge as Markdown files under refs/)"
+    lines = []
+    for ref in refs:
+        title = one_line(ref.title or "(untitled)", 120)
+        line = f"- {ref.path} — {title}"
+        if mode == "full" and ref.summary:
+            line += f": {one_line(ref.summary, 160)}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def render_boot(parts: BootParts, refs_mode: str) -> str:
+    """The boot document; refs_mode is 'full', 'titles' or 'none'."""
+    store = parts.store
+    sections = [
+        (f"Identity ({store.rel(store.agent_path)})", parts.identity),
+        (f"Session memory ({store.rel(store.memory_path)})", parts.session),
+    ]
+    if parts.workflow is not None:
+        sections.append(("Active workflow", parts.workflow))
+    if refs_mode != "none":
+        sections.append(
+            (
+                f"Reference index ({store.rel(store.refs_dir)}/, read a file when you need it)",
+                render_refs(parts.refs, refs_mode),
+            )
+        )
+    body = "".join(f"\n## {title}\n\n{text}\n" for title, text in sections)
+    body += (
+        f"\n---\nLogs ({store.rel(store.logs_dir)}/) are not loaded: search them when the "
+        "above is not enough. Record work with `stm log`.\n"
+    )
+    stamp = iso_now()
+    tokens = estimate_tokens(body)
+    for _ in range(3):  # the header's own length counts; settle on a fixed point
+        header = f"# stm memory boot · generated {stamp} · ~{tokens} tokens\n"
+        tokens = estimate_tokens(header + body)
+    return f"# stm memory boot · generated {stamp} · ~{tokens} tokens\n" + body
+
+
+def boot_text(parts: BootParts, max_tokens: int | None, no_refs: bool) -> str:
+    """Render within the budget, degrading the refs index first; warn on stderr."""
+    modes = ["none"] if no_refs else ["full", "titles", "none"]
+    if max_tokens is None:
+        text = render_boot(parts, modes[0])
+        tokens = estimate_tokens(text)
+        if tokens > BOOT_BUDGET_TOKENS:
+            warn(
+                f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS}-token budget; "
+                "shorten MEMORY.md or AGENT.md, or pass --max-tokens N to trim the refs index"
+            )
+        return text
+    for mode in modes:
+        text = render_boot(parts, mode)
+        if estimate_tokens(text) <= max_tokens:
+            break
+    left_out = {
+        "full": None,
+        "titles": "refs index shortened to titles (summaries left out)",
+        "none": "refs index left out",
+    }[mode]
+    if left_out and not no_refs:
+        warn(f"boot: {left_out} to fit --max-tokens {max_tokens}")
+    tokens = estimate_tokens(text)
+    if tokens > max_tokens:
+        warn(
+            f"boot is ~{tokens} tokens, over --max-tokens {max_tokens} even without refs; "
+            "identity, session memory and the active workflow are never cut: shorten them"
+        )
+    return text
+
+
+# ==== Check ==================================================================
+
+
+class Finding:
+    """One problem `check` found: severity, rule id, where, what, and the fix."""
+
+    __slots__ = ("severity", "rule", "path", "line", "message", "fix")
+
+    def __init__(self, severity, rule, path, message, fix, line=None):
+        self.severity, self.rule, self.path, self.line = severity, rule, path, line
+        self.message, self.fix = message, fix
+
+    def location(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class Checker:
+    """Runs every rule of spec/memory-layers.md and spec/state-layout.md."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.findings: list[Finding] = []
+
+    def error(self, rule, path, message, fix, line=None) -> None:
+        self.findings.append(Finding("error", rule, self.store.rel(path), message, fix, line))
+
+    def warning(self, rule, path, message, fix, line=None) -> None:
+        self.findings.append(Finding("warning", rule, self.store.rel(path), message, fix, line))
+
+    def run(self) -> list[Finding]:
+        self.check_layers()
+        self.check_refs()
+        self.check_logs()
+        self.check_budget()
+        self.check_temp_files(self.store.stacks)
+        if os.path.isdir(self.store.state):
+            self.check_state()
+        return self.findings
+
+    # Stacks -----------------------------------------------------------------
+
+    def check_layers(self) -> None:
+        store = self.store
+        for path, kind in (
+            (store.agent_path, "file"),
+            (store.memory_path, "file"),
+            (store.refs_dir, "dir"),
+            (store.logs_dir, "dir"),
+        ):
+            if os.path.islink(path):
+                self.error(
+                    "layer-symlink",
+                    path,
+                    "is a symbolic link",
+                    "replace it with a real " + kind,
+                )
+            elif not (os.path.isdir(path) if kind == "dir" else os.path.isfile(path)):
+                self.error("layer-missing", path, f"layer {kind} is missing", "run `stm init`")
+        for path, template, rule in (
+            (store.agent_path, AGENT_TEMPLATE, "identity-template"),
+            (store.memory_path, MEMORY_TEMPLATE, "session-template"),
+        ):
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            text = read_text(path)
+            if not content_beyond_template(text, template):
+                what = "who the agent is" if rule == "identity-template" else "where work stands"
+                self.error(rule, path, "holds only its template", f"write {what} into it")
+            self.scan_secrets(path, text)
+
+    def check_refs(self) -> None:
+        for path in iter_ref_files(self.store.refs_dir):
+            if os.path.islink(path):
+                self.error("layer-symlink", path, "ref is a symbolic link", "copy the file in")
+                continue
+            text = read_text(path)
+            if not text.strip():
+                self.error("ref-empty", path, "ref is empty", "write it, or delete it")
+                continue
+            title, _ = parse_ref_head(text)
+            if not title:
+                self.error("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
+            self.scan_secrets(path, text)
+
+    def check_logs(self) -> None:
+        logs = self.store.logs_dir
+        try:
+            names = sorted(os.listdir(logs))
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(logs, name)
+            if name.startswith("."):
+                continue
+            if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
+                self.error(
+                    "log-name",
+                    path,
+                    "log files are named YYYY-MM-DD.md",
+                    "rename it to the UTC date of its entries",
+                )
+                continue
+            if os.path.islink(path) or not os.path.isfile(path):
+                self.error("layer-symlink", path, "log is not a regular file", "replace it")
+                continue
+            self.check_log_file(path)
+
+    def check_log_file(self, path: str) -> None:
+        data = read_bytes(path)
+        import io
+
+        for kind, *rest in parse_log(io.BytesIO(data)):
+            if kind == "stray":
+                number, _ = rest
+                self.error(
+                    "log-entry",
+                    path,
+                    "text outside any log entry",
+                    "add entries only with `stm log`; move this text into one",
+                    number,
+                )
+                continue
+            entry = rest[0]
+            if not entry.complete:
+                self.warning(
+                    "log-torn",
+                    path,
+                    "the last entry is torn (a writer was killed)",
+                    "run `stm check --fix`, or the next `stm log` cuts it",
+                    entry.line,
+                )
+            elif parse_iso(entry.stamp, need_zone=True) is None:
+                self.error(
+                    "log-entry",
+                    path,
+                    f"entry timestamp {entry.stamp!r} is not ISO-8601",
+                    "restore the entry from git",
+                    entry.line,
+                )
+        self.scan_secrets(path, data.decode("utf-8", "replace"))
+
+    def scan_secrets(self, path: str, text: str) -> None:
+        for kind, line, excerpt in find_secrets(text):
+            self.error(
+                "secret",
+                path,
+                f"looks like a {kind} ({excerpt})",
+                "remove it and rotate the credential (git history keeps it)",
+                line,
+            )
+
+    def check_budget(self) -> None:
+        if not os.path.isfile(self.store.agent_path):
+            return
+        tokens = estimate_tokens(render_boot(BootParts(self.store), "full"))
+        if tokens > BOOT_BUDGET_TOKENS:
+            self.warning(
+                "boot-budget",
+                self.store.stacks,
+                f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS} budget",
+                "shorten MEMORY.md; move stable knowledge into refs/",
+            )
+
+    def check_temp_files(self, directory: str) -> None:
+        for name in sweep_temp_files(directory):
+            self.warning(
+                "temp-file",
+                os.path.join(directory, name),
+                "leftover temp file from an interrupted write",
+                "run `stm check --fix` to remove it",
+            )
+        try:
+            entries = os.scandir(directory)
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name.endswith(".building") and entry.is_dir(follow_symlinks=False):
+                self.warning(
+                    "temp-file",
+                    entry.path,
+                    "leftover half-built session folder",
+                    "run `stm check --fix` to remove it",
+                )
+            elif entry.is_dir(follow_symlinks=False) and self.walk_into(directory, entry.name):
+                self.check_temp_files(entry.path)
+
+    def walk_into(self, directory: str, name: str) -> bool:
+        """Temp files are looked for in stm's own folders, not in every subfolder."""
+        if name.startswith("."):
+            return False
+        return directory != self.store.stacks or name in (REFS_DIR, LOGS_DIR)
+
+    # State ------------------------------------------------------------------
+
+    def check_state(self) -> None:
+        store = self.store
+        self.check_temp_files(store.state)
+        try:
+            active = read_pointer(store)
+        except StmError as exc:
+            self.error(
+                "pointer-invalid",
+                store.pointer_path,
+                exc.message,
+                "run `stm session switch ID` or delete the file",
+            )
+            active = None
+        if active:
+            ref = locate_session(store, active) if is_session_id(active) else None
+            if ref is None:
+                self.error(
+                    "pointer-invalid",
+                    store.pointer_path,
+                    f"points to {active}, which does not exist",
+                    "run `stm session switch ID` or `stm session new`",
+                )
+            elif ref.archived:
+                self.error(
+                    "pointer-invalid",
+                    store.pointer_path,
+                    f"points to {active}, which is archived",
+                    "run `stm session switch ID` or `stm session new`",
+                )
+        for name in list_dirs(store.sessions_dir):
+            path = os.path.join(store.sessions_dir, name)
+            if name.startswith("user-"):
+                for sid in list_dirs(path):
+                    if not sid.endswith(".building"):
+                        self.check_session(os.path.join(path, sid), sid, None)
+            elif not name.endswith(".building"):
+                self.check_session(path, name, None)
+        for month in list_dirs(store.history_dir):
+            for sid in list_dirs(os.path.join(store.history_dir, month)):
+                self.check_session(os.path.join(store.history_dir, month, sid), sid, month)
+
+    def check_session(self, path: str, name: str, month: str | None) -> None:
+        if not is_session_id(name):
+            self.error(
+                "session-id",
+                path,
+                "folder name is not a session id (YYYY-MM-DD-xxxxxxxx)",
+                "move it out of .state/sessions/",
+            )
+            return
+        if os.path.islink(path):
+            self.error(
+                "session-symlink",
+                path,
+                "session folder is a symbolic link",
+                "replace it with a real folder",
+            )
+            return
+        if month is not None and month != archive_month(name):
+            self.error(
+                "archive-month",
+                path,
+                f"archived under {month}, created {name[:7]}",
+                f"move it to .state/history/{archive_month(name)}/",
+            )
+        state_path = os.path.join(path, STATE_FILE)
+        state = self.check_state_file(state_path, name)
+        self.check_history(os.path.join(path, HISTORY_FILE))
+        if state is not None and os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
+            self.check_handoff(path)
+
+    def check_state_file(self, path: str, name: str) -> dict | None:
+        if os.path.islink(path):
+            self.error("session-symlink", path, "state file is a symbolic link", "replace it")
+            return None
+        try:
+            size = os.path.getsize(path)
+            state = json.loads(read_bytes(path).decode("utf-8"))
+        except FileNotFoundError:
+            self.error("state-invalid", path, "state.json is missing", "restore it from git")
+            return None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.error("state-invalid", path, f"not valid JSON ({exc})", "restore it from git")
+            return None
+        if not isinstance(state, dict):
+            self.error(
+                "state-invalid",
+                path,
+                "state.json is not a JSON object",
+                "restore it from git",
+            )
+            return None
+        if size > STATE_WARN_BYTES:
+            self.warning(
+                "state-size",
+                path,
+                f"state.json is {size} bytes (over 10 KB)",
+                "keep big inputs in context/ and reference them by path",
+            )
+        for problem in state_problems(state, name):
+            rule, message = problem
+            self.error(rule, path, message, "fix the field, or restore the file from git")
+        return state
+
+    def check_history(self, path: str) -> None:
+        if os.path.islink(path):
+            self.error("session-symlink", path, "history is a symbolic link", "replace it")
+            return
+        try:
+            data = read_bytes(path)
+        except FileNotFoundError:
+            self.error(
+                "history-invalid",
+                path,
+                "history.jsonl is missing",
+                "restore it from git",
+            )
+            return
+        lines = data.split(b"\n")
+        torn_tail = lines.pop()  # b"" when the file ends with a newline
+        for number, raw in enumerate(lines, 1):
+            try:
+                event = json.loads(raw)
+                ok = isinstance(event, dict) and "timestamp" in event and "event" in event
+            except ValueError:
+                ok = False
+            if not ok:
+                self.error(
+                    "history-invalid",
+                    path,
+                    "line is not a JSON object with timestamp and event",
+                    "restore the file from git",
+                    number,
+                )
+        if torn_tail:
+            self.warning(
+                "history-torn",
+                path,
+                "last line is torn (a writer was killed)",
+                "run `stm check --fix`, or the next update cuts it",
+                len(lines) + 1,
+            )
+
+    def check_handoff(self, path: str) -> None:
+        if not os.path.isfile(os.path.join(path, SESSION_MD)):
+            self.error(
+                "handoff-session-md",
+                os.path.join(path, SESSION_MD),
+                "a handoff session has no Session.md",
+                "re-render it: `stm compose-handoff context/handoff.json --print`",
+            )
+        handoff_path = os.path.join(path, "context", HANDOFF_JSON)
+        try:
+            parse_handoff(read_bytes(handoff_path, HANDOFF_MAX_BYTES + 1), "")
+        except (StmError, OSError) as exc:
+            message = getattr(exc, "message", str(exc)).replace("handoff  ", "handoff ")
+            self.error(
+                "handoff-invalid", handoff_path, message, "restore the original handoff from git"
+            )
+
+
+def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
+    """Required fields, their types, timestamps and phases of one state.json."""
+    problems = []
+    for key, kind in (
+        ("session_id", str),
+        ("created_at", str),
+        ("updated_at", str),
+        ("phase", str),
+        ("version", int),
+    ):
+        value = state.get(key)
+        if key not in state:
+            problems.append(("state-field", f"required field {key!r} is missing"))
+        elif not isinstance(value, kind) or isinstance(value, bool):
+            problems.append(("state-field", f"{key!r} must be a {kind.__name__}"))
+    if isinstance(state.get("session_id"), str) and state["session_id"] != folder_name:
+        problems.append(
+            (
+                "state-field",
+                f"session_id {state['session_id']!r} is not the folder name",
+            )
+        )
+    for key in ("created_at", "updated_at"):
+        if isinstance(state.get(key), str) and not is_iso_utc(state[key]):
+            problems.append(
+                ("state-timestamp", f"{key} {state[key]!r} is not ISO-8601 with a zone")
+            )
+    for entry in state.get("phase_history") or []:
+        for key in ("entered_at", "exited_at"):
+            value = entry.get(key) if isinstance(entry, dict) else "?"
+            if value is not None and not is_iso_utc(value):
+                problems.append(
+                    (
+                        "state-timestamp",
+                        f"phase_history {key} {value!r} is not ISO-8601",
+                    )
+                )
+    valid = state.get("valid_phases")
+    if valid is not None:
+        if not isinstance(valid, list) or not all(isinstance(p, str) for p in valid):
+            problems.append(("state-field", "'valid_phases' must be a list of strings"))
+        elif isinstance(state.get("phase"), str) and state["phase"] not in valid:
+            problems.append(("state-phase", f"phase {state['phase']!r} is not in valid_phases"))
+    for key in ("checkpoint", "recovery", "context"):
+        if key in state and not isinstance(state[key], dict):
+            problems.append(("state-field", f"{key!r} must be an object"))
+    return problems
+
+
+# ==== Commands ===============================================================
+
+
+def out(text: str = "") -> None:
+    """Data for stdout: control characters from stored text never reach a terminal raw."""
+    print(escape_controls(text))
+
+
+def print_json(obj) -> None:
+    print(dumps_json(obj), end="")
+
+
+def backup_name(path: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(utc_now()))
+    candidate = f"{path}.{stamp}.bak"
+    counter = 2
+    while os.path.lexists(candidate):
+        candidate = f"{path}.{stamp}-{counter}.bak"
+        counter += 1
+    return candidate
+
+
+def install_file(store: Store, path: str, content: str, force: bool, report: list) -> None:
+    """Create `path` from `content`; with force, rewrite it and keep a backup first."""
+    refuse_symlink(path, "file")
+    data = content.encode("utf-8")
+    if os.path.exists(path):
+        if not force:
+            report.append(("kept", store.rel(path), "exists; left untouched"))
+            return
+        old = read_bytes(path)
+        if old == data:
+            report.append(("kept", store.rel(path), "already the template"))
+            return
+        backup = backup_name(path)
+        atomic_write(backup, old)
+        atomic_write(path, data)
+        report.append(("rewrote", store.rel(path), f"previous content kept in {store.rel(backup)}"))
+        return
+    atomic_write(path, data)
+    report.append(("created", store.rel(path), ""))
+
+
+def install_dir(store: Store, path: str, report: list) -> None:
+    refuse_symlink(path, "folder")
+    if make_dir(path):
+        report.append(("created", store.rel(path) + "/", ""))
+    keep = os.path.join(path, ".gitkeep")
+    if not os.path.lexists(keep):
+        atomic_write(keep, b"")
+
+
+def cmd_init(args) -> int:
+    store = open_store(args, for_init=True)
+    report: list = []
+    refuse_symlink(store.stacks, "stacks folder")
+    if make_dir(store.stacks):
+        report.append(("created", store.rel(store.stacks) + "/", ""))
+    with store.stacks_lock():
+        install_file(store, store.agent_path, AGENT_TEMPLATE, args.force, report)
+        install_file(store, store.memory_path, MEMORY_TEMPLATE, args.force, report)
+        install_dir(store, store.refs_dir, report)
+        install_dir(store, store.logs_dir, report)
+        for name, text in (
+            (".gitattributes", STACKS_GITATTRIBUTES),
+            (".gitignore", STACKS_GITIGNORE),
+        ):
+            install_file(store, store.layer(name), text, args.force, report)
+    refuse_symlink(store.state, "state folder")
+    with store.state_lock():
+        for name, text in (
+            ("README.md", STATE_README),
+            (".gitignore", STATE_GITIGNORE),
+            (".gitattributes", STATE_GITATTRIBUTES),
+        ):
+            install_file(store, os.path.join(store.state, name), text, args.force, report)
+        install_dir(store, store.sessions_dir, report)
+        install_dir(store, store.history_dir, report)
+    for action, path, note in report:
+        out(f"{action:8} {path}" + (f"  ({note})" if note else ""))
+    out(
+        f"\nNext: describe the agent in {store.rel(store.agent_path)} and the work in "
+        f"{store.rel(store.memory_path)}, then run `stm boot`."
+    )
+    return EXIT_OK
+
+
+def cmd_boot(args) -> int:
+    store = open_store(args)
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise usage_error("--max-tokens must be a positive number of tokens")
+    parts = BootParts(store)
+    for problem in parts.problems:
+        warn(problem)
+    text = boot_text(parts, args.max_tokens, args.no_refs)
+    if args.json:
+        print_json(boot_json(parts, text))
+    elif args.output:
+        write_output_file(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def boot_json(parts: BootParts, text: str) -> dict:
+    return {
+        "schema_version": 1,
+        "tokens": estimate_tokens(text),
+        "budget": BOOT_BUDGET_TOKENS,
+        "text": text,
+        "sections": {
+            "identity": {"text": parts.identity, "tokens": estimate_tokens(parts.identity)},
+            "session": {"text": parts.session, "tokens": estimate_tokens(parts.session)},
+            "workflow": None
+            if parts.workflow is None
+            else {"text": parts.workflow, "tokens": estimate_tokens(parts.workflow)},
+            "refs": [{"path": r.path, "title": r.title, "summary": r.summary} for r in parts.refs],
+        },
+    }
+
+
+def write_output_file(path: str, text: str) -> None:
+    if os.path.isdir(path):
+        raise usage_error(f"-o {path} is a directory; name a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise StmError(f"-o {path}: folder {parent} does not exist; create it first")
+    atomic_write(path, text.encode("utf-8"))
+
+
+def read_message(args) -> str:
+    words = args.message or []
+    if words == ["-"]:
+        raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise usage_error("log -: standard input is not UTF-8 text; nothing written") from None
+    elif words:
+        text = " ".join(words)
+    else:
+        raise usage_error("log needs a MESSAGE, `-` to read standard input, or --template")
+    if len(text.encode("utf-8", "surrogateescape")) > MESSAGE_MAX_BYTES:
+        raise usage_error("log message is larger than 1 MiB; put big text in refs/ instead")
+    message = normalise_message(text)
+    if not message.strip():
+        raise usage_error("log message is empty; nothing written")
+    return message
+
+
+def refuse_secrets(text: str, flag_hint: str) -> None:
+    for kind, line, excerpt in find_secrets(text):
+        raise StmError(
+            f"refused: line {line} looks like a {kind} ({excerpt}); memory is committed to "
+            f"git, so nothing was written. Remove it, or pass {flag_hint} if it is not a secret"
+        )
+
+
+def append_log_entry(store: Store, message: str, now: float | None = None) -> str:
+    """Append one entry to today's log; call with the stacks lock held. Returns the path."""
+    now = utc_now() if now is None else now
+    stamp = iso(now)
+    logs = store.logs_dir
+    refuse_symlink(logs, "logs folder")
+    make_dir(logs)
+    require_inside(logs, store.stacks, "logs folder")
+    path = store.log_path(stamp[:10])
+    refuse_symlink(path, "log file")
+    entry = render_log_entry(message, author_name(), stamp, random_hex(4))
+    size = os.lstat(path).st_size if os.path.lexists(path) else 0
+    data = ("\n" + entry if size else entry).encode("utf-8")
+    append_record(path, data, log_complete_end)
+    return path
+
+
+def cmd_log(args) -> int:
+    if args.template:
+        sys.stdout.write(SESSION_LOG_TEMPLATE)
+        return EXIT_OK
+    message = read_message(args)
+    if not args.allow_secret:
+        refuse_secrets(message, "--allow-secret")
+    store = open_store(args)
+    with store.stacks_lock():
+        append_log_entry(store, message)
+    return EXIT_OK
+
+
+def cmd_check(args) -> int:
+    store = open_store(args)
+    findings = Checker(store).run()
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    failed = errors > 0 or (args.strict and warnings > 0)
+    if args.json:
+        print_json(
+            {
+                "schema_version": 1,
+                "ok": not failed,
+                "strict": bool(args.strict),
+                "counts": {"error": errors, "warning": warnings},
+                "findings": [f.as_dict() for f in findings],
+            }
+        )
+    else:
+        for f in findings:
+            out(f"{f.severity:7} {f.rule:18} {f.location()}: {f.message} (fix: {f.fix})")
+        verdict = "failed" if failed else "ok"
+        out(f"check {verdict}: {errors} error(s), {warnings} warning(s)")
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def file_facts(path: str, now: float) -> dict:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"exists": False, "files": 0, "bytes": 0, "tokens": 0}
+    return {
+        "exists": True,
+        "files": 1,
+        "bytes": st.st_size,
+        "tokens": (st.st_size + 3) // 4,
+        "modified": iso(st.st_mtime),
+        "age_days": round((now - st.st_mtime) / 86400, 1),
+    }
+
+
+def dir_facts(paths: list[str], now: float) -> dict:
+    sizes = [os.lstat(p) for p in paths]
+    total = sum(s.st_size for s in sizes)
+    newest = max((s.st_mtime for s in sizes), default=None)
+    facts = {"exists": True, "files": len(paths), "bytes": total, "tokens": (total + 3) // 4}
+    if newest is not None:
+        facts["modified"] = iso(newest)
+        facts["age_days"] = round((now - newest) / 86400, 1)
+    return facts
+
+
+def newest_log_entry(store: Store, names: list[str]) -> float | None:
+    """The time of the newest complete entry, read from the newest log file only."""
+    if not names:
+        return None
+    path = os.path.join(store.logs_dir, names[-1])
+    try:
+        with open(path, "rb") as stream:
+            entries = [e for kind, *rest in parse_log(stream) if kind == "entry" for e in rest]
+    except OSError:
+        return None
+    stamps = [parse_iso(e.stamp, need_zone=True) for e in entries if e.complete]
+    stamps = [s for s in stamps if s is not None]
+    return max(stamps) if stamps else None
+
+
+def memory_staleness(store: Store, now: float, names: list[str]) -> tuple[dict, list[str]]:
+    warnings = []
+    try:
+        text = read_text(store.memory_path)
+        mtime = os.lstat(store.memory_path).st_mtime
+    except OSError:
+        return {"updated": None, "source": None}, []
+    stamp = memory_stamp(text)
+    updated, source = (stamp, "Last Updated") if stamp is not None else (mtime, "file time")
+    info = {"updated": iso(updated), "source": source}
+    days = (now - updated) / 86400
+    if days > MEMORY_STALE_DAYS:
+        warnings.append(
+            f"MEMORY.md not updated for {int(days)} days ({source}); rewrite the letter"
+        )
+    newest = newest_log_entry(store, names)
+    if newest is not None and newest - updated > 86400:
+        warnings.append(
+            f"MEMORY.md is {int((newest - updated) // 86400)} day(s) older than the newest log "
+            "entry; fold what happened into it"
+        )
+    return info, warnings
+
+
+def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
+    warnings = []
+    active = iter_active_sessions(store)
+    archived = sum(
+        len(list_dirs(os.path.join(store.history_dir, m))) for m in list_dirs(store.history_dir)
+    )
+    idle = []
+    for sid, path in active:
+        try:
+            state = load_state(SessionRef(sid, path, False))
+        except StmError:
+            warnings.append(f"session {sid} has an unreadable state.json; run `stm check`")
+            continue
+        updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
+        if updated is not None and now - updated > SESSION_IDLE_DAYS * 86400:
+            idle.append(sid)
+            warnings.append(
+                f"session {sid} untouched for {int((now - updated) // 86400)} days: "
+                f"archive it? (stm session archive {sid})"
+            )
+    current = None
+    try:
+        ref = current_session(store)
+        if ref is not None:
+            state = load_state(ref)
+            history = state.get("phase_history") or [{}]
+            entered = parse_iso(str(history[-1].get("entered_at", "")), need_zone=True)
+            current = {
+                "session_id": ref.id,
+                "name": state.get("name"),
+                "phase": state.get("phase"),
+                "in_phase_for": human_age(now - entered) if entered else None,
+                "version": state.get("version"),
+            }
+    except StmError as exc:
+        warnings.append(exc.message)
+    info = {"active": len(active), "archived": archived, "current": current, "idle": idle}
+    return info, warnings
+
+
+def gather_status(store: Store) -> dict:
+    now = utc_now()
+    ref_paths = list(iter_ref_files(store.refs_dir))
+    try:
+        log_names = sorted(n for n in os.listdir(store.logs_dir) if LOG_NAME_RE.match(n))
+    except OSError:
+        log_names = []
+    logs = dir_facts([os.path.join(store.logs_dir, n) for n in log_names], now)
+    logs["first"] = log_names[0][:-3] if log_names else None
+    logs["last"] = log_names[-1][:-3] if log_names else None
+    layers = {
+        "identity": file_facts(store.agent_path, now),
+        "session": file_facts(store.memory_path, now),
+        "refs": dir_facts(ref_paths, now),
+        "logs": logs,
+    }
+    warnings = [
+        f"{name} layer is missing; run `stm init`"
+        for name, facts in layers.items()
+        if not facts["exists"]
+    ]
+    memory, memory_warnings = memory_staleness(store, now, log_names)
+    boot_tokens = estimate_tokens(render_boot(BootParts(store), "full"))
+    if boot_tokens > BOOT_BUDGET_TOKENS:
+        warnings.append(f"boot is ~{boot_tokens} tokens, over the {BOOT_BUDGET_TOKENS} budget")
+    sessions, session_warnings = session_status(store, now)
+    warnings += memory_warnings + session_warnings
+    verdict = "ok" if not warnings else f"{len(warnings)} warning(s)"
+    return {
+        "schema_version": 1,
+        "stacks": store.stacks,
+        "state": store.state,
+        "layers": layers,
+        "memory": memory,
+        "boot": {"tokens": boot_tokens, "budget": BOOT_BUDGET_TOKENS},
+        "sessions": sessions,
+        "warnings": warnings,
+        "verdict": verdict,
+    }
+
+
+def cmd_status(args) -> int:
+    store = open_store(args)
+    status = gather_status(store)
+    if args.json:
+        print_json(status)
+        return EXIT_OK
+    out(f"stm status: {store.rel(store.stacks)}")
+    out(f"{'layer':10} {'files':>6} {'bytes':>9} {'~tokens':>8}  last change")
+    for name, facts in status["layers"].items():
+        changed = (
+            f"{facts['modified']} ({facts['age_days']}d ago)" if facts.get("modified") else "-"
+        )
+        out(f"{name:10} {facts['files']:>6} {facts['bytes']:>9} {facts['tokens']:>8}  {changed}")
+    logs = status["layers"]["logs"]
+    if logs["files"]:
+        out(f"logs: {logs['files']} day(s), {logs['first']} .. {logs['last']}")
+    boot = status["boot"]
+    out(f"boot: ~{boot['tokens']} of {boot['budget']} tokens")
+    sessions = status["sessions"]
+    line = f"sessions: {sessions['active']} active, {sessions['archived']} archived"
+    current = sessions["current"]
+    if current:
+        line += f"; current {current['session_id']} in phase {current['phase']}"
+        if current["in_phase_for"]:
+            line += f" for {current['in_phase_for']}"
+    out(line)
+    for warning in status["warnings"]:
+        out(f"warning: {warning}")
+    out(f"verdict: {status['verdict']}")
+    return EXIT_OK
+
+
+def clean_text(value: str, flag: str, limit: int = 500) -> str:
+    """Free text for state.json: stripped, controls made visible, bounded."""
+    text = escape_controls(value.replace("\r\n", "\n")).strip()
+    if not text:
+        raise usage_error(f"{flag} needs non-empty text")
+    if len(text) > limit:
+        raise usage_error(f"{flag} is longer than {limit} characters; keep state small")
+    return text
+
+
+def cmd_session_new(args) -> int:
+    store = open_store(args)
+    phases = parse_phase_list(args.phases) if args.phases is not None else None
+    phase = check_phase_name(args.phase, "--phase") if args.phase else None
+    phase = phase or (phases[0] if phases else "init")
+    if phases and phase not in phases:
+        raise usage_error(f"--phase {phase!r} is not one of --phases {','.join(phases)}")
+    name = clean_text(args.name, "--name", 200) if args.name is not None else None
+    now = utc_now()
+    with store.state_lock():
+        session_id = new_session_id(now)
+        while locate_session(store, session_id) is not None:
+            session_id = new_session_id(now)
+        state = new_state(session_id, iso(now), name, phase, phases, store.user)
+        ref = create_session(store, state)
+        if not args.no_switch:
+            write_pointer(store, session_id)
+    if args.json:
+        print_json(session_summary(store, ref, state, current=not args.no_switch))
+    else:
+        out(session_id)
+    return EXIT_OK
+
+
+def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -> dict:
+    return {
+        "session_id": ref.id,
+        "path": store.rel(ref.path),
+        "name": state.get("name"),
+        "phase": state.get("phase"),
+        "version": state.get("version"),
+        "updated_at": state.get("updated_at"),
+        "archived": ref.archived,
+        "current": current,
+    }
+
+
+def cmd_session_switch(args) -> int:
+    store = open_store(args)
+    ref = resolve_session(store, args.id)
+    if ref.archived:
+        raise StmError(
+            f"session {ref.id} is archived (read-only); start a new one with `stm session new`"
+        )
+    with store.state_lock():
+        write_pointer(store, ref.id)
+    out(ref.id)
+    return EXIT_OK
+
+
+def cmd_session_archive(args) -> int:
+    store = open_store(args)
+    ref = require_session(store, args.id)
+    if ref.archived:
+        warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
+        out(ref.id)
+        return EXIT_OK
+    with store.state_lock():
+        ref = locate_session(store, ref.id) or ref
+        if ref.archived:
+            out(ref.id)
+            return EXIT_OK
+        state = load_state(ref)
+        if args.expect_version is not None and state["version"] != args.expect_version:
+            raise StmError(
+                f"conflict: session {ref.id} is at version {state['version']}, not "
+                f"{args.expect_version}; nothing archived",
+                EXIT_CONFLICT,
+            )
+        destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
+        make_dir(destination_dir)
+        require_inside(destination_dir, store.state, "history folder")
+        destination = os.path.join(destination_dir, ref.id)
+        if os.path.lexists(destination):
+            raise StmError(f"cannot archive {ref.id}: {destination} already exists")
+        state["version"] += 1
+        state["updated_at"] = state["archived_at"] = iso_now()
+        save_state(ref, state)
+        append_event(ref, make_event("archived", state, to=store.rel(destination)))
+        os.rename(ref.path, destination)
+        fsync_dir(destination_dir)
+        fsync_dir(os.path.dirname(ref.path))
+        if read_pointer_quietly(store) == ref.id:
+            write_pointer(store, None)
+    out(ref.id)
+    warn(f"archived to {store.rel(destination)}")
+    return EXIT_OK
+
+
+def read_pointer_quietly(store: Store) -> str | None:
+    try:
+        return read_pointer(store)
+    except StmError:
+        return None
+
+
+def cmd_session_list(args) -> int:
+    store = open_store(args)
+    current = read_pointer_quietly(store)
+    listing = [(sid, path, False) for sid, path in iter_active_sessions(store)]
+    if args.all:
+        listing += [(sid, path, True) for sid, path in iter_archived_sessions(store)]
+    rows = []
+    for sid, path, archived in listing:
+        ref = SessionRef(sid, path, archived)
+        try:
+            state = load_state(ref)
+        except StmError:
+            state = {"name": "(unreadable state.json: run stm check)", "phase": "?"}
+        rows.append(session_summary(store, ref, state, current=sid == current))
+    if args.json:
+        print_json({"schema_version": 1, "current": current, "sessions": rows})
+        return EXIT_OK
+    if not rows:
+        warn("no sessions yet; start one with `stm session new`")
+    for row in rows:
+        mark = "*" if row["current"] else " "
+        flag = " [archived]" if row["archived"] else ""
+        name = one_line(row["name"] or "", 60)
+        phase = one_line(row["phase"], 16)
+        out(f"{mark} {row['session_id']}  {phase:16} {row['updated_at'] or '-':20}  {name}{flag}")
+    return EXIT_OK
+
+
+def read_last_events(ref: SessionRef, count: int) -> list[dict]:
+    try:
+        fd = os.open(ref.history_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        data = tail_bytes(fd, size, 65536)
+    finally:
+        os.close(fd)
+    events = []
+    for raw in data.split(b"\n")[-count - 1 :]:
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue  # a torn tail, or a line cut by the 64 KiB window
+        if isinstance(event, dict):
+            events.append(event)
+    return events[-count:]
+
+
+def cmd_session_show(args) -> int:
+    store = open_store(args)
+    ref = require_session(store, args.id)
+    state = load_state(ref)
+    events = read_last_events(ref, 10)
+    current = read_pointer_quietly(store) == ref.id
+    if args.json:
+        summary = session_summary(store, ref, state, current)
+        summary.update({"schema_version": 1, "state": state, "events": events})
+        print_json(summary)
+        return EXIT_OK
+    flags = " (current)" if current else ""
+    flags += " (archived)" if ref.archived else ""
+    out(f"session {ref.id}{flags}")
+    out(f"path: {store.rel(ref.path)}")
+    out(render_workflow(store, ref, state))
+    out(f"created {state.get('created_at')}, updated {state.get('updated_at')}")
+    if events:
+        out("recent events:")
+        for event in events:
+            details = {k: v for k, v in event.items() if k not in ("timestamp", "event")}
+            out(f"  {event.get('timestamp')} {event.get('event')} {dumps_json(details, None)}")
+    return EXIT_OK
+
+
+def cmd_session_phase(args) -> int:
+    store = open_store(args)
+    phase = check_phase_name(args.name, "phase")
+    ref = require_session(store, args.session)
+
+    def mutate(state: dict):
+        valid = state.get("valid_phases")
+        if isinstance(valid, list) and valid and phase not in valid:
+            raise usage_error(
+                f"phase {phase!r} is not one of this session's phases: {', '.join(valid)}"
+            )
+        old = state.get("phase")
+        if old == phase:
+            return "phase_change", {}
+        now = iso_now()
+        history = state.setdefault("phase_history", [])
+        if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
+            history[-1]["exited_at"] = now
+        history.append({"phase": phase, "entered_at": now, "exited_at": None})
+        state["phase"] = phase
+        return "phase_change", {"from": old, "to": phase}
+
+    state, changed = update_session(store, ref, mutate, args.expect_version)
+    report_update(args, store, ref, state, changed, f"phase {phase}")
+    return EXIT_OK
+
+
+def report_update(args, store, ref, state, changed: bool, what: str) -> None:
+    if args.json:
+        summary = session_summary(store, ref, state, read_pointer_quietly(store) == ref.id)
+        summary["changed"] = changed
+        print_json(summary)
+    elif changed:
+        out(f"{ref.id}: {what} (version {state['version']})")
+    else:
+        out(f"{ref.id}: {what}; nothing changed (version {state['version']})")
+
+
+def cmd_session_checkpoint(args) -> int:
+    store = open_store(args)
+    done = clean_text(args.done, "--done") if args.done is not None else None
+    pending = [clean_text(p, "--pending") for p in args.pending] if args.pending else None
+    if args.clear_pending:
+        if pending:
+            raise usage_error("--clear-pending and --pending do not go together")
+        pending = []
+    resume = clean_text(args.resume, "--resume", 1000) if args.resume is not None else None
+    note = clean_text(args.note, "--note", 2000) if args.note is not None else None
+    if done is None and pending is None and resume is None and note is None:
+        raise usage_error("checkpoint needs --done, --pending, --clear-pending, --resume or --note")
+    ref = require_session(store, args.session)
+
+    def mutate(state: dict):
+        checkpoint = dict(state.get("checkpoint") or {})
+        steps = list(checkpoint.get("pending_steps") or [])
+        if done is not None:
+            checkpoint["last_completed_step"] = done
+            steps = [s for s in steps if s != done]
+        if pending is not None:
+            steps = pending
+        checkpoint["pending_steps"] = steps
+        if resume is not None:
+            checkpoint["resume_instruction"] = resume
+        checkpoint["can_resume"] = bool(steps or checkpoint.get("resume_instruction"))
+        state["checkpoint"] = checkpoint
+        recovery = dict(state.get("recovery") or {})
+        if note is not None:
+            recovery["recovery_notes"] = note
+        recovery["last_agent"] = author_name()
+        recovery["last_action"] = f"checkpoint: done {done}" if done else "checkpoint"
+        state["recovery"] = recovery
+        return "checkpoint", {"done": done, "pending": pending, "resume": resume, "note": note}
+
+    state, changed = update_session(store, ref, mutate, args.expect_version)
+    report_update(args, store, ref, state, changed, "checkpoint saved" if changed else "checkpoint")
+    return EXIT_OK
+
+
+def read_handoff_input(source: str | None) -> tuple[bytes, str]:
+    if source in (None, "-"):
+        if source is None and sys.stdin.isatty():
+            raise usage_error("compose-handoff needs FILE, or `-` / a pipe on standard input")
+        return sys.stdin.buffer.read(HANDOFF_MAX_BYTES + 1), "<stdin>"
+    if os.path.isdir(source):
+        raise StmError(f"handoff {source} is a directory; name the JSON file")
+    try:
+        with open(source, "rb") as stream:
+            return stream.read(HANDOFF_MAX_BYTES + 1), source
+    except FileNotFoundError:
+        raise StmError(f"handoff file {source} not found") from None
+    except OSError as exc:
+        raise StmError(f"cannot read handoff {source}: {exc.strerror}") from None
+
+
+def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | None, list[str]]:
+    """(the session this very handoff became, ids of earlier ones for the same task)."""
+    same, earlier = None, []
+    listings = ((False, iter_active_sessions(store)), (True, iter_archived_sessions(store)))
+    for archived, listing in listings:
+        for sid, path in listing:
+            if not os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
+                continue
+            try:
+                state = load_state(SessionRef(sid, path, archived))
+            except StmError:
+                continue
+            if state.get("task_id") != handoff["task_id"]:
+                continue
+            key = [state.get("task_id"), state.get("from_agent"), state.get("handoff_created_at")]
+            if dumps_json(key, None) == handoff_key(handoff):
+                same = SessionRef(sid, path, archived)
+            else:
+                earlier.append(sid)
+    return same, earlier
+
+
+def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
+    task = handoff["task"].strip().splitlines()[0]
+    phase = handoff.get("phase") or "handoff"
+    state = new_state(session_id, now, one_line(task, 80), phase, None, user)
+    state["task_id"] = handoff["task_id"]
+    state["from_agent"] = handoff["from_agent"]
+    if handoff.get("to_agent"):
+        state["to_agent"] = handoff["to_agent"]
+    state["handoff_status"] = handoff["status"]
+    state["handoff_created_at"] = handoff["created_at"]
+    state["context"] = {"handoff": f"context/{HANDOFF_JSON}", "session": SESSION_MD}
+    steps = handoff.get("next_steps")
+    steps = [steps] if isinstance(steps, str) else steps
+    pending = [one_line(s, 500) for s in steps or [] if isinstance(s, str) and s.strip()]
+    state["checkpoint"] = {
+        "pending_steps": pending,
+        "resume_instruction": f"Read {SESSION_MD} in the session folder, then continue the task",
+        "can_resume": True,
+    }
+    return state
+
+
+def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> dict:
+    """Create the handoff session, all or nothing. Call with both locks held."""
+    now = utc_now()
+    session_id = new_session_id(now)
+    while locate_session(store, session_id) is not None:
+        session_id = new_session_id(now)
+    state = handoff_state(handoff, session_id, iso(now), store.user)
+    session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
+    files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
+    event = make_event(
+        "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
+    )
+    ref = create_session(store, state, files, [event])
+    pointer_before = read_bytes(store.pointer_path) if os.path.isfile(store.pointer_path) else None
+    try:
+        if switch:
+            write_pointer(store, session_id)
+        receipt = f"handoff {one_line(handoff['task_id'])} received from "
+        receipt += f"{one_line(handoff['from_agent'])}\n\nsession: {session_id}"
+        append_log_entry(store, receipt, now)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(ref.path, ignore_errors=True)
+        if switch and pointer_before is not None:
+            atomic_write(store.pointer_path, pointer_before)
+        elif switch and os.path.lexists(store.pointer_path):
+            os.unlink(store.pointer_path)
+        raise
+    return {"ref": ref, "state": state}
+
+
+def cmd_compose_handoff(args) -> int:
+    raw, source = read_handoff_input(args.file)
+    handoff = parse_handoff(raw, source)
+    if args.print_only:
+        text = render_session_md(handoff, "(not created: --print)", iso_now())
+        if args.output:
+            write_output_file(args.output, text)
+        sys.stdout.write(escape_controls(text))
+        return EXIT_OK
+    store = open_store(args)
+    warnings = []
+    with store.stacks_lock(), store.state_lock():
+        same, earlier = find_handoff_sessions(store, handoff)
+        if earlier:
+            warnings.append(
+                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
+                + ", ".join(earlier)
+            )
+        if same is not None:
+            created = False
+            ref, state = same, load_state(same)
+            warnings.append(
+                f"this handoff was already composed into session {same.id}; nothing created"
+            )
+        else:
+            created = True
+            result = compose_handoff(store, handoff, raw, not args.no_switch)
+            ref, state = result["ref"], result["state"]
+    if args.output:
+        write_output_file(args.output, read_text(os.path.join(ref.path, SESSION_MD)))
+    if args.json:
+        summary = session_summary(store, ref, state, read_pointer_quietly(store) == ref.id)
+        summary.update(
+            {
+                "schema_version": 1,
+                "created": created,
+                "session_md": store.rel(os.path.join(ref.path, SESSION_MD)),
+                "handoff_json": store.rel(os.path.join(ref.path, "context", HANDOFF_JSON)),
+                "warnings": warnings,
+            }
+        )
+        print_json(summary)
+    else:
+        out(ref.id)
+    for warning in warnings:
+        warn(warning)
+    return EXIT_OK
+
+
+# ==== Command line ===========================================================
+
+EXIT_CODES_HELP = """\
+exit codes: 0 ok, 1 failure, 2 usage, 3 version conflict, 75 lock timeout,
+            130 interrupted, 143 terminated"""
+
+MAIN_EPILOG = f"""\
+examples:
+  stm init                       create .stacks/ and .state/ here
+  stm boot                       print the memory an agent starts from
+  stm log "fixed the parser"     append to today's log
+  stm session new --name "port parser" --phases plan,build,ship
+  stm check                      validate (exit 1 on errors); for CI
+
+environment: STM_USER (author, user namespace), STM_LOCK_TIMEOUT (seconds, default 10),
+             STM_FSYNC=0 (skip fsync: faster, not durable against power loss)
+{EXIT_CODES_HELP}
+"""
+
+
+def global_options():
+    """--dir / --state-dir / --user, accepted before and after the subcommand.
+
+    SUPPRESS keeps a subparser from overwriting a value given before the subcommand.
+    """
+    import argparse
+
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("global options")
+    group.add_argument(
+        "--dir",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the stacks directory (default: nearest .stacks/ upward from here)",
+    )
+    group.add_argument(
+        "--state-dir",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the state directory (default: .state beside the stacks directory)",
+    )
+    group.add_argument(
+        "--user",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help="namespace new sessions under sessions/user-NAME/ (default: $STM_USER)",
+    )
+    return parent
+
+
+def add_command(sub, name: str, handler, help_text: str, example: str, parents):
+    import argparse
+
+    parser = sub.add_parser(
+        name,
+        parents=parents,
+        help=help_text,
+        description=help_text,
+        epilog=f"example:\n  {example}\n\n{EXIT_CODES_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def add_session_commands(sub, common) -> None:
+    import argparse
+
+    session = sub.add_parser(
+        "session",
+        parents=common,
+        help="workflow sessions: new, switch, archive, list, show, phase, checkpoint",
+        description="Session-isolated workflow state under .state/ (spec/state-layout.md).",
+        epilog="example:\n  stm session new --name 'port parser' --phases plan,build,ship",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verbs = session.add_subparsers(dest="session_command", metavar="VERB")
+    p = add_command(
+        verbs,
+        "new",
+        cmd_session_new,
+        "start a session and make it current",
+        "stm session new --name 'port parser' --phases plan,build,ship",
+        common,
+    )
+    p.add_argument("--name", help="a short human name for the session")
+    p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
+    p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
+    p.add_argument("--no-switch", action="store_true", help="do not make it current")
+    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
+    p = add_command(
+        verbs,
+        "switch",
+        cmd_session_switch,
+        "make a session current",
+        "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
+        common,
+    )
+    p.add_argument("id", metavar="ID", help="full id, or a unique prefix or suffix (4+ chars)")
+    p = add_command(
+        verbs,
+        "archive",
+        cmd_session_archive,
+        "move a session to history/YYYY-MM/ (read-only from then on)",
+        "stm session archive            (the current session)",
+        common,
+    )
+    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument(
+        "--expect-version",
+        type=int,
+        metavar="N",
+        help="refuse (exit 3) unless the stored version is N",
+    )
+    p = add_command(
+        verbs,
+        "list",
+        cmd_session_list,
+        "list sessions (* marks the current one)",
+        "stm session list --all",
+        common,
+    )
+    p.add_argument("--all", action="store_true", help="include archived sessions")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add_command(
+        verbs,
+        "show",
+        cmd_session_show,
+        "show a session's state and recent events",
+        "stm session show --json",
+        common,
+    )
+    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add_command(
+        verbs,
+        "phase",
+        cmd_session_phase,
+        "move the session to another phase",
+        "stm session phase build",
+        common,
+    )
+    p.add_argument("name", metavar="NAME", help="the new phase")
+    add_update_options(p)
+    p = add_command(
+        verbs,
+        "checkpoint",
+        cmd_session_checkpoint,
+        "record progress so a crashed or replaced agent can resume",
+        "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
+        common,
+    )
+    p.add_argument("--done", metavar="STEP", help="the step just completed")
+    p.add_argument(
+        "--pending",
+        metavar="STEP",
+        action="append",
+        help="a pending step (repeat; given, the steps replace the pending list)",
+    )
+    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
+    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
+    p.add_argument("--note", metavar="TEXT", help="recovery notes for whoever resumes")
+    add_update_options(p)
+
+
+def add_update_options(parser) -> None:
+    parser.add_argument("--session", metavar="ID", help="act on this session, not the current one")
+    parser.add_argument(
+        "--expect-version",
+        type=int,
+        metavar="N",
+        help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_parser():
+    import argparse
+
+    common = [global_options()]
+    parser = argparse.ArgumentParser(
+        prog="stm",
+        parents=common,
+        description="Layered, git-friendly memory for AI agents.",
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"stm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = add_command(
+        sub, "init", cmd_init, "create .stacks/ and .state/ from the templates", "stm init", common
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="rewrite the template files, keeping the old content as a .bak beside them",
+    )
+    p = add_command(
+        sub,
+        "boot",
+        cmd_boot,
+        "print identity, session memory, active workflow and refs index",
+        "stm boot --max-tokens 1500",
+        common,
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically), not stdout")
+    p.add_argument("--no-refs", action="store_true", help="leave out the refs index")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help=f"fit in N tokens by trimming the refs index (default budget "
+        f"{BOOT_BUDGET_TOKENS}: over it, boot only warns)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
+    p = add_command(
+        sub,
+        "log",
+        cmd_log,
+        "append an entry to today's log",
+        'stm log "fixed the parser; see refs/parser.md"',
+        common,
+    )
+    p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
+    p.add_argument("--template", action="store_true", help="print the session-log template")
+    p.add_argument(
+        "--allow-secret", action="store_true", help="log text even if it looks like a credential"
+    )
+    p = add_command(
+        sub,
+        "check",
+        cmd_check,
+        "validate the memory; exit 1 on errors",
+        "stm check --strict",
+        common,
+    )
+    p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p = add_command(
+        sub,
+        "status",
+        cmd_status,
+        "sizes, ages, budget, sessions and staleness",
+        "stm status --json",
+        common,
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_session_commands(sub, common)
+    p = add_command(
+        sub,
+        "compose-handoff",
+        cmd_compose_handoff,
+        "turn a handoff JSON into a resumable session with a Session.md",
+        "stm compose-handoff handoff.json",
+        common,
+    )
+    p.add_argument(
+        "file", metavar="FILE", nargs="?", help="the handoff JSON; - or a pipe reads stdin"
+    )
+    p.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="render Session.md to stdout and create nothing",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
+    p.add_argument("--no-switch", action="store_true", help="do not make the session current")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def install_signal_handlers():
+    """SIGTERM becomes an exception so cleanup runs; returns a function that undoes it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def quiet_stdout() -> None:
+    """After a closed pipe (`stm boot | head -1`), send what is left to /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version, or a usage error
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        if args.command == "session":
+            parser.parse_args(["session", "--help"])
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    restore = install_signal_handlers()
+    try:
+        code = handler(args)
+        sys.stdout.flush()
+        return code
+    except StmError as exc:
+        print(f"stm: error: {escape_controls(exc.message)}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("stm: interrupted; nothing half-written was left behind", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("stm: terminated; nothing half-written was left behind", file=sys.stderr)
+        return EXIT_TERMINATED
+    except BrokenPipeError:
+        quiet_stdout()
+        return EXIT_OK
+    except OSError as exc:  # disk full, I/O error, permissions: say which file, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"stm: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        restore()
+
+
+def cli() -> None:
+    """Entry point of the installed `stm` command."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
