@@ -943,15 +943,8 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
             if sep and key.strip().lower() in ("summary", "description") and not summary:
                 summary = value.strip().strip("'\"") or None
     title = None
-    in_comment = False
-    for line in lines[start:]:
+    for line in COMMENT_RE.sub("", "\n".join(lines[start:])).splitlines():
         stripped = line.strip()
-        if "<!--" in stripped and "-->" not in stripped:
-            in_comment = True
-            continue
-        if in_comment:
-            in_comment = "-->" not in stripped
-            continue
         if title is None and stripped.startswith("# "):
             title = stripped[2:].strip() or None
             continue

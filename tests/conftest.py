@@ -1,0 +1,136 @@
+"""Shared fixtures: a temporary project, an in-process runner, tree snapshots."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import stm  # noqa: E402
+
+STM_PY = ROOT / "stm.py"
+
+IDENTITY = """\
+# Agent Identity
+
+## Role
+
+Maintainer of the parser project: keeps the build green and the docs honest.
+
+## Principles
+
+Small commits; tests before features.
+"""
+
+MEMORY = """\
+# Session Memory
+
+## Status
+
+Parser port half done; the lexer passes its tests.
+
+## Next Steps
+
+Port the expression grammar.
+
+## Last Updated
+
+2026-11-22
+"""
+
+
+class Result:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    def __repr__(self) -> str:  # shown by pytest when an assertion fails
+        return f"Result(code={self.code}, out={self.out!r}, err={self.err!r})"
+
+
+@pytest.fixture(autouse=True)
+def quiet_env(monkeypatch):
+    """No fsync (speed), a fixed author, and no user namespace unless a test asks."""
+    monkeypatch.setenv("STM_FSYNC", "0")
+    monkeypatch.setenv("USER", "tester")
+    monkeypatch.delenv("STM_USER", raising=False)
+    monkeypatch.delenv("STM_LOCK_TIMEOUT", raising=False)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project folder that is the current directory."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def run(capsys):
+    """Run stm in-process: run("boot", "--no-refs") -> Result(code, out, err)."""
+
+    def runner(*argv: str, stdin: str | bytes | None = None, monkeypatch=None) -> Result:
+        if stdin is not None:
+            import io
+
+            data = stdin.encode() if isinstance(stdin, str) else stdin
+            fake = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+            old = sys.stdin
+            sys.stdin = fake
+            try:
+                code = stm.main(list(argv))
+            finally:
+                sys.stdin = old
+        else:
+            code = stm.main(list(argv))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return runner
+
+
+@pytest.fixture
+def store(project, run):
+    """An initialised project whose identity and session layers are filled in."""
+    assert run("init").code == 0
+    (project / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    (project / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    return project
+
+
+def snapshot(root: Path) -> dict:
+    """Every file and folder under root with its content hash: for 'tree unchanged'."""
+    tree = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            tree[os.path.relpath(os.path.join(dirpath, name), root) + "/"] = "dir"
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if name == ".stm.lock":
+                continue  # the lock file holds the last holder's pid; not memory
+            if os.path.islink(path):
+                tree[os.path.relpath(path, root)] = "link:" + os.readlink(path)
+                continue
+            with open(path, "rb") as f:
+                tree[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return tree
+
+
+def run_stm(*args: str, cwd=None, env=None, input=None, timeout=60):
+    """stm.py as a real process."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(STM_PY), *args],
+        cwd=cwd,
+        env=full_env,
+        input=input,
+        capture_output=True,
+        text=isinstance(input, str) or input is None,
+        timeout=timeout,
+    )
