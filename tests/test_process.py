@@ -1,0 +1,137 @@
+"""Process-level behaviour: the script, the installed command, pipes, signals, locks."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+
+from conftest import STM_PY, run_stm, snapshot
+
+import stm
+
+
+def init_filled(path):
+    assert run_stm("init", cwd=path, env={"STM_FSYNC": "0"}).returncode == 0
+    (path / ".stacks" / "AGENT.md").write_text("# Me\n\nA builder.\n")
+    (path / ".stacks" / "MEMORY.md").write_text("# Memory\n\n## Status\n\nBusy.\n")
+
+
+def test_script_version_and_boot(tmp_path):
+    result = run_stm("--version")
+    assert result.returncode == 0 and result.stdout == f"stm {stm.__version__}\n"
+    init_filled(tmp_path)
+    boot = run_stm("boot", cwd=tmp_path)
+    assert boot.returncode == 0 and "A builder." in boot.stdout and boot.stderr == ""
+
+
+def test_installed_stm_command_runs_this_file(tmp_path):
+    # The console script pip installed for this interpreter (PATH may not list it yet).
+    exe = os.path.join(sysconfig.get_path("scripts"), "stm")
+    exe = exe if os.path.exists(exe) else shutil.which("stm")
+    assert exe, "the `stm` command is not installed: run `python3 -m pip install -e '.[dev]'`"
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    assert version.stdout == f"stm {stm.__version__}\n"
+    init = subprocess.run([exe, "init"], cwd=tmp_path, capture_output=True, text=True)
+    assert init.returncode == 0, init.stderr
+    log = subprocess.run([exe, "log", "via the command"], cwd=tmp_path)
+    assert log.returncode == 0
+    check = subprocess.run([exe, "check"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 1  # the templates are not filled in yet
+    assert "identity-template" in check.stdout
+
+
+def test_closed_stdout_ends_quietly(tmp_path):
+    init_filled(tmp_path)
+    for n in range(400):  # far more than a pipe buffer of boot output
+        (tmp_path / ".stacks" / "refs" / f"r{n:03}.md").write_text(f"# Ref {n}\n\n{'x ' * 150}\n")
+    proc = subprocess.Popen(
+        [sys.executable, str(STM_PY), "boot"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=30)
+    assert first.startswith(b"# stm memory boot")
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert proc.returncode == 0
+
+
+def hold_lock(path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} testhost 2026-11-22T00:00:00Z\n".encode())
+    return fd
+
+
+def test_lock_timeout_exits_75_naming_the_holder(tmp_path):
+    init_filled(tmp_path)
+    fd = hold_lock(tmp_path / ".stacks" / ".stm.lock")
+    try:
+        before = snapshot(tmp_path)
+        result = run_stm("log", "blocked", cwd=tmp_path, env={"STM_LOCK_TIMEOUT": "0.3"})
+    finally:
+        os.close(fd)
+    assert result.returncode == 75
+    assert f"pid {os.getpid()} on host testhost" in result.stderr
+    assert "STM_LOCK_TIMEOUT" in result.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_lock_of_a_killed_holder_is_free_at_once(tmp_path):
+    init_filled(tmp_path)
+    lock = tmp_path / ".stacks" / ".stm.lock"
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"locked\n"
+    holder.kill()
+    holder.wait()
+    result = run_stm("log", "after the kill", cwd=tmp_path, env={"STM_LOCK_TIMEOUT": "1"})
+    assert result.returncode == 0, result.stderr
+
+
+def signal_while_waiting(tmp_path, signum):
+    init_filled(tmp_path)
+    fd = hold_lock(tmp_path / ".stacks" / ".stm.lock")
+    try:
+        before = snapshot(tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, str(STM_PY), "log", "never written"],
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "STM_LOCK_TIMEOUT": "30"},
+        )
+        time.sleep(0.8)  # let it start and wait for the lock
+        proc.send_signal(signum)
+        err = proc.communicate(timeout=30)[1].decode()
+    finally:
+        os.close(fd)
+    assert snapshot(tmp_path) == before
+    return proc.returncode, err
+
+
+def test_sigterm_exits_143_and_leaves_nothing(tmp_path):
+    code, err = signal_while_waiting(tmp_path, signal.SIGTERM)
+    assert code == 143
+    assert "terminated" in err and "Traceback" not in err
+
+
+def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
+    code, err = signal_while_waiting(tmp_path, signal.SIGINT)
+    assert code == 130
+    assert "interrupted" in err and "Traceback" not in err
