@@ -860,6 +860,35 @@ def demote_headings(text: str, levels: int) -> str:
     return "\n".join(out)
 
 
+def template_headings(template: str) -> list[str]:
+    """The `## ` headings of a template: the stable anchors people and tools rely on."""
+    return [line[3:].strip() for line in template.splitlines() if line.startswith("## ")]
+
+
+def missing_headings(text: str, template: str) -> list[str]:
+    present = {line[3:].strip().lower() for line in text.splitlines() if line.startswith("## ")}
+    return [h for h in template_headings(template) if h.lower() not in present]
+
+
+def add_heading(text: str, heading: str) -> str:
+    """Add `## heading` above `## Last Updated` (which stays last), else at the end.
+
+    >>> add_heading("# M\\n\\n## Last Updated\\n\\n2026-11-22\\n", "Status")
+    '# M\\n\\n## Status\\n\\n## Last Updated\\n\\n2026-11-22\\n'
+    """
+    lines = text.rstrip("\n").split("\n") if text.strip() else []
+    anchor = next(
+        (i for i, line in enumerate(lines) if line.strip().lower() == "## last updated"),
+        None,
+    )
+    block = [f"## {heading}", ""]
+    if anchor is None or heading.lower() == "last updated":
+        lines += ([""] + block) if lines else block
+    else:
+        lines[anchor:anchor] = block
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def content_beyond_template(text: str, template: str) -> list[str]:
     """Lines a person wrote: not blank, not a comment, not one of the template's lines."""
     template_lines = {line.strip() for line in strip_comments(template).splitlines()}
@@ -908,6 +937,8 @@ class RefInfo:
 
 def iter_ref_files(refs_dir: str):
     """Every regular, non-hidden file under refs/, sorted, without following links."""
+    if os.path.islink(refs_dir):
+        return  # a symlinked refs/ could lead anywhere: check reports it
     try:
         entries = sorted(os.scandir(refs_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -1738,17 +1769,18 @@ def boot_text(parts: BootParts, max_tokens: int | None, no_refs: bool) -> str:
 class Finding:
     """One problem `check` found: severity, rule id, where, what, and the fix."""
 
-    __slots__ = ("severity", "rule", "path", "line", "message", "fix")
+    __slots__ = ("severity", "rule", "path", "line", "message", "fix", "target")
+    FIELDS = ("severity", "rule", "path", "line", "message", "fix")
 
-    def __init__(self, severity, rule, path, message, fix, line=None):
+    def __init__(self, severity, rule, path, message, fix, line=None, target=None):
         self.severity, self.rule, self.path, self.line = severity, rule, path, line
-        self.message, self.fix = message, fix
+        self.message, self.fix, self.target = message, fix, target
 
     def location(self) -> str:
         return f"{self.path}:{self.line}" if self.line else self.path
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in self.FIELDS}
 
 
 class Checker:
@@ -1759,10 +1791,12 @@ class Checker:
         self.findings: list[Finding] = []
 
     def error(self, rule, path, message, fix, line=None) -> None:
-        self.findings.append(Finding("error", rule, self.store.rel(path), message, fix, line))
+        rel = self.store.rel(path)
+        self.findings.append(Finding("error", rule, rel, message, fix, line, path))
 
     def warning(self, rule, path, message, fix, line=None) -> None:
-        self.findings.append(Finding("warning", rule, self.store.rel(path), message, fix, line))
+        rel = self.store.rel(path)
+        self.findings.append(Finding("warning", rule, rel, message, fix, line, path))
 
     def run(self) -> list[Finding]:
         self.check_layers()
@@ -1803,6 +1837,13 @@ class Checker:
             if not content_beyond_template(text, template):
                 what = "who the agent is" if rule == "identity-template" else "where work stands"
                 self.error(rule, path, "holds only its template", f"write {what} into it")
+            for heading in missing_headings(text, template):
+                self.warning(
+                    "heading-missing",
+                    path,
+                    f"required heading '## {heading}' is missing (renamed or deleted?)",
+                    "run `stm check --fix` to add it back",
+                )
             self.scan_secrets(path, text)
 
     def check_refs(self) -> None:
@@ -1821,6 +1862,8 @@ class Checker:
 
     def check_logs(self) -> None:
         logs = self.store.logs_dir
+        if os.path.islink(logs):
+            return  # reported by check_layers; never read through a link
         try:
             names = sorted(os.listdir(logs))
         except OSError:
@@ -2090,6 +2133,75 @@ class Checker:
             )
 
 
+def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    path = finding.target
+    if not os.path.lexists(path):
+        return None  # a writer finished it while we waited for the lock
+    if not dry_run:
+        if os.path.isdir(path) and not os.path.islink(path):
+            import shutil
+
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    return "removed"
+
+
+def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Cut a torn last record, recomputed under the lock (a writer may have fixed it)."""
+    complete_end = log_complete_end if finding.rule == "log-torn" else jsonl_complete_end
+    fd = os.open(finding.target, os.O_RDWR | _O_NOFOLLOW | _O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        end = complete_end(fd, size)
+        if end is None or end >= size:
+            return None
+        if not dry_run:
+            os.ftruncate(fd, end)
+            fsync_fd(fd)
+    finally:
+        os.close(fd)
+    return f"cut {size - end} torn byte(s) at the end"
+
+
+def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    template = AGENT_TEMPLATE if finding.target == store.agent_path else MEMORY_TEMPLATE
+    text = read_text(finding.target)
+    missing = missing_headings(text, template)
+    heading = next((h for h in missing if f"'## {h}'" in finding.message), None)
+    if heading is None:
+        return None
+    if not dry_run:
+        atomic_write(finding.target, add_heading(text, heading).encode("utf-8"))
+    return f"added '## {heading}'"
+
+
+FIXERS = {
+    "temp-file": fix_temp_file,
+    "log-torn": fix_torn_tail,
+    "history-torn": fix_torn_tail,
+    "heading-missing": fix_heading,
+}
+
+
+def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
+    """Repair what is safe to repair, holding both locks: nobody is mid-write then."""
+    fixable = [f for f in findings if f.rule in FIXERS]
+    if not fixable:
+        return []
+    done = []
+    with contextlib.ExitStack() as locks:
+        if not dry_run:
+            locks.enter_context(store.stacks_lock())
+            if os.path.isdir(store.state):
+                locks.enter_context(store.state_lock())
+        for finding in fixable:
+            action = FIXERS[finding.rule](store, finding, dry_run)
+            if action:
+                done.append((finding, action))
+    return done
+
+
 def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
     """Required fields, their types, timestamps and phases of one state.json."""
     problems = []
@@ -2330,6 +2442,11 @@ def cmd_log(args) -> int:
 def cmd_check(args) -> int:
     store = open_store(args)
     findings = Checker(store).run()
+    fixed = []
+    if args.fix or args.dry_run:
+        fixed = fix_findings(store, findings, dry_run=args.dry_run)
+        if fixed and not args.dry_run:
+            findings = Checker(store).run()
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
     failed = errors > 0 or (args.strict and warnings > 0)
@@ -2341,9 +2458,16 @@ def cmd_check(args) -> int:
                 "strict": bool(args.strict),
                 "counts": {"error": errors, "warning": warnings},
                 "findings": [f.as_dict() for f in findings],
+                "fixed": [
+                    {"rule": f.rule, "path": f.path, "action": action, "applied": not args.dry_run}
+                    for f, action in fixed
+                ],
             }
         )
     else:
+        verb = "would fix" if args.dry_run else "fixed"
+        for f, action in fixed:
+            out(f"{verb:9} {f.rule:18} {f.location()}: {action}")
         for f in findings:
             out(f"{f.severity:7} {f.rule:18} {f.location()}: {f.message} (fix: {f.fix})")
         verdict = "failed" if failed else "ok"
@@ -2381,12 +2505,14 @@ def newest_log_entry(store: Store, names: list[str]) -> float | None:
     """The time of the newest complete entry, read from the newest log file only."""
     if not names:
         return None
+    import io
+
     path = os.path.join(store.logs_dir, names[-1])
     try:
-        with open(path, "rb") as stream:
-            entries = [e for kind, *rest in parse_log(stream) if kind == "entry" for e in rest]
+        stream = io.BytesIO(read_bytes(path))
     except OSError:
         return None
+    entries = [e for kind, *rest in parse_log(stream) if kind == "entry" for e in rest]
     stamps = [parse_iso(e.stamp, need_zone=True) for e in entries if e.complete]
     stamps = [s for s in stamps if s is not None]
     return max(stamps) if stamps else None
@@ -2462,6 +2588,8 @@ def gather_status(store: Store) -> dict:
     try:
         log_names = sorted(n for n in os.listdir(store.logs_dir) if LOG_NAME_RE.match(n))
     except OSError:
+        log_names = []
+    if os.path.islink(store.logs_dir):
         log_names = []
     logs = dir_facts([os.path.join(store.logs_dir, n) for n in log_names], now)
     logs["first"] = log_names[0][:-3] if log_names else None
@@ -3168,6 +3296,12 @@ def build_parser():
         common,
     )
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="repair what is safe: torn tails, leftover temp files, missing headings",
+    )
+    p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p = add_command(
         sub,

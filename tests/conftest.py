@@ -27,6 +27,10 @@ Maintainer of the parser project: keeps the build green and the docs honest.
 ## Principles
 
 Small commits; tests before features.
+
+## Conventions
+
+Python 3.9+, pytest, ruff.
 """
 
 MEMORY = """\
@@ -35,6 +39,14 @@ MEMORY = """\
 ## Status
 
 Parser port half done; the lexer passes its tests.
+
+## Observations
+
+The old grammar has two precedence bugs.
+
+## Open Questions
+
+None yet.
 
 ## Next Steps
 

@@ -582,7 +582,7 @@ def test_check_secret_in_log_and_ref(store, run):
 def test_check_json_findings_have_all_fields(project, run):
     run("init")
     code, data, _ = check(run)
-    assert set(data) == {"schema_version", "ok", "strict", "counts", "findings"}
+    assert set(data) == {"schema_version", "ok", "strict", "counts", "findings", "fixed"}
     assert data["ok"] is False
     for finding in data["findings"]:
         assert set(finding) == {"severity", "rule", "path", "line", "message", "fix"}
