@@ -485,12 +485,14 @@ def host_name() -> str:
         return os.environ.get("COMPUTERNAME", "unknown-host")
 
 
-def append_record(path: str, data: bytes, complete_end) -> int:
+def append_record(path: str, data: bytes, complete_end):
     """Append `data` to `path` in one write loop, repairing a torn tail first.
 
     Call with the tree's lock held. `complete_end(fd, size)` returns the offset where
     the last complete record ends, or None when the tail is foreign text that must be
-    kept. Returns the number of torn bytes cut (and says so on stderr).
+    kept. A cut torn tail is reported on stderr. On failure the file is left as it was
+    (a file this call created is removed). Returns a function that undoes the append,
+    for a later step of the same command that fails (see Rollback).
     """
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
     existed = os.path.lexists(path)
@@ -512,15 +514,77 @@ def append_record(path: str, data: bytes, complete_end) -> int:
         try:
             write_all(fd, data)
             fsync_fd(fd)
+            if not existed:
+                fsync_dir(os.path.dirname(os.path.abspath(path)))
         except BaseException:
             # Leave the file exactly as it was: no partial record behind us.
-            os.ftruncate(fd, size)
+            undo_append(path, size, existed, fd)
             raise
     finally:
         os.close(fd)
+    return lambda: undo_append(path, size, existed)
+
+
+def undo_append(path: str, size: int, existed: bool, fd: int | None = None) -> None:
     if not existed:
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
-    return cut
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    elif fd is not None:
+        os.ftruncate(fd, size)
+    else:
+        fd = os.open(path, os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
+
+class Rollback:
+    """Undo the finished steps of a multi-file change when a later step fails.
+
+    Commands that touch several files (a new session and the pointer; state.json and
+    history.jsonl; a handoff's session, pointer and log entry) register an undo for each
+    step; on any exception, Ctrl-C and SIGTERM included, the undos run newest first, so
+    the tree is left as it was. Run with the lock(s) held: nobody else wrote meanwhile.
+    """
+
+    def __init__(self):
+        self.undos: list = []
+
+    def add(self, undo) -> None:
+        self.undos.append(undo)
+
+    def __enter__(self) -> Rollback:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            for undo in reversed(self.undos):
+                with contextlib.suppress(Exception):  # report the first error, not these
+                    undo()
+        return False
+
+
+def restorer(path: str):
+    """A function that puts `path` back the way it is now: same bytes, or absent."""
+    try:
+        old = read_bytes(path)
+    except FileNotFoundError:
+        old = None
+
+    def restore() -> None:
+        if old is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        else:
+            atomic_write(path, old)
+
+    return restore
+
+
+def make_dir_undoable(path: str, rollback: Rollback) -> None:
+    if make_dir(path):
+        rollback.add(lambda: os.rmdir(path))
 
 
 def tail_bytes(fd: int, size: int, count: int) -> bytes:
@@ -737,7 +801,7 @@ class Store:
     def __init__(self, stacks: str, state: str, user: str | None = None):
         self.stacks = os.path.abspath(stacks)
         self.state = os.path.abspath(state)
-        self.user = user_slug(user) if user else None
+        self.user = user_slug(user) if user is not None else None
 
     # Stacks tree
     def layer(self, *parts: str) -> str:
@@ -822,7 +886,9 @@ def open_store(args, for_init: bool = False) -> Store:
     state = getattr(args, "state_dir", None)
     if not state:
         state = os.path.join(os.path.dirname(os.path.abspath(stacks)), STATE_DIRNAME)
-    user = getattr(args, "user", None) or os.environ.get("STM_USER") or None
+    user = getattr(args, "user", None)
+    if user is None:
+        user = os.environ.get("STM_USER") or None  # an empty variable means "no namespace"
     return Store(stacks, state, user)
 
 
@@ -1266,9 +1332,10 @@ def save_state(ref: SessionRef, state: dict) -> None:
     atomic_write(ref.state_path, dumps_json(state).encode("utf-8"))
 
 
-def append_event(ref: SessionRef, event: dict) -> None:
+def append_event(ref: SessionRef, event: dict):
+    """Append one event; returns the undo (see append_record)."""
     line = dumps_json(event, indent=None) + "\n"
-    append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
+    return append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
 
 
 def make_event(name: str, state: dict, **details) -> dict:
@@ -1362,8 +1429,10 @@ def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | 
             return state, False
         state["version"] += 1
         state["updated_at"] = iso_now()
-        save_state(fresh, state)
-        append_event(fresh, make_event(name, state, **details))
+        with Rollback() as rollback:
+            rollback.add(restorer(fresh.state_path))
+            save_state(fresh, state)
+            append_event(fresh, make_event(name, state, **details))
         return state, True
 
 
@@ -1385,16 +1454,21 @@ def new_state(session_id: str, now: str, name, phase: str, phases, user) -> dict
     return state
 
 
-def create_session(store: Store, state: dict, files=None, events=()) -> SessionRef:
+def create_session(
+    store: Store, state: dict, rollback: Rollback, files=None, events=()
+) -> SessionRef:
     """Build a session in a hidden folder, then rename it into place: all or nothing.
 
     Call with the state lock held. `files` maps paths relative to the session folder
-    to bytes (e.g. context/handoff.json).
+    to bytes (e.g. context/handoff.json). The new folder is removed if a later step of
+    the command fails.
     """
+    import shutil
+
     session_id = state["session_id"]
     final = session_folder(store, session_id)
     parent = os.path.dirname(final)
-    make_dir(parent)
+    make_dir_undoable(parent, rollback)
     require_inside(parent, store.state, "sessions folder")
     building = os.path.join(parent, f".{session_id}.{random_hex(4)}.building")
     os.mkdir(building)
@@ -1412,10 +1486,9 @@ def create_session(store: Store, state: dict, files=None, events=()) -> SessionR
             raise StmError(f"session folder {final} already exists")
         os.rename(building, final)
     except BaseException:
-        import shutil
-
         shutil.rmtree(building, ignore_errors=True)
         raise
+    rollback.add(lambda: shutil.rmtree(final))
     fsync_dir(parent)
     return SessionRef(session_id, final, False)
 
@@ -2409,8 +2482,8 @@ def refuse_secrets(text: str, flag_hint: str) -> None:
         )
 
 
-def append_log_entry(store: Store, message: str, now: float | None = None) -> str:
-    """Append one entry to today's log; call with the stacks lock held. Returns the path."""
+def append_log_entry(store: Store, message: str, now: float | None = None):
+    """Append one entry to today's log; call with the stacks lock held. Returns the undo."""
     now = utc_now() if now is None else now
     stamp = iso(now)
     logs = store.logs_dir
@@ -2422,8 +2495,7 @@ def append_log_entry(store: Store, message: str, now: float | None = None) -> st
     entry = render_log_entry(message, author_name(), stamp, random_hex(4))
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
     data = ("\n" + entry if size else entry).encode("utf-8")
-    append_record(path, data, log_complete_end)
-    return path
+    return append_record(path, data, log_complete_end)
 
 
 def cmd_log(args) -> int:
@@ -2670,20 +2742,18 @@ def clean_text(value: str, flag: str, limit: int = 500) -> str:
 def cmd_session_new(args) -> int:
     store = open_store(args)
     phases = parse_phase_list(args.phases) if args.phases is not None else None
-    phase = check_phase_name(args.phase, "--phase") if args.phase else None
+    phase = check_phase_name(args.phase, "--phase") if args.phase is not None else None
     phase = phase or (phases[0] if phases else "init")
     if phases and phase not in phases:
         raise usage_error(f"--phase {phase!r} is not one of --phases {','.join(phases)}")
     name = clean_text(args.name, "--name", 200) if args.name is not None else None
     now = utc_now()
-    with store.state_lock():
-        session_id = new_session_id(now)
-        while locate_session(store, session_id) is not None:
-            session_id = new_session_id(now)
+    with store.state_lock(), Rollback() as rollback:
+        session_id = unused_session_id(store, now)
         state = new_state(session_id, iso(now), name, phase, phases, store.user)
-        ref = create_session(store, state)
+        ref = create_session(store, state, rollback)
         if not args.no_switch:
-            write_pointer(store, session_id)
+            switch_pointer(store, session_id, rollback)
     if args.json:
         print_json(session_summary(store, ref, state, current=not args.no_switch))
     else:
@@ -2702,6 +2772,18 @@ def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -
         "archived": ref.archived,
         "current": current,
     }
+
+
+def unused_session_id(store: Store, now: float) -> str:
+    session_id = new_session_id(now)
+    while locate_session(store, session_id) is not None:  # 1 in 4 billion a day
+        session_id = new_session_id(now)
+    return session_id
+
+
+def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> None:
+    rollback.add(restorer(store.pointer_path))
+    write_pointer(store, session_id)
 
 
 def cmd_session_switch(args) -> int:
@@ -2724,7 +2806,7 @@ def cmd_session_archive(args) -> int:
         warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
         out(ref.id)
         return EXIT_OK
-    with store.state_lock():
+    with store.state_lock(), Rollback() as rollback:
         ref = locate_session(store, ref.id) or ref
         if ref.archived:
             out(ref.id)
@@ -2737,20 +2819,22 @@ def cmd_session_archive(args) -> int:
                 EXIT_CONFLICT,
             )
         destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
-        make_dir(destination_dir)
+        make_dir_undoable(destination_dir, rollback)
         require_inside(destination_dir, store.state, "history folder")
         destination = os.path.join(destination_dir, ref.id)
         if os.path.lexists(destination):
             raise StmError(f"cannot archive {ref.id}: {destination} already exists")
         state["version"] += 1
         state["updated_at"] = state["archived_at"] = iso_now()
+        rollback.add(restorer(ref.state_path))
         save_state(ref, state)
-        append_event(ref, make_event("archived", state, to=store.rel(destination)))
-        os.rename(ref.path, destination)
+        rollback.add(append_event(ref, make_event("archived", state, to=store.rel(destination))))
+        os.rename(ref.path, destination)  # one rename: the session is never half-moved
+        rollback.add(lambda: os.rename(destination, ref.path))
         fsync_dir(destination_dir)
         fsync_dir(os.path.dirname(ref.path))
         if read_pointer_quietly(store) == ref.id:
-            write_pointer(store, None)
+            switch_pointer(store, None, rollback)
     out(ref.id)
     warn(f"archived to {store.rel(destination)}")
     return EXIT_OK
@@ -2978,32 +3062,20 @@ def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
 def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> dict:
     """Create the handoff session, all or nothing. Call with both locks held."""
     now = utc_now()
-    session_id = new_session_id(now)
-    while locate_session(store, session_id) is not None:
-        session_id = new_session_id(now)
+    session_id = unused_session_id(store, now)
     state = handoff_state(handoff, session_id, iso(now), store.user)
     session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
     files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
     event = make_event(
         "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
     )
-    ref = create_session(store, state, files, [event])
-    pointer_before = read_bytes(store.pointer_path) if os.path.isfile(store.pointer_path) else None
-    try:
+    with Rollback() as rollback:
+        ref = create_session(store, state, rollback, files, [event])
         if switch:
-            write_pointer(store, session_id)
+            switch_pointer(store, session_id, rollback)
         receipt = f"handoff {one_line(handoff['task_id'])} received from "
         receipt += f"{one_line(handoff['from_agent'])}\n\nsession: {session_id}"
         append_log_entry(store, receipt, now)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(ref.path, ignore_errors=True)
-        if switch and pointer_before is not None:
-            atomic_write(store.pointer_path, pointer_before)
-        elif switch and os.path.lexists(store.pointer_path):
-            os.unlink(store.pointer_path)
-        raise
     return {"ref": ref, "state": state}
 
 
