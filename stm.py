@@ -368,7 +368,12 @@ def make_dir(path: str) -> bool:
     if parent and not os.path.isdir(parent):
         make_dir(parent)
     os.mkdir(path)
-    fsync_dir(parent or ".")
+    try:
+        fsync_dir(parent or ".")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        raise
     return True
 
 
@@ -2812,6 +2817,7 @@ def cmd_session_archive(args) -> int:
             out(ref.id)
             return EXIT_OK
         state = load_state(ref)
+        pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
         if args.expect_version is not None and state["version"] != args.expect_version:
             raise StmError(
                 f"conflict: session {ref.id} is at version {state['version']}, not "
@@ -2833,7 +2839,7 @@ def cmd_session_archive(args) -> int:
         rollback.add(lambda: os.rename(destination, ref.path))
         fsync_dir(destination_dir)
         fsync_dir(os.path.dirname(ref.path))
-        if read_pointer_quietly(store) == ref.id:
+        if pointed == ref.id:
             switch_pointer(store, None, rollback)
     out(ref.id)
     warn(f"archived to {store.rel(destination)}")

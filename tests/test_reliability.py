@@ -1,0 +1,427 @@
+"""Guarantees of spec/reliability.md: concurrency, crashes, signals, faults, full disks.
+
+Process-level tests use real processes (tests/workers.py loops over stm.main in-process,
+so many operations fit in one process start).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import IDENTITY, MEMORY, ROOT, STM_PY, snapshot
+
+import stm
+
+WORKERS = ROOT / "tests" / "workers.py"
+ENV = {**os.environ, "STM_FSYNC": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def worker(*args, stdout=subprocess.PIPE):
+    return subprocess.Popen(
+        [sys.executable, "-S", str(WORKERS), *map(str, args)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+
+
+def finish(procs, timeout=120):
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        results.append((proc.returncode, out.decode() if out else "", err.decode()))
+    return results
+
+
+def all_entries(store):
+    """Every log entry of every file, in file order: (file, LogEntry)."""
+    entries = []
+    for path in sorted((store / ".stacks" / "logs").glob("*.md")):
+        with open(path, "rb") as f:
+            for kind, *rest in stm.parse_log(f):
+                assert kind == "entry", (path, rest)
+                entries.append((path.name, rest[0]))
+    return entries
+
+
+def new_session(run):
+    result = run("session", "new", "--name", "shared")
+    assert result.code == 0
+    return result.out.strip()
+
+
+def session_path(store, sid):
+    return store / ".state" / "sessions" / sid
+
+
+def no_temp_files(root):
+    leftovers = []
+    for _dirpath, dirnames, filenames in os.walk(root):
+        leftovers += [n for n in filenames if n.endswith(".tmp")]
+        leftovers += [n for n in dirnames if n.endswith(".building")]
+    return leftovers
+
+
+# ---- 2. appends: none lost, duplicated, torn or interleaved ---------------------
+
+
+def check_writers(store, writers, count):
+    entries = all_entries(store)
+    assert len(entries) == writers * count
+    seen = {}
+    for _, entry in entries:
+        assert entry.complete
+        first = entry.body[1]
+        _, w, _, n = first.split()
+        assert entry.body == [
+            "",
+            f"writer {w} entry {n}",
+            f"second line {w}-{n}",
+            f"third line {w}-{n}",
+            "",
+        ]  # contiguous: no other writer's bytes inside
+        seen.setdefault(w, []).append(int(n))
+    for w in range(writers):
+        assert seen[str(w)] == list(range(count))  # each exactly once, in order
+
+
+def test_8_processes_x_200_log_calls_lose_nothing(store):
+    procs = [worker("log", store, w, 200) for w in range(8)]
+    for code, _, err in finish(procs):
+        assert code == 0, err
+    check_writers(store, 8, 200)
+
+
+def test_8_processes_x_500_direct_appends_lose_nothing(store):
+    procs = [worker("append", store, w, 500) for w in range(8)]
+    for code, _, err in finish(procs):
+        assert code == 0, err
+    check_writers(store, 8, 500)
+
+
+# ---- 3. read-modify-write loses no update ---------------------------------------
+
+
+def test_8_processes_x_50_state_updates_lose_nothing(store, run):
+    sid = new_session(run)
+    procs = [worker("update", store, sid, w, 50) for w in range(8)]
+    for code, _, err in finish(procs):
+        assert code == 0, err
+    state = json.loads((session_path(store, sid) / "state.json").read_text())
+    assert state["version"] == 1 + 400
+    events = [
+        json.loads(line)
+        for line in (session_path(store, sid) / "history.jsonl").read_text().splitlines()
+    ]
+    assert len(events) == 401
+    assert sorted(e["version"] for e in events) == list(range(1, 402))
+    assert run("check").code == 0
+
+
+# ---- readers during writes --------------------------------------------------------
+
+
+def test_readers_never_see_a_partial_write(store, run):
+    sid = new_session(run)
+    writers = [worker("update", store, sid, "w", 150), worker("log", store, "x", 150)]
+    readers = [worker("read", store, sid, 45) for _ in range(4)]
+    for code, out, err in finish(readers + writers):
+        assert code == 0, err
+        if out.strip():
+            assert out.strip() == "0", "a reader saw a failure or a partial read"
+
+
+# ---- 200 random SIGKILLs ---------------------------------------------------------
+
+
+def assert_everything_parses(store):
+    boot = store / "boot.md"
+    if boot.exists():
+        text = boot.read_text()
+        assert text.startswith("# stm memory boot") and text.endswith("`stm log`.\n")
+    for state_file in (store / ".state").rglob("state.json"):
+        assert isinstance(json.loads(state_file.read_text())["version"], int)
+    json.loads((store / ".state" / "current-session.json").read_text())
+    for history in (store / ".state").rglob("history.jsonl"):
+        lines = history.read_bytes().split(b"\n")
+        for line in lines[:-1]:
+            json.loads(line)  # only the unterminated tail may be torn
+    for path in (store / ".stacks" / "logs").glob("*.md"):
+        with open(path, "rb") as f:
+            items = list(stm.parse_log(f))
+        assert all(kind == "entry" for kind, *_ in items)
+        assert all(rest[0].complete for _, *rest in items[:-1])
+
+
+def test_200_random_sigkills_leave_only_old_or_new_content(store, run):
+    new_session(run)
+    rng = random.Random(20261122)
+    for n in range(200):
+        proc = worker("chaos", store, n)
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0, 0.04))
+        proc.kill()
+        proc.communicate()
+        assert_everything_parses(store)
+    result = run("check", "--json")
+    data = json.loads(result.out)
+    assert result.code == 0, data
+    assert {f["rule"] for f in data["findings"]} <= {"temp-file", "log-torn", "history-torn"}
+    fixed = run("check", "--fix")
+    assert fixed.code == 0
+    strict = run("check", "--strict")
+    assert strict.code == 0, strict.out
+
+
+# ---- 8. SIGTERM and Ctrl-C during writes ------------------------------------------
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_during_writes_leave_no_temp_file_and_no_torn_record(store, run, signum, code):
+    new_session(run)
+    rng = random.Random(signum)
+    codes = set()
+    for n in range(25):
+        proc = worker("chaos-commands", store, n)
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.005, 0.04))
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        assert "Traceback" not in err.decode() or proc.returncode != code
+        codes.add(proc.returncode)
+        assert no_temp_files(store) == []
+        assert_everything_parses(store)
+    assert code in codes  # most signals land inside a command
+    strict = run("check", "--strict")
+    assert strict.code == 0, strict.out
+
+
+# ---- 1, 5. injected faults at every step of the write protocol ---------------------
+
+
+class FaultyOS:
+    """Stands in for `os` inside stm: the Nth call to a write-path function fails."""
+
+    WRAPPED = {"open", "write", "fsync", "replace", "rename", "ftruncate", "mkdir", "fchmod"}
+
+    def __init__(self, real, fail_at: int, error: int):
+        self._real, self.fail_at, self.error, self.calls = real, fail_at, error, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name not in self.WRAPPED:
+            return attr
+
+        def wrapper(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                raise OSError(self.error, os.strerror(self.error) + " (injected)")
+            return attr(*args, **kwargs)
+
+        return wrapper
+
+
+HANDOFF = str(ROOT / "spec" / "handoff-example.json")
+OPERATIONS = {
+    "log": ["log", "an entry"],
+    "session new": ["session", "new", "--name", "x", "--user", "ann"],
+    "checkpoint": ["session", "checkpoint", "--done", "a", "--pending", "b"],
+    "phase": ["session", "phase", "build"],
+    "archive": ["session", "archive"],
+    "compose-handoff": ["compose-handoff", HANDOFF],
+}
+
+
+def prepared_store(tmp_path, name):
+    root = tmp_path / name
+    root.mkdir()
+    os.chdir(root)
+    assert stm.main(["init"]) == 0
+    (root / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    (root / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    assert stm.main(["session", "new"]) == 0
+    return root
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EIO])
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_a_fault_at_any_step_leaves_the_tree_as_it_was(
+    tmp_path, monkeypatch, capsys, operation, error
+):
+    monkeypatch.setenv("STM_FSYNC", "1")  # fsync steps are part of the protocol
+    argv = OPERATIONS[operation]
+    prepared_store(tmp_path, "count")
+    counter = FaultyOS(os, 0, error)
+    monkeypatch.setattr(stm, "os", counter)
+    assert stm.main(argv) == 0
+    monkeypatch.setattr(stm, "os", os)
+    steps = counter.calls
+    assert steps >= 5
+    capsys.readouterr()
+    for step in range(1, steps + 1):
+        root = prepared_store(tmp_path, f"step{step}")
+        capsys.readouterr()
+        before = snapshot(root)
+        monkeypatch.setattr(stm, "os", FaultyOS(os, step, error))
+        code = stm.main(argv)
+        monkeypatch.setattr(stm, "os", os)
+        err = capsys.readouterr().err
+        assert code == 1, (step, err)
+        assert "(injected)" in err and "Traceback" not in err
+        assert snapshot(root) == before, f"step {step} of {steps} changed the tree"
+        assert no_temp_files(root) == []
+
+
+def test_atomic_write_gives_old_or_new_at_every_failing_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("STM_FSYNC", "1")
+    target = tmp_path / "file.md"
+    for step in range(1, 9):
+        target.write_bytes(b"old content\n")
+        monkeypatch.setattr(stm, "os", FaultyOS(os, step, errno.EIO))
+        try:
+            stm.atomic_write(str(target), b"new content\n")
+            failed = False
+        except OSError:
+            failed = True
+        monkeypatch.setattr(stm, "os", os)
+        assert target.read_bytes() in (b"old content\n", b"new content\n")
+        if failed and step <= 4:  # before the rename: the old content survives
+            assert target.read_bytes() == b"old content\n"
+        assert sorted(os.listdir(tmp_path)) == ["file.md"]
+
+
+# ---- file too big (RLIMIT_FSIZE) --------------------------------------------------
+
+
+def limited(nbytes):
+    def apply():
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+    return apply
+
+
+def test_file_too_big_on_append_is_a_clear_error_and_changes_nothing(store, run):
+    run("log", "small first entry")
+    before = snapshot(store)
+    message = "x" * 200_000
+    result = subprocess.run(
+        [sys.executable, str(STM_PY), "log", "-"],
+        cwd=store,
+        input=message.encode(),
+        capture_output=True,
+        env=ENV,
+        preexec_fn=limited(64 * 1024),
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 1
+    assert "File too large" in err and "Traceback" not in err
+    assert snapshot(store) == before
+
+
+def test_file_too_big_on_atomic_write_keeps_the_target(store, run):
+    for n in range(300):
+        (store / ".stacks" / "refs" / f"r{n}.md").write_text(f"# Ref {n}\n\n{'word ' * 60}\n")
+    (store / "boot.md").write_text("old boot\n")
+    before = snapshot(store)
+    result = subprocess.run(
+        [sys.executable, str(STM_PY), "boot", "-o", "boot.md"],
+        cwd=store,
+        capture_output=True,
+        env=ENV,
+        preexec_fn=limited(32 * 1024),
+    )
+    assert result.returncode == 1
+    assert "File too large" in result.stderr.decode()
+    assert snapshot(store) == before
+    assert no_temp_files(store) == []
+
+
+# ---- permissions --------------------------------------------------------------------
+
+
+class Unprivileged:
+    """Drop to nobody when root (root ignores file modes), restore afterwards."""
+
+    def __enter__(self):
+        self.was_root = os.geteuid() == 0
+        if self.was_root:
+            os.setegid(65534)
+            os.seteuid(65534)
+        return self
+
+    def __exit__(self, *exc):
+        if self.was_root:
+            os.seteuid(0)
+            os.setegid(0)
+        return False
+
+
+@pytest.fixture
+def shared_store(run, monkeypatch):
+    """A store in a folder 'nobody' can reach (pytest's own tmp is private to root)."""
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="stm-perm-", dir="/tmp")
+    os.chmod(root, 0o755)
+    monkeypatch.chdir(root)
+    assert run("init").code == 0
+    from pathlib import Path
+
+    root = Path(root)
+    (root / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    (root / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    assert run("session", "new").code == 0
+    yield root
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chmod(os.path.join(dirpath, name), 0o755, follow_symlinks=False)
+    shutil.rmtree(root)
+
+
+def read_only(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o444)
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o555)
+
+
+def test_read_only_store_refuses_writes_clearly_and_still_boots(shared_store, run):
+    read_only(shared_store)
+    before = snapshot(shared_store)
+    with Unprivileged():
+        log = run("log", "x")
+        new = run("session", "new")
+        check = run("session", "checkpoint", "--done", "a")
+        boot = run("boot")
+        status = run("status")
+    for result in (log, new, check):
+        assert result.code == 1, result
+        assert "Permission denied" in result.err and "Traceback" not in result.err
+        assert ".stm.lock" in result.err  # names the file it could not open
+    assert boot.code == 0 and "Maintainer of the parser project" in boot.out
+    assert status.code == 0
+    assert snapshot(shared_store) == before
+
+
+def test_unreadable_layer_is_a_warning_in_boot_and_an_error_in_check(shared_store, run):
+    os.chmod(shared_store / ".stacks" / "AGENT.md", 0o000)
+    with Unprivileged():
+        boot = run("boot")
+        check = run("check")
+    assert boot.code == 0
+    assert "cannot read .stacks/AGENT.md: Permission denied" in boot.err
+    assert check.code == 1
+    assert "Permission denied" in check.err and "Traceback" not in check.err
