@@ -321,19 +321,25 @@ def atomic_write(path: str, data: bytes) -> None:
         mode = default_file_mode()
     tmp = os.path.join(directory, f".{name}.{random_hex(4)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600)
+    fd = None
+    # os.open sits inside the try: a signal handler may raise (Ctrl-C, SIGTERM) right
+    # after the file is created and before `fd` is bound, and the temp file must still go.
     try:
-        try:
-            write_all(fd, data)
-            if hasattr(os, "fchmod"):
-                os.fchmod(fd, mode)
-            fsync_fd(fd)
-        finally:
-            os.close(fd)
+        fd = os.open(tmp, flags, 0o600)
+        write_all(fd, data)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, mode)
+        fsync_fd(fd)
+        closing, fd = fd, None
+        os.close(closing)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    except BaseException as exc:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if not isinstance(exc, FileExistsError):  # else the name is not ours to remove
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
     fsync_dir(directory)
 
@@ -362,7 +368,8 @@ def read_text(path: str, limit: int | None = None) -> str:
 
 def make_dir(path: str) -> bool:
     """Create a directory (and its parents); True when it was created now."""
-    if os.path.isdir(path) and not os.path.islink(path):
+    refuse_symlink(path, "folder")
+    if os.path.isdir(path):
         return False
     parent = os.path.dirname(path)
     if parent and not os.path.isdir(parent):
@@ -503,9 +510,13 @@ def append_record(path: str, data: bytes, complete_end):
     existed = os.path.lexists(path)
     try:
         fd = os.open(path, flags, default_file_mode())
-    except OSError as exc:
-        raise StmError(f"cannot append to {path}: {exc.strerror}") from exc
-    cut = 0
+    except BaseException as exc:
+        if not existed:  # we hold the lock: a new file here can only be our own
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(exc, OSError):
+            raise StmError(f"cannot append to {path}: {exc.strerror}") from exc
+        raise
     try:
         size = os.fstat(fd).st_size
         end = complete_end(fd, size) if size else 0
@@ -1214,11 +1225,17 @@ def archive_month(session_id: str) -> str:
     return session_id[:7]
 
 
-def list_dirs(path: str) -> list[str]:
+def list_dirs(path: str, with_links: bool = False) -> list[str]:
+    """Sub-folder names (symlinks too, when asked: check reports them), sorted."""
     try:
-        return sorted(e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+        entries = list(os.scandir(path))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    return sorted(
+        e.name
+        for e in entries
+        if e.is_dir(follow_symlinks=False) or (with_links and e.is_symlink())
+    )
 
 
 def iter_active_sessions(store: Store):
@@ -1476,8 +1493,8 @@ def create_session(
     make_dir_undoable(parent, rollback)
     require_inside(parent, store.state, "sessions folder")
     building = os.path.join(parent, f".{session_id}.{random_hex(4)}.building")
-    os.mkdir(building)
     try:
+        os.mkdir(building)  # inside the try, so a signal right after it still cleans up
         for sub in ("context", "artifacts"):
             os.mkdir(os.path.join(building, sub))
         ref = SessionRef(session_id, building, False)
@@ -2079,9 +2096,9 @@ class Checker:
                     f"points to {active}, which is archived",
                     "run `stm session switch ID` or `stm session new`",
                 )
-        for name in list_dirs(store.sessions_dir):
+        for name in list_dirs(store.sessions_dir, with_links=True):
             path = os.path.join(store.sessions_dir, name)
-            if name.startswith("user-"):
+            if name.startswith("user-") and not os.path.islink(path):
                 for sid in list_dirs(path):
                     if not sid.endswith(".building"):
                         self.check_session(os.path.join(path, sid), sid, None)

@@ -194,7 +194,13 @@ def test_signals_during_writes_leave_no_temp_file_and_no_torn_record(store, run,
         assert proc.stdout.readline() == b"ready\n"
         time.sleep(rng.uniform(0.005, 0.04))
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            proc.kill()
+            raise AssertionError(proc.communicate()[1].decode()) from None
         assert "Traceback" not in err.decode() or proc.returncode != code
         codes.add(proc.returncode)
         assert no_temp_files(store) == []
@@ -425,3 +431,71 @@ def test_unreadable_layer_is_a_warning_in_boot_and_an_error_in_check(shared_stor
     assert "cannot read .stacks/AGENT.md: Permission denied" in boot.err
     assert check.code == 1
     assert "Permission denied" in check.err and "Traceback" not in check.err
+
+
+# ---- check --fix ---------------------------------------------------------------------
+
+
+def test_check_fix_repairs_torn_tails_temp_files_and_headings(store, run):
+    sid = new_session(run)
+    run("log", "good entry")
+    log = next((store / ".stacks" / "logs").glob("*.md"))
+    good_log = log.read_bytes()
+    with open(log, "ab") as f:
+        f.write(b"\n## 2026-11-22T10:00:00Z \xc2\xb7 x <!-- stm:entry 0123abcd -->\n\nhal")
+    history = store / ".state" / "sessions" / sid / "history.jsonl"
+    good_history = history.read_bytes()
+    with open(history, "ab") as f:
+        f.write(b'{"event": "torn", "time')
+    temp = store / ".state" / "sessions" / sid / ".state.json.0a1b2c3d.tmp"
+    temp.write_text("{")
+    building = store / ".state" / "sessions" / ".2026-11-22-00000000.0a1b2c3d.building"
+    building.mkdir()
+    memory = store / ".stacks" / "MEMORY.md"
+    memory.write_text(memory.read_text().replace("## Next Steps", "## Todo"))
+
+    preview = run("check", "--fix", "--dry-run")
+    assert preview.code == 0
+    assert "would fix temp-file" in preview.out and "would fix log-torn" in preview.out
+    assert temp.exists() and building.exists()  # a dry run changes nothing
+
+    fixed = run("check", "--fix", "--json")
+    data = json.loads(fixed.out)
+    assert fixed.code == 0
+    assert {f["rule"] for f in data["fixed"]} == {
+        "temp-file",
+        "log-torn",
+        "history-torn",
+        "heading-missing",
+    }
+    assert data["findings"] == []
+    assert log.read_bytes().rstrip(b"\n") == good_log.rstrip(b"\n")
+    assert history.read_bytes() == good_history
+    assert not temp.exists() and not building.exists()
+    text = memory.read_text()
+    assert "## Next Steps\n" in text
+    assert text.index("## Next Steps") < text.index("## Last Updated")
+    assert run("check", "--strict").code == 0
+
+
+def test_check_fix_keeps_text_a_person_added_to_a_log(store, run):
+    run("log", "entry")
+    log = next((store / ".stacks" / "logs").glob("*.md"))
+    with open(log, "a") as f:
+        f.write("\na line typed by hand\n")
+    result = run("check", "--fix")
+    assert result.code == 1  # log-entry is an error a person must resolve
+    assert "a line typed by hand" in log.read_text()
+    assert "log-entry" in result.out
+
+
+def test_next_update_repairs_a_torn_history_line(store, run):
+    sid = new_session(run)
+    history = store / ".state" / "sessions" / sid / "history.jsonl"
+    with open(history, "ab") as f:
+        f.write(b'{"event": "to')
+    result = run("session", "phase", "next")
+    assert result.code == 0
+    assert "torn record" in result.err
+    lines = history.read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["created", "phase_change"]

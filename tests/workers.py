@@ -107,6 +107,10 @@ def chaos(seed: int, commands_only: bool) -> int:
 
 
 def main(argv) -> int:
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # a hung worker can be asked where it is
     mode, directory, *rest = argv
     os.chdir(directory)
     if mode == "log":
