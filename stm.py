@@ -230,12 +230,18 @@ TEMPLATES = {
 
 # Text that looks like a credential. Memory is committed to git, and a leaked token is
 # not undone by a later edit, so log refuses it and check reports it.
+# Each has literal hints: text holding none of them cannot match, and str.find is far
+# faster than a regex scan (check reads every log).
 SECRET_PATTERNS = (
-    ("GitHub token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
-    ("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("OpenAI-style API key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"),
-    ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    ("private key block", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
+    (
+        "GitHub token",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    ("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", ("AKIA", "ASIA")),
+    ("OpenAI-style API key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
+    ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
+    ("private key block", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----", ("PRIVATE KEY",)),
 )
 
 # ==== Errors =================================================================
@@ -694,6 +700,10 @@ def user_slug(name: str) -> str:
 
 # ==== Time and text helpers ==================================================
 
+# stm's own timestamps; checked first because it is far cheaper than parse_iso.
+STAMP_RE = re.compile(
+    r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$"
+)
 ISO_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
     r"(Z|z|[+-]\d{2}:?\d{2})?)?$"
@@ -747,7 +757,9 @@ def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) ->
 
 
 def is_iso_utc(text) -> bool:
-    return isinstance(text, str) and parse_iso(text, need_zone=True) is not None
+    if not isinstance(text, str):
+        return False
+    return bool(STAMP_RE.match(text)) or parse_iso(text, need_zone=True) is not None
 
 
 def human_age(seconds: float) -> str:
@@ -1092,7 +1104,17 @@ def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
 #
 #   <!-- stm:end 3f9a0c1d -->
 
-LOG_HEADER_RE = re.compile(r"^## (\S+) · (.*) <!-- stm:entry ([0-9a-f]{8}) -->$")
+# A whole log file of complete, well-formed entries and nothing else: check's fast path
+# (one C-level match per file); anything else is parsed entry by entry to say what is wrong.
+LOG_FILE_RE = re.compile(
+    rb"(?:\s*^## \d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d"
+    rb":[0-5]\dZ \xc2\xb7 [^\n]* <!-- stm:entry ([0-9a-f]{8}) -->\n"
+    rb"(?:[^\n]*\n)*?<!-- stm:end \1 -->\n)*\s*",
+    re.MULTILINE,
+)
+LOG_HEADER_BYTES_RE = re.compile(
+    "^## (\\S+) · (.*) <!-- stm:entry ([0-9a-f]{8}) -->$".encode(), re.MULTILINE
+)
 LOG_END_RE = re.compile(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
 
 
@@ -1115,82 +1137,85 @@ def normalise_message(text: str) -> str:
 
 
 class LogEntry:
-    __slots__ = (
-        "stamp",
-        "author",
-        "entry_id",
-        "line",
-        "body",
-        "complete",
-        "start",
-        "end",
-    )
+    """One parsed log entry; its body is decoded only when asked for."""
+
+    __slots__ = ("stamp", "author", "entry_id", "line", "raw_body", "complete", "start", "end")
 
     def __init__(self, stamp, author, entry_id, line, start):
-        self.stamp, self.author, self.entry_id, self.line = (
-            stamp,
-            author,
-            entry_id,
-            line,
-        )
-        self.body: list[str] = []
+        self.stamp, self.author, self.entry_id, self.line = stamp, author, entry_id, line
+        self.raw_body: list[bytes] = []
         self.complete = False
         self.start = start
         self.end = start
 
+    @property
+    def body(self) -> list[str]:
+        return [raw.decode("utf-8", errors="replace").rstrip("\n") for raw in self.raw_body]
 
-def parse_log(stream):
-    """Yield ('entry', LogEntry) and ('stray', line_no, text) from a binary log stream.
 
-    Streams line by line; an entry missing its end line at end of file is yielded with
-    complete=False (a torn tail).
+def parse_log(data: bytes):
+    """Yield ('entry', LogEntry) and ('stray', line_no, text) from a log file's bytes.
+
+    Entries are found with bytes searches, not line by line (check reads 100,000
+    entries in well under a second); an entry missing its end line at end of file is
+    yielded with complete=False (a torn tail).
     """
-    current = None
-    offset = 0
-    for number, raw in enumerate(stream, 1):
-        line = raw.decode("utf-8", errors="replace").rstrip("\n")
-        start, offset = offset, offset + len(raw)
-        if current is not None:
-            if line == f"<!-- stm:end {current.entry_id} -->" and raw.endswith(b"\n"):
-                current.complete = True
-                current.end = offset
-                yield ("entry", current)
-                current = None
-            else:
-                current.body.append(line)
-            continue
-        match = LOG_HEADER_RE.match(line)
-        if match:
-            current = LogEntry(match.group(1), match.group(2), match.group(3), number, start)
-        elif line.strip():
-            yield ("stray", number, line)
-    if current is not None:
-        current.end = offset
-        yield ("entry", current)
+    pos, line = 0, 1
+    while pos < len(data):
+        match = LOG_HEADER_BYTES_RE.search(data, pos)
+        gap = data[pos : match.start() if match else len(data)]
+        if gap.strip():
+            for index, text in enumerate(gap.split(b"\n")):
+                if text.strip():
+                    yield ("stray", line + index, text.decode("utf-8", "replace").rstrip())
+        line += gap.count(b"\n")
+        if match is None:
+            return
+        stamp, author, entry_id = (g.decode("utf-8", "replace") for g in match.groups())
+        entry = LogEntry(stamp, author, entry_id, line, match.start())
+        end_line = b"\n<!-- stm:end " + match.group(3) + b" -->\n"
+        end = data.find(end_line, match.end())
+        if end < 0:
+            entry.raw_body = data[match.end() + 1 :].splitlines(keepends=True)
+            entry.end = len(data)
+            yield ("entry", entry)
+            return
+        entry.raw_body = data[match.end() + 1 : end + 1].splitlines(keepends=True)
+        entry.complete = True
+        entry.end = end + len(end_line)
+        line += data.count(b"\n", match.start(), entry.end)
+        pos = entry.end
+        yield ("entry", entry)
 
 
 def log_complete_end(fd: int, size: int) -> int | None:
     """Where the last complete log entry ends; None when the tail is not stm's."""
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
-    import io
-
     last = None
-    for item in parse_log(io.BytesIO(os.pread(fd, size, 0))):
+    for item in parse_log(os.pread(fd, size, 0)):
         last = item
     if last is not None and last[0] == "entry" and not last[1].complete:
         return last[1].start  # a torn entry of ours: cut it
     return None  # a person's text after the last entry: keep it
 
 
+SECRET_HINTS_BYTES = tuple(h.encode() for _, _, hints in SECRET_PATTERNS for h in hints)
+
+
 def find_secrets(text: str):
-    """Yield (kind, line_no, excerpt) for every line that looks like a credential."""
-    for number, line in enumerate(text.splitlines(), 1):
-        for kind, pattern in SECRET_PATTERNS:
-            match = re.search(pattern, line)
-            if match:
-                found = match.group()
-                yield kind, number, f"{found[:6]}…" if len(found) > 6 else found
+    """Yield (kind, line_no, excerpt) for everything that looks like a credential.
+
+    >>> list(find_secrets("ok\\nkey AKIAABCDEFGHIJKLMNOP"))
+    [('AWS access key id', 2, 'AKIAAB…')]
+    """
+    for kind, pattern, hints in SECRET_PATTERNS:
+        if not any(hint in text for hint in hints):
+            continue
+        for match in re.finditer(pattern, text):
+            line = text.count("\n", 0, match.start()) + 1
+            found = match.group()
+            yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
 
 
 # ==== Formats: sessions ======================================================
@@ -1898,7 +1923,9 @@ class Checker:
         self.check_refs()
         self.check_logs()
         self.check_budget()
-        self.check_temp_files(self.store.stacks)
+        # Temp files appear only beside the files stm rewrites: look exactly there.
+        for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
+            self.check_temp_files(folder)
         if os.path.isdir(self.store.state):
             self.check_state()
         return self.findings
@@ -1982,9 +2009,10 @@ class Checker:
 
     def check_log_file(self, path: str) -> None:
         data = read_bytes(path)
-        import io
-
-        for kind, *rest in parse_log(io.BytesIO(data)):
+        self.scan_secrets(path, data)
+        if LOG_FILE_RE.fullmatch(data):
+            return  # the common case: only complete, well-formed entries
+        for kind, *rest in parse_log(data):
             if kind == "stray":
                 number, _ = rest
                 self.error(
@@ -2004,7 +2032,7 @@ class Checker:
                     "run `stm check --fix`, or the next `stm log` cuts it",
                     entry.line,
                 )
-            elif parse_iso(entry.stamp, need_zone=True) is None:
+            elif not STAMP_RE.match(entry.stamp) and parse_iso(entry.stamp, True) is None:
                 self.error(
                     "log-entry",
                     path,
@@ -2012,9 +2040,12 @@ class Checker:
                     "restore the entry from git",
                     entry.line,
                 )
-        self.scan_secrets(path, data.decode("utf-8", "replace"))
 
-    def scan_secrets(self, path: str, text: str) -> None:
+    def scan_secrets(self, path: str, text) -> None:
+        if isinstance(text, bytes):
+            if not any(hint in text for hint in SECRET_HINTS_BYTES):
+                return  # no decoding for the common case
+            text = text.decode("utf-8", "replace")
         for kind, line, excerpt in find_secrets(text):
             self.error(
                 "secret",
@@ -2044,32 +2075,24 @@ class Checker:
                 "leftover temp file from an interrupted write",
                 "run `stm check --fix` to remove it",
             )
-        try:
-            entries = os.scandir(directory)
-        except OSError:
-            return
-        for entry in entries:
-            if entry.name.endswith(".building") and entry.is_dir(follow_symlinks=False):
+
+    def check_building_folders(self, directory: str) -> None:
+        for name in list_dirs(directory):
+            if name.startswith(".") and name.endswith(".building"):
                 self.warning(
                     "temp-file",
-                    entry.path,
+                    os.path.join(directory, name),
                     "leftover half-built session folder",
                     "run `stm check --fix` to remove it",
                 )
-            elif entry.is_dir(follow_symlinks=False) and self.walk_into(directory, entry.name):
-                self.check_temp_files(entry.path)
-
-    def walk_into(self, directory: str, name: str) -> bool:
-        """Temp files are looked for in stm's own folders, not in every subfolder."""
-        if name.startswith("."):
-            return False
-        return directory != self.store.stacks or name in (REFS_DIR, LOGS_DIR)
 
     # State ------------------------------------------------------------------
 
     def check_state(self) -> None:
         store = self.store
-        self.check_temp_files(store.state)
+        for folder in (store.state, store.sessions_dir, store.history_dir):
+            self.check_temp_files(folder)
+        self.check_building_folders(store.sessions_dir)
         try:
             active = read_pointer(store)
         except StmError as exc:
@@ -2099,6 +2122,7 @@ class Checker:
         for name in list_dirs(store.sessions_dir, with_links=True):
             path = os.path.join(store.sessions_dir, name)
             if name.startswith("user-") and not os.path.islink(path):
+                self.check_building_folders(path)
                 for sid in list_dirs(path):
                     if not sid.endswith(".building"):
                         self.check_session(os.path.join(path, sid), sid, None)
@@ -2132,6 +2156,7 @@ class Checker:
                 f"archived under {month}, created {name[:7]}",
                 f"move it to .state/history/{archive_month(name)}/",
             )
+        self.check_temp_files(path)
         state_path = os.path.join(path, STATE_FILE)
         state = self.check_state_file(state_path, name)
         self.check_history(os.path.join(path, HISTORY_FILE))
@@ -2139,16 +2164,20 @@ class Checker:
             self.check_handoff(path)
 
     def check_state_file(self, path: str, name: str) -> dict | None:
-        if os.path.islink(path):
-            self.error("session-symlink", path, "state file is a symbolic link", "replace it")
-            return None
         try:
-            size = os.path.getsize(path)
-            state = json.loads(read_bytes(path).decode("utf-8"))
+            raw = read_bytes(path)  # O_NOFOLLOW: a symlink fails here, without an lstat
+            size = len(raw)
+            state = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             self.error("state-invalid", path, "state.json is missing", "restore it from git")
             return None
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except OSError as exc:
+            if os.path.islink(path):
+                self.error("session-symlink", path, "state file is a symbolic link", "replace it")
+            else:
+                self.error("state-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
+            return None
+        except (UnicodeDecodeError, ValueError) as exc:
             self.error("state-invalid", path, f"not valid JSON ({exc})", "restore it from git")
             return None
         if not isinstance(state, dict):
@@ -2172,9 +2201,6 @@ class Checker:
         return state
 
     def check_history(self, path: str) -> None:
-        if os.path.islink(path):
-            self.error("session-symlink", path, "history is a symbolic link", "replace it")
-            return
         try:
             data = read_bytes(path)
         except FileNotFoundError:
@@ -2185,8 +2211,16 @@ class Checker:
                 "restore it from git",
             )
             return
+        except OSError as exc:
+            if os.path.islink(path):
+                self.error("session-symlink", path, "history is a symbolic link", "replace it")
+            else:
+                self.error("history-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
+            return
         lines = data.split(b"\n")
         torn_tail = lines.pop()  # b"" when the file ends with a newline
+        if history_all_valid(lines):
+            lines = []  # the fast path: nothing to report line by line
         for number, raw in enumerate(lines, 1):
             try:
                 event = json.loads(raw)
@@ -2295,6 +2329,19 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
             if action:
                 done.append((finding, action))
     return done
+
+
+def history_all_valid(lines: list[bytes]) -> bool:
+    """One json.loads for a whole history file (fast); False sends the caller line by line."""
+    if not lines or any(not line.strip() for line in lines):
+        return False
+    try:
+        events = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        return False
+    return len(events) == len(lines) and all(
+        isinstance(e, dict) and "timestamp" in e and "event" in e for e in events
+    )
 
 
 def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
@@ -2599,14 +2646,12 @@ def newest_log_entry(store: Store, names: list[str]) -> float | None:
     """The time of the newest complete entry, read from the newest log file only."""
     if not names:
         return None
-    import io
-
     path = os.path.join(store.logs_dir, names[-1])
     try:
-        stream = io.BytesIO(read_bytes(path))
+        data = read_bytes(path)
     except OSError:
         return None
-    entries = [e for kind, *rest in parse_log(stream) if kind == "entry" for e in rest]
+    entries = [e for kind, *rest in parse_log(data) if kind == "entry" for e in rest]
     stamps = [parse_iso(e.stamp, need_zone=True) for e in entries if e.complete]
     stamps = [s for s in stamps if s is not None]
     return max(stamps) if stamps else None
@@ -3431,19 +3476,42 @@ def build_parser():
     return parser
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
+# Signals seen during this command, and the handlers to put back afterwards. A handler's
+# exception can be swallowed when it fires inside a finaliser (__del__, a generator being
+# closed); the record makes sure the exit code still says what happened.
+_signals = {"received": None, "previous": {}}
 
 
-def install_signal_handlers():
-    """SIGTERM becomes an exception so cleanup runs; returns a function that undoes it."""
+def _signal_exception(signum: int) -> BaseException:
     import signal
-    import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+
+def _on_signal(signum, frame):
+    _signals["received"] = signum
+    raise _signal_exception(signum)
+
+
+def install_signal_handlers() -> None:
+    """Ctrl-C and SIGTERM become exceptions so cleanup (temp files, undo) runs."""
+    import signal
+
+    _signals["received"] = None
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            _signals["previous"][signum] = signal.signal(signum, _on_signal)
+        except ValueError:  # not the main thread (stm.main called from a thread)
+            return
+
+
+def restore_signal_handlers() -> None:
+    import signal
+
+    previous = _signals["previous"]
+    while previous:
+        signum, handler = previous.popitem()
+        signal.signal(signum, handler)
 
 
 def quiet_stdout() -> None:
@@ -3467,10 +3535,12 @@ def main(argv=None) -> int:
             parser.parse_args(["session", "--help"])
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    restore = install_signal_handlers()
     try:
+        install_signal_handlers()
         code = handler(args)
         sys.stdout.flush()
+        if _signals["received"] is not None:  # its exception was swallowed somewhere
+            raise _signal_exception(_signals["received"])
         return code
     except StmError as exc:
         print(f"stm: error: {escape_controls(exc.message)}", file=sys.stderr)
@@ -3489,7 +3559,7 @@ def main(argv=None) -> int:
         print(f"stm: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAIL
     finally:
-        restore()
+        restore_signal_handlers()
 
 
 def cli() -> None:

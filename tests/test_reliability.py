@@ -46,7 +46,7 @@ def all_entries(store):
     entries = []
     for path in sorted((store / ".stacks" / "logs").glob("*.md")):
         with open(path, "rb") as f:
-            for kind, *rest in stm.parse_log(f):
+            for kind, *rest in stm.parse_log(f.read()):
                 assert kind == "entry", (path, rest)
                 entries.append((path.name, rest[0]))
     return entries
@@ -156,7 +156,7 @@ def assert_everything_parses(store):
             json.loads(line)  # only the unterminated tail may be torn
     for path in (store / ".stacks" / "logs").glob("*.md"):
         with open(path, "rb") as f:
-            items = list(stm.parse_log(f))
+            items = list(stm.parse_log(f.read()))
         assert all(kind == "entry" for kind, *_ in items)
         assert all(rest[0].complete for _, *rest in items[:-1])
 

@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""stm benchmark: what each command costs, and whether it grows with memory.
+
+    python3 bench/bench.py [--quick] [--out DIR]
+
+Builds two stores in a temporary folder, deterministically (seeded):
+
+- small: a realistic fresh project: filled AGENT.md (~1,500 chars) and MEMORY.md
+  (~3,000 chars), 10 refs, 30 days of logs, 5 active sessions;
+- large: the same boot-visible content, plus 10 years of daily logs (3,650 files,
+  100,000 entries) and 10,000 sessions (2,000 active, 8,000 archived), 20 events each.
+
+Each command runs as a whole process (`python3 stm.py ...`), alternating with the
+baseline `python3 -c pass` (same interpreter, same environment) and small with large, so
+that ratios are taken pair by pair and machine noise cancels. Reports medians, min-max,
+ratios, peak memory (ru_maxrss of each child) and `-X importtime` totals for boot, checks
+the targets of spec/performance.md, and writes bench/results/latest.json and latest.md.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STM_PY = os.path.join(ROOT, "stm.py")
+HANDOFF = os.path.join(ROOT, "spec", "handoff-example.json")
+sys.path.insert(0, ROOT)
+
+import stm  # noqa: E402  (the format helpers, so the stores are exactly stm's format)
+
+DAY = 86400
+LARGE_DAYS, LARGE_ENTRIES = 3650, 100_000
+SMALL_DAYS = 30
+EVENTS_PER_SESSION = 20
+
+# ---- building the stores --------------------------------------------------------------
+
+WORDS = [
+    *("parser", "lexer", "grammar", "deploy", "release", "cache", "index", "token", "budget"),
+    *("session", "review", "test", "migration", "schema", "backfill", "refactor", "rollout"),
+    *("latency", "memory", "agent", "handoff", "checkpoint"),
+]
+
+
+def prose(rng: random.Random, chars: int) -> str:
+    words = []
+    while sum(len(w) + 1 for w in words) < chars:
+        words.append(rng.choice(WORDS))
+    return " ".join(words)
+
+
+def write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def build_layers(stacks: str, rng: random.Random, now: float) -> None:
+    write(
+        os.path.join(stacks, "AGENT.md"),
+        "# Agent Identity\n\n## Role\n\n"
+        + prose(rng, 500)
+        + "\n\n## Principles\n\n"
+        + prose(rng, 500)
+        + "\n\n## Conventions\n\n"
+        + prose(rng, 400)
+        + "\n",
+    )
+    write(
+        os.path.join(stacks, "MEMORY.md"),
+        "# Session Memory\n\n"
+        + "".join(
+            f"## {h}\n\n{prose(rng, 700)}\n\n"
+            for h in ("Status", "Observations", "Open Questions", "Next Steps")
+        )
+        + f"## Last Updated\n\n{stm.iso(now)}\n",
+    )
+    for n in range(10):
+        write(
+            os.path.join(stacks, "refs", f"topic-{n:02}.md"),
+            f"---\nsummary: {prose(rng, 80)}\n---\n# Topic {n}\n\n{prose(rng, 2000)}\n",
+        )
+    for name, text in ((".gitattributes", stm.STACKS_GITATTRIBUTES), (".gitignore", "")):
+        write(os.path.join(stacks, name), text or stm.STACKS_GITIGNORE)
+
+
+def build_logs(stacks: str, rng: random.Random, now: float, days: int) -> int:
+    """~27 entries a day (100,000 over 10 years), the last day being today."""
+    per_day = LARGE_ENTRIES / LARGE_DAYS
+    total = 0
+    for index in range(days):
+        day_start = (int(now) // DAY - (days - 1 - index)) * DAY
+        count = int(per_day * (index + 1)) - int(per_day * index)
+        parts = []
+        for k in range(count):
+            stamp = stm.iso(day_start + k * 60)
+            message = f"{prose(rng, 60)}\n{prose(rng, 40)}"
+            parts.append(
+                stm.render_log_entry(message, "bench", stamp, f"{rng.getrandbits(32):08x}")
+            )
+        write(os.path.join(stacks, "logs", stm.iso(day_start)[:10] + ".md"), "\n".join(parts))
+        total += count
+    return total
+
+
+def session_files(session_id: str, created: float, phase: str) -> tuple[str, str]:
+    state = stm.new_state(
+        session_id, stm.iso(created), f"task {session_id[-4:]}", phase, None, None
+    )
+    events = []
+    for n in range(EVENTS_PER_SESSION):
+        state["version"] = n + 1
+        state["updated_at"] = stm.iso(created + n * 60)
+        events.append(
+            stm.dumps_json(
+                {
+                    "event": "checkpoint" if n else "created",
+                    "timestamp": state["updated_at"],
+                    "version": n + 1,
+                    "actor": "bench",
+                    "done": f"step {n}",
+                },
+                indent=None,
+            )
+        )
+    return stm.dumps_json(state), "\n".join(events) + "\n"
+
+
+def build_session(folder: str, session_id: str, created: float, phase: str = "build") -> None:
+    state, history = session_files(session_id, created, phase)
+    write(os.path.join(folder, "state.json"), state)
+    write(os.path.join(folder, "history.jsonl"), history)
+    os.makedirs(os.path.join(folder, "context"), exist_ok=True)
+    os.makedirs(os.path.join(folder, "artifacts"), exist_ok=True)
+
+
+def new_id(rng: random.Random, when: float) -> str:
+    return stm.iso(when)[:10] + f"-{rng.getrandbits(32):08x}"
+
+
+def build_store(root: str, large: bool, now: float) -> dict:
+    """One store; returns the ids the commands use."""
+    rng = random.Random(20261122)  # same seed: the same boot-visible content in both
+    stacks, state = os.path.join(root, ".stacks"), os.path.join(root, ".state")
+    build_layers(stacks, rng, now)
+    write(os.path.join(state, ".gitignore"), stm.STATE_GITIGNORE)
+    os.makedirs(os.path.join(state, "history"), exist_ok=True)
+    current, other = new_id(rng, now), new_id(rng, now)
+    for session_id in (current, other):
+        build_session(os.path.join(state, "sessions", session_id), session_id, now - 3600)
+    extra = random.Random(7)  # history that only the large store has
+    entries = build_logs(stacks, extra, now, LARGE_DAYS if large else SMALL_DAYS)
+    active, archived = (2000, 8000) if large else (5, 0)
+    for _ in range(active - 2):
+        when = now - extra.uniform(0, 30) * DAY
+        session_id = new_id(extra, when)
+        build_session(os.path.join(state, "sessions", session_id), session_id, when)
+    for _ in range(archived):
+        when = now - extra.uniform(31, LARGE_DAYS) * DAY
+        session_id = new_id(extra, when)
+        folder = os.path.join(state, "history", session_id[:7], session_id)
+        build_session(folder, session_id, when, "done")
+    pointer = {"active_session": current, "updated_at": stm.iso(now)}
+    write(os.path.join(state, "current-session.json"), stm.dumps_json(pointer))
+    return {
+        "current": current,
+        "other": other,
+        "log_entries": entries,
+        "active": active,
+        "archived": archived,
+    }
+
+
+# ---- measuring ---------------------------------------------------------------------------
+
+
+def run_once(argv: list[str], cwd: str, env: dict) -> tuple[float, int, int]:
+    """(seconds, peak RSS in KiB, exit code) of one whole process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return elapsed, usage.ru_maxrss, proc.returncode
+
+
+def commands(ids: dict) -> list[tuple[str, object]]:
+    """(label, argv or a function of the run number returning argv)."""
+    return [
+        ("boot", ["boot"]),
+        ("boot --no-refs", ["boot", "--no-refs"]),
+        ("log", lambda n: ["log", f"bench entry {n}: measured one more time"]),
+        ("session new", lambda n: ["session", "new", "--no-switch", "--name", f"bench {n}"]),
+        ("session switch <id>", ["session", "switch", ids["current"]]),
+        (
+            "session phase",
+            lambda n: ["session", "phase", f"phase-{n % 2}", "--session", ids["other"]],
+        ),
+        ("status", ["status"]),
+        ("check", ["check"]),
+        ("session list --all", ["session", "list", "--all"]),
+        ("compose-handoff --print", ["compose-handoff", "--print", HANDOFF]),
+    ]
+
+
+def summary(values: list[float]) -> dict:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def measure(label, argv, small, large, env, runs, warmups) -> dict:
+    base_argv = [sys.executable, "-c", "pass"]
+    base, small_t, large_t, peaks, failures = [], [], [], [], 0
+    for n in range(warmups + runs):
+        args = argv(n) if callable(argv) else argv
+        b = run_once(base_argv, small, env)
+        s = run_once([sys.executable, STM_PY, *args], small, env)
+        la = run_once([sys.executable, STM_PY, *args], large, env)
+        failures += (s[2] != 0) + (la[2] != 0)
+        if n >= warmups:
+            base.append(b[0])
+            small_t.append(s[0])
+            large_t.append(la[0])
+            peaks.append(la[1])
+    return {
+        "command": label,
+        "baseline_s": summary(base),
+        "small_s": summary(small_t),
+        "large_s": summary(large_t),
+        "small_over_baseline": statistics.median(s / b for s, b in zip(small_t, base)),
+        "large_over_small": statistics.median(la / s for la, s in zip(large_t, small_t)),
+        "peak_rss_mib_large": max(peaks) / 1024,
+        "failures": failures,
+    }
+
+
+def importtime(argv: list[str], cwd: str, env: dict) -> dict:
+    """Total and top modules from -X importtime (microseconds, top-level entries)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    modules = {}
+    for line in result.stderr.splitlines():
+        if not line.startswith("import time:"):
+            continue
+        _, cumulative, name = line[len("import time:") :].split("|")
+        if cumulative.strip().isdigit() and not name.startswith("  "):  # top level only
+            modules[name.strip()] = int(cumulative)
+    return {"total_us": sum(modules.values()), "modules": modules}
+
+
+# ---- reporting ---------------------------------------------------------------------------
+
+FLAT = {"boot", "log", "session new", "session switch <id>", "session phase"}
+
+
+def targets(results: dict) -> list[dict]:
+    rows = {r["command"]: r for r in results["commands"]}
+    found = []
+
+    def target(name, value, limit, unit=""):
+        found.append(
+            {"target": name, "value": value, "limit": limit, "unit": unit, "met": value <= limit}
+        )
+
+    target("boot small / python3 -c pass", rows["boot"]["small_over_baseline"], 1.3, "x")
+    for label in sorted(FLAT):
+        target(f"{label}: large / small", rows[label]["large_over_small"], 1.10, "x")
+    target("status on large", rows["status"]["large_s"]["median"], 0.5, "s")
+    target("check on large", rows["check"]["large_s"]["median"], 3.0, "s")
+    target("session list --all on large", rows["session list --all"]["large_s"]["median"], 3.0, "s")
+    peak = max(r["peak_rss_mib_large"] for r in results["commands"])
+    target("peak memory, any command, large", peak, 50.0, "MiB")
+    return found
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        f"stm {results['stm_version']} · {m['python']} · {m['platform']} · {m['cpus']} CPUs · "
+        f"{results['runs']} runs · {results['date']}",
+        "",
+        "| command | baseline | small | large | small/baseline | large/small | peak MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["commands"]:
+        lines.append(
+            f"| `{r['command']}` | {r['baseline_s']['median'] * 1000:.0f} ms "
+            f"| {r['small_s']['median'] * 1000:.0f} ms "
+            f"({r['small_s']['min'] * 1000:.0f}-{r['small_s']['max'] * 1000:.0f}) "
+            f"| {r['large_s']['median'] * 1000:.0f} ms "
+            f"({r['large_s']['min'] * 1000:.0f}-{r['large_s']['max'] * 1000:.0f}) "
+            f"| {r['small_over_baseline']:.2f}x | {r['large_over_small']:.2f}x "
+            f"| {r['peak_rss_mib_large']:.1f} |"
+        )
+    lines += ["", "| target | measured | limit | met |", "|---|---:|---:|---|"]
+    for t in results["targets"]:
+        lines.append(
+            f"| {t['target']} | {t['value']:.2f}{t['unit']} | {t['limit']:g}{t['unit']} "
+            f"| {'yes' if t['met'] else '**no**'} |"
+        )
+    imp = results["importtime"]
+    lines += [
+        "",
+        f"`-X importtime`, top-level totals: boot {imp['boot']['total_us'] / 1000:.1f} ms, "
+        f"baseline {imp['baseline']['total_us'] / 1000:.1f} ms.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs (under a minute)")
+    parser.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "bench", "results"),
+        help="where latest.json and latest.md go (default: %(default)s)",
+    )
+    parser.add_argument("--runs", type=int, help="counted runs per command (default 15; quick 5)")
+    args = parser.parse_args(argv)
+    runs = args.runs or (5 if args.quick else 15)
+    warmups = 1 if args.quick else 3
+    env = dict(os.environ, STM_USER="bench")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the same for baseline and commands
+    now = time.time()
+    work = tempfile.mkdtemp(prefix="stm-bench-")
+    try:
+        small, large = os.path.join(work, "small"), os.path.join(work, "large")
+        started = time.perf_counter()
+        ids = build_store(small, False, now)
+        large_ids = build_store(large, True, now)
+        assert ids["current"] == large_ids["current"] and ids["other"] == large_ids["other"]
+        print(
+            f"built stores in {time.perf_counter() - started:.1f} s "
+            f"({large_ids['log_entries']} log entries, {large_ids['active']} active and "
+            f"{large_ids['archived']} archived sessions)",
+            file=sys.stderr,
+        )
+        results = {
+            "stm_version": stm.__version__,
+            "date": stm.iso(now),
+            "runs": runs,
+            "machine": {
+                "python": platform.python_implementation() + " " + platform.python_version(),
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+            },
+            "commands": [],
+        }
+        for label, cmd in commands(ids):
+            row = measure(label, cmd, small, large, env, runs, warmups)
+            results["commands"].append(row)
+            print(
+                f"  {label:26} small {row['small_s']['median'] * 1000:7.1f} ms  large "
+                f"{row['large_s']['median'] * 1000:7.1f} ms",
+                file=sys.stderr,
+            )
+        results["importtime"] = {
+            "boot": importtime([STM_PY, "boot"], small, env),
+            "baseline": importtime(["-c", "pass"], small, env),
+        }
+        results["targets"] = targets(results)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "latest.json"), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+        table = markdown(results)
+        with open(os.path.join(args.out, "latest.md"), "w", encoding="utf-8") as f:
+            f.write(table)
+        print(table)
+        failed = [r["command"] for r in results["commands"] if r["failures"]]
+        if failed:
+            print(f"commands that failed during the run: {', '.join(failed)}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
