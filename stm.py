@@ -61,11 +61,6 @@ import re
 import sys
 import time
 
-try:  # POSIX advisory locks; Windows falls back to msvcrt below.
-    import fcntl
-except ImportError:  # pragma: no cover - Windows only
-    fcntl = None
-
 # ==== Constants and templates ================================================
 
 __version__ = "0.1.0"
@@ -243,6 +238,23 @@ SECRET_PATTERNS = (
     ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
     ("private key block", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----", ("PRIVATE KEY",)),
 )
+
+
+class LazyRegex:
+    """A regex compiled on first use, so importing stm (every boot) compiles only what
+    the command needs."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern, flags: int = 0):
+        self._args = (pattern, flags)
+        self._compiled = None
+
+    def __getattr__(self, name):
+        if self._compiled is None:
+            self._compiled = re.compile(*self._args)
+        return getattr(self._compiled, name)
+
 
 # ==== Errors =================================================================
 
@@ -460,27 +472,32 @@ class FileLock:
                 self.fd = -1
 
 
-if fcntl is not None:
+# The platform's lock calls, imported on first use (readers such as boot never lock).
+def _try_lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: byte 0 via msvcrt (untested)
+        import msvcrt
 
-    def _try_lock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-else:  # pragma: no cover - Windows: byte-range lock on byte 0, same polling loop (untested)
-    import msvcrt
-
-    def _try_lock(fd: int) -> None:
         os.lseek(fd, 0, os.SEEK_SET)
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError as exc:
             raise BlockingIOError(str(exc)) from exc
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
-    def _unlock(fd: int) -> None:
+
+def _unlock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
         os.lseek(fd, 0, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        return
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def lock_timeout() -> float:
@@ -640,10 +657,10 @@ def sweep_temp_files(directory: str) -> list[str]:
 
 # ==== Path and name safety ===================================================
 
-SESSION_ID_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}$")
-ID_FRAGMENT_RE = re.compile(r"^[0-9a-f-]{4,19}$")
-PHASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-LOG_NAME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
+SESSION_ID_RE = LazyRegex(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}$")
+ID_FRAGMENT_RE = LazyRegex(r"^[0-9a-f-]{4,19}$")
+PHASE_RE = LazyRegex(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LOG_NAME_RE = LazyRegex(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
 
 
 def check_component(name: str, what: str) -> str:
@@ -701,10 +718,10 @@ def user_slug(name: str) -> str:
 # ==== Time and text helpers ==================================================
 
 # stm's own timestamps; checked first because it is far cheaper than parse_iso.
-STAMP_RE = re.compile(
+STAMP_RE = LazyRegex(
     r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$"
 )
-ISO_RE = re.compile(
+ISO_RE = LazyRegex(
     r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
     r"(Z|z|[+-]\d{2}:?\d{2})?)?$"
 )
@@ -724,7 +741,15 @@ def iso_now() -> str:
 
 
 def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) -> float | None:
-    """Parse an ISO-8601 date-time into epoch seconds; None when it is not one."""
+    """Parse an ISO-8601 date-time into epoch seconds; None when it is not one.
+
+    >>> parse_iso("2026-11-22T10:00:00Z") == parse_iso("2026-11-22T11:00:00+01:00")
+    True
+    >>> parse_iso("2026-02-30T00:00:00Z") is None
+    True
+    """
+    if isinstance(text, str) and STAMP_RE.match(text):
+        return utc_stamp_seconds(text)  # stm's own format: no datetime import (boot path)
     from datetime import datetime, timedelta, timezone
 
     match = ISO_RE.match(text.strip()) if isinstance(text, str) else None
@@ -756,10 +781,27 @@ def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) ->
     return moment.timestamp()
 
 
+def utc_stamp_seconds(stamp: str) -> float | None:
+    """Epoch seconds of a `YYYY-MM-DDTHH:MM:SSZ` stamp (None for a day the month lacks)."""
+    year, month, day = int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10])
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    if day > (31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[month - 1]:
+        return None
+    # Days since 1970-01-01 (Howard Hinnant's days_from_civil).
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return float(
+        days * 86400 + int(stamp[11:13]) * 3600 + int(stamp[14:16]) * 60 + int(stamp[17:19])
+    )
+
+
 def is_iso_utc(text) -> bool:
     if not isinstance(text, str):
         return False
-    return bool(STAMP_RE.match(text)) or parse_iso(text, need_zone=True) is not None
+    return parse_iso(text, need_zone=True) is not None
 
 
 def human_age(seconds: float) -> str:
@@ -776,7 +818,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_RE = LazyRegex(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def escape_controls(text: str) -> str:
@@ -922,9 +964,9 @@ def open_store(args, for_init: bool = False) -> Store:
 
 # ==== Formats: Markdown layers ===============================================
 
-COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
-HEADING_RE = re.compile(r"^(#{1,6})(\s)")
-FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
+COMMENT_RE = LazyRegex(r"<!--.*?-->", re.S)
+HEADING_RE = LazyRegex(r"^(#{1,6})(\s)")
+FENCE_RE = LazyRegex(r"^\s{0,3}(```|~~~)")
 
 
 def strip_comments(text: str) -> str:
@@ -1106,16 +1148,16 @@ def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
 
 # A whole log file of complete, well-formed entries and nothing else: check's fast path
 # (one C-level match per file); anything else is parsed entry by entry to say what is wrong.
-LOG_FILE_RE = re.compile(
+LOG_FILE_RE = LazyRegex(
     rb"(?:\s*^## \d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d"
     rb":[0-5]\dZ \xc2\xb7 [^\n]* <!-- stm:entry ([0-9a-f]{8}) -->\n"
     rb"(?:[^\n]*\n)*?<!-- stm:end \1 -->\n)*\s*",
     re.MULTILINE,
 )
-LOG_HEADER_BYTES_RE = re.compile(
+LOG_HEADER_BYTES_RE = LazyRegex(
     "^## (\\S+) · (.*) <!-- stm:entry ([0-9a-f]{8}) -->$".encode(), re.MULTILINE
 )
-LOG_END_RE = re.compile(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
+LOG_END_RE = LazyRegex(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
 
 
 def render_log_entry(message: str, author: str, stamp: str, entry_id: str) -> str:
@@ -2842,10 +2884,17 @@ def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -
 
 
 def unused_session_id(store: Store, now: float) -> str:
-    session_id = new_session_id(now)
-    while locate_session(store, session_id) is not None:  # 1 in 4 billion a day
+    """A fresh id; collisions (1 in 4 billion a day) are checked where they could land
+    for this user, without listing the sessions folder (new sessions stay O(1))."""
+    while True:
         session_id = new_session_id(now)
-    return session_id
+        places = (
+            session_folder(store, session_id),
+            os.path.join(store.sessions_dir, session_id),
+            os.path.join(store.history_dir, archive_month(session_id), session_id),
+        )
+        if not any(os.path.lexists(p) for p in places):
+            return session_id
 
 
 def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> None:
@@ -3246,164 +3295,15 @@ def global_options():
     return parent
 
 
-def add_command(sub, name: str, handler, help_text: str, example: str, parents):
-    import argparse
-
-    parser = sub.add_parser(
-        name,
-        parents=parents,
-        help=help_text,
-        description=help_text,
-        epilog=f"example:\n  {example}\n\n{EXIT_CODES_HELP}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
-    parser.set_defaults(handler=handler)
-    return parser
-
-
-def add_session_commands(sub, common) -> None:
-    import argparse
-
-    session = sub.add_parser(
-        "session",
-        parents=common,
-        help="workflow sessions: new, switch, archive, list, show, phase, checkpoint",
-        description="Session-isolated workflow state under .state/ (spec/state-layout.md).",
-        epilog="example:\n  stm session new --name 'port parser' --phases plan,build,ship",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    verbs = session.add_subparsers(dest="session_command", metavar="VERB")
-    p = add_command(
-        verbs,
-        "new",
-        cmd_session_new,
-        "start a session and make it current",
-        "stm session new --name 'port parser' --phases plan,build,ship",
-        common,
-    )
-    p.add_argument("--name", help="a short human name for the session")
-    p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
-    p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
-    p.add_argument("--no-switch", action="store_true", help="do not make it current")
-    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
-    p = add_command(
-        verbs,
-        "switch",
-        cmd_session_switch,
-        "make a session current",
-        "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
-        common,
-    )
-    p.add_argument("id", metavar="ID", help="full id, or a unique prefix or suffix (4+ chars)")
-    p = add_command(
-        verbs,
-        "archive",
-        cmd_session_archive,
-        "move a session to history/YYYY-MM/ (read-only from then on)",
-        "stm session archive            (the current session)",
-        common,
-    )
-    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
-    p.add_argument(
-        "--expect-version",
-        type=int,
-        metavar="N",
-        help="refuse (exit 3) unless the stored version is N",
-    )
-    p = add_command(
-        verbs,
-        "list",
-        cmd_session_list,
-        "list sessions (* marks the current one)",
-        "stm session list --all",
-        common,
-    )
-    p.add_argument("--all", action="store_true", help="include archived sessions")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p = add_command(
-        verbs,
-        "show",
-        cmd_session_show,
-        "show a session's state and recent events",
-        "stm session show --json",
-        common,
-    )
-    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p = add_command(
-        verbs,
-        "phase",
-        cmd_session_phase,
-        "move the session to another phase",
-        "stm session phase build",
-        common,
-    )
-    p.add_argument("name", metavar="NAME", help="the new phase")
-    add_update_options(p)
-    p = add_command(
-        verbs,
-        "checkpoint",
-        cmd_session_checkpoint,
-        "record progress so a crashed or replaced agent can resume",
-        "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
-        common,
-    )
-    p.add_argument("--done", metavar="STEP", help="the step just completed")
-    p.add_argument(
-        "--pending",
-        metavar="STEP",
-        action="append",
-        help="a pending step (repeat; given, the steps replace the pending list)",
-    )
-    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
-    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
-    p.add_argument("--note", metavar="TEXT", help="recovery notes for whoever resumes")
-    add_update_options(p)
-
-
-def add_update_options(parser) -> None:
-    parser.add_argument("--session", metavar="ID", help="act on this session, not the current one")
-    parser.add_argument(
-        "--expect-version",
-        type=int,
-        metavar="N",
-        help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON")
-
-
-def build_parser():
-    import argparse
-
-    common = [global_options()]
-    parser = argparse.ArgumentParser(
-        prog="stm",
-        parents=common,
-        description="Layered, git-friendly memory for AI agents.",
-        epilog=MAIN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
-    parser.add_argument("--version", action="version", version=f"stm {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = add_command(
-        sub, "init", cmd_init, "create .stacks/ and .state/ from the templates", "stm init", common
-    )
+def options_init(p) -> None:
     p.add_argument(
         "--force",
         action="store_true",
         help="rewrite the template files, keeping the old content as a .bak beside them",
     )
-    p = add_command(
-        sub,
-        "boot",
-        cmd_boot,
-        "print identity, session memory, active workflow and refs index",
-        "stm boot --max-tokens 1500",
-        common,
-    )
+
+
+def options_boot(p) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically), not stdout")
     p.add_argument("--no-refs", action="store_true", help="leave out the refs index")
     p.add_argument(
@@ -3414,27 +3314,17 @@ def build_parser():
         f"{BOOT_BUDGET_TOKENS}: over it, boot only warns)",
     )
     p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
-    p = add_command(
-        sub,
-        "log",
-        cmd_log,
-        "append an entry to today's log",
-        'stm log "fixed the parser; see refs/parser.md"',
-        common,
-    )
+
+
+def options_log(p) -> None:
     p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
     p.add_argument("--template", action="store_true", help="print the session-log template")
     p.add_argument(
         "--allow-secret", action="store_true", help="log text even if it looks like a credential"
     )
-    p = add_command(
-        sub,
-        "check",
-        cmd_check,
-        "validate the memory; exit 1 on errors",
-        "stm check --strict",
-        common,
-    )
+
+
+def options_check(p) -> None:
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
     p.add_argument(
         "--fix",
@@ -3443,24 +3333,13 @@ def build_parser():
     )
     p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
-    p = add_command(
-        sub,
-        "status",
-        cmd_status,
-        "sizes, ages, budget, sessions and staleness",
-        "stm status --json",
-        common,
-    )
+
+
+def options_json(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
-    add_session_commands(sub, common)
-    p = add_command(
-        sub,
-        "compose-handoff",
-        cmd_compose_handoff,
-        "turn a handoff JSON into a resumable session with a Session.md",
-        "stm compose-handoff handoff.json",
-        common,
-    )
+
+
+def options_compose_handoff(p) -> None:
     p.add_argument(
         "file", metavar="FILE", nargs="?", help="the handoff JSON; - or a pipe reads stdin"
     )
@@ -3473,7 +3352,197 @@ def build_parser():
     p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
     p.add_argument("--no-switch", action="store_true", help="do not make the session current")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_session_new(p) -> None:
+    p.add_argument("--name", help="a short human name for the session")
+    p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
+    p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
+    p.add_argument("--no-switch", action="store_true", help="do not make it current")
+    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
+
+
+def options_session_switch(p) -> None:
+    p.add_argument("id", metavar="ID", help="full id, or a unique prefix or suffix (4+ chars)")
+
+
+def options_session_archive(p) -> None:
+    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument(
+        "--expect-version",
+        type=int,
+        metavar="N",
+        help="refuse (exit 3) unless the stored version is N",
+    )
+
+
+def options_session_list(p) -> None:
+    p.add_argument("--all", action="store_true", help="include archived sessions")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_session_show(p) -> None:
+    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_session_phase(p) -> None:
+    p.add_argument("name", metavar="NAME", help="the new phase")
+    options_update(p)
+
+
+def options_session_checkpoint(p) -> None:
+    p.add_argument("--done", metavar="STEP", help="the step just completed")
+    p.add_argument(
+        "--pending",
+        metavar="STEP",
+        action="append",
+        help="a pending step (repeat; given, the steps replace the pending list)",
+    )
+    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
+    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
+    p.add_argument("--note", metavar="TEXT", help="recovery notes for whoever resumes")
+    options_update(p)
+
+
+def options_update(p) -> None:
+    p.add_argument("--session", metavar="ID", help="act on this session, not the current one")
+    p.add_argument(
+        "--expect-version",
+        type=int,
+        metavar="N",
+        help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+# (name, handler, help, example, options). The parser of a command is built only when that
+# command runs (or for --help): argparse costs about half a millisecond per subparser.
+COMMANDS = (
+    ("init", "cmd_init", "create .stacks/ and .state/ from the templates", "stm init",
+     options_init),
+    ("boot", "cmd_boot", "print identity, session memory, active workflow and refs index",
+     "stm boot --max-tokens 1500", options_boot),
+    ("log", "cmd_log", "append an entry to today's log",
+     'stm log "fixed the parser; see refs/parser.md"', options_log),
+    ("check", "cmd_check", "validate the memory; exit 1 on errors", "stm check --strict",
+     options_check),
+    ("status", "cmd_status", "sizes, ages, budget, sessions and staleness", "stm status --json",
+     options_json),
+    ("session", None, "workflow sessions: new, switch, archive, list, show, phase, checkpoint",
+     "stm session new --name 'port parser' --phases plan,build,ship", None),
+    ("compose-handoff", "cmd_compose_handoff",
+     "turn a handoff JSON into a resumable session with a Session.md",
+     "stm compose-handoff handoff.json", options_compose_handoff),
+)  # fmt: skip
+
+SESSION_VERBS = (
+    ("new", "cmd_session_new", "start a session and make it current",
+     "stm session new --name 'port parser' --phases plan,build,ship", options_session_new),
+    ("switch", "cmd_session_switch", "make a session current",
+     "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
+     options_session_switch),
+    ("archive", "cmd_session_archive",
+     "move a session to history/YYYY-MM/ (read-only from then on)",
+     "stm session archive            (the current session)", options_session_archive),
+    ("list", "cmd_session_list", "list sessions (* marks the current one)",
+     "stm session list --all", options_session_list),
+    ("show", "cmd_session_show", "show a session's state and recent events",
+     "stm session show --json", options_session_show),
+    ("phase", "cmd_session_phase", "move the session to another phase",
+     "stm session phase build", options_session_phase),
+    ("checkpoint", "cmd_session_checkpoint",
+     "record progress so a crashed or replaced agent can resume",
+     "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
+     options_session_checkpoint),
+)  # fmt: skip
+
+
+def help_formatter():
+    """argparse's raw-description formatter, minus its import of shutil (and through it
+    bz2, lzma, zlib), which it makes only to ask for the terminal width: boot stays lean.
+    """
+    import argparse
+
+    class Formatter(argparse.RawDescriptionHelpFormatter):
+        def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+            if width is None:
+                try:
+                    columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
+                except (ValueError, OSError):
+                    columns = 80
+                width = max(columns - 2, 40)
+            super().__init__(prog, indent_increment, max_help_position, width)
+
+    return Formatter
+
+
+def add_commands(sub, table, common, only=None, only_verb=None) -> None:
+    formatter = help_formatter()
+    for name, handler, help_text, example, options in table:
+        if only is not None and name != only:
+            continue
+        parser = sub.add_parser(
+            name,
+            parents=common,
+            help=help_text,
+            description=help_text,
+            epilog=f"example:\n  {example}\n\n{EXIT_CODES_HELP}",
+            formatter_class=formatter,
+            allow_abbrev=False,
+        )
+        if options is not None:
+            parser.set_defaults(handler=globals()[handler])
+            options(parser)
+        else:  # session: a second level of verbs
+            verbs = parser.add_subparsers(dest="session_command", metavar="VERB")
+            add_commands(verbs, SESSION_VERBS, common, only_verb)
+
+
+def build_parser(only: str | None = None, only_verb: str | None = None):
+    """The command line; with `only`, just that command's parser (see command_of)."""
+    import argparse
+
+    common = [global_options()]
+    parser = argparse.ArgumentParser(
+        prog="stm",
+        parents=common,
+        description="Layered, git-friendly memory for AI agents.",
+        epilog=MAIN_EPILOG,
+        formatter_class=help_formatter(),
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"stm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_commands(sub, COMMANDS, common, only, only_verb)
     return parser
+
+
+def command_of(argv: list[str]) -> tuple[str | None, str | None]:
+    """(command, session verb) named by argv, or (None, None) when unclear: then the
+    whole parser is built, so help, --version and 'invalid choice' messages are complete.
+    """
+    words = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--dir", "--state-dir", "--user"):
+            skip = True
+        elif arg.startswith("-"):
+            if not arg.startswith(("--dir=", "--state-dir=", "--user=")):
+                break  # an option before the command: let the full parser handle it
+        else:
+            words.append(arg)
+            if len(words) == 2 or words[0] != "session":
+                break
+    names = {c[0] for c in COMMANDS}
+    if not words or words[0] not in names:
+        return None, None
+    if words[0] == "session":
+        verbs = {v[0] for v in SESSION_VERBS}
+        return ("session", words[1]) if len(words) == 2 and words[1] in verbs else (None, None)
+    return words[0], None
 
 
 # Signals seen during this command, and the handlers to put back afterwards. A handler's
@@ -3482,10 +3551,17 @@ def build_parser():
 _signals = {"received": None, "previous": {}}
 
 
-def _signal_exception(signum: int) -> BaseException:
-    import signal
+def _signal_module():
+    """The C module: `signal` only adds enum wrappers, which cost a millisecond a boot."""
+    try:
+        import _signal as module
+    except ImportError:  # pragma: no cover - other Pythons
+        import signal as module
+    return module
 
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+def _signal_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == _signal_module().SIGINT else Terminated()
 
 
 def _on_signal(signum, frame):
@@ -3495,8 +3571,7 @@ def _on_signal(signum, frame):
 
 def install_signal_handlers() -> None:
     """Ctrl-C and SIGTERM become exceptions so cleanup (temp files, undo) runs."""
-    import signal
-
+    signal = _signal_module()
     _signals["received"] = None
     for signum in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -3506,8 +3581,7 @@ def install_signal_handlers() -> None:
 
 
 def restore_signal_handlers() -> None:
-    import signal
-
+    signal = _signal_module()
     previous = _signals["previous"]
     while previous:
         signum, handler = previous.popitem()
@@ -3524,16 +3598,17 @@ def quiet_stdout() -> None:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(*command_of(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler = getattr(args, "handler", None)
-    if handler is None:
-        if args.command == "session":
-            parser.parse_args(["session", "--help"])
-        parser.print_help(sys.stderr)
+    if handler is None:  # `stm` or `stm session` alone: show what there is, as an error
+        words = ["session", "--help"] if args.command == "session" else ["--help"]
+        with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(SystemExit):
+            parser.parse_args(words)
         return EXIT_USAGE
     try:
         install_signal_handlers()
