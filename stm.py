@@ -87,6 +87,7 @@ SESSION_MD = "Session.md"
 HANDOFF_JSON = "handoff.json"
 
 BOOT_BUDGET_TOKENS = 2000
+JSON_SCHEMA_VERSION = 1
 LOCK_TIMEOUT_S = 10.0
 STATE_WARN_BYTES = 10 * 1024
 HANDOFF_MAX_BYTES = 1024 * 1024
@@ -2443,8 +2444,9 @@ def out(text: str = "") -> None:
     print(escape_controls(text))
 
 
-def print_json(obj) -> None:
-    print(dumps_json(obj), end="")
+def print_json(obj: dict) -> None:
+    """A command's --json report: sorted keys, with the schema version (spec/json.md)."""
+    print(dumps_json({"schema_version": JSON_SCHEMA_VERSION, **obj}), end="")
 
 
 def backup_name(path: str) -> str:
@@ -2513,6 +2515,12 @@ def cmd_init(args) -> int:
             install_file(store, os.path.join(store.state, name), text, args.force, report)
         install_dir(store, store.sessions_dir, report)
         install_dir(store, store.history_dir, report)
+    if args.json:
+        rows = [{"action": action, "path": path, "note": note} for action, path, note in report]
+        print_json(
+            {"files": rows, "stacks": store.rel(store.stacks), "state": store.rel(store.state)}
+        )
+        return EXIT_OK
     for action, path, note in report:
         out(f"{action:8} {path}" + (f"  ({note})" if note else ""))
     out(
@@ -2541,7 +2549,6 @@ def cmd_boot(args) -> int:
 
 def boot_json(parts: BootParts, text: str) -> dict:
     return {
-        "schema_version": 1,
         "tokens": estimate_tokens(text),
         "budget": BOOT_BUDGET_TOKENS,
         "text": text,
@@ -2617,8 +2624,12 @@ def cmd_log(args) -> int:
     if not args.allow_secret:
         refuse_secrets(message, "--allow-secret")
     store = open_store(args)
+    now = utc_now()
     with store.stacks_lock():
-        append_log_entry(store, message)
+        append_log_entry(store, message, now)
+    if args.json:
+        path = store.log_path(iso(now)[:10])
+        print_json({"path": store.rel(path), "timestamp": iso(now), "author": author_name()})
     return EXIT_OK
 
 
@@ -2636,7 +2647,6 @@ def cmd_check(args) -> int:
     if args.json:
         print_json(
             {
-                "schema_version": 1,
                 "ok": not failed,
                 "strict": bool(args.strict),
                 "counts": {"error": errors, "warning": warnings},
@@ -2794,7 +2804,6 @@ def gather_status(store: Store) -> dict:
     warnings += memory_warnings + session_warnings
     verdict = "ok" if not warnings else f"{len(warnings)} warning(s)"
     return {
-        "schema_version": 1,
         "stacks": store.stacks,
         "state": store.state,
         "layers": layers,
@@ -2911,7 +2920,10 @@ def cmd_session_switch(args) -> int:
         )
     with store.state_lock():
         write_pointer(store, ref.id)
-    out(ref.id)
+    if args.json:
+        print_json(session_summary(store, ref, load_state(ref), current=True))
+    else:
+        out(ref.id)
     return EXIT_OK
 
 
@@ -2952,6 +2964,10 @@ def cmd_session_archive(args) -> int:
         fsync_dir(os.path.dirname(ref.path))
         if pointed == ref.id:
             switch_pointer(store, None, rollback)
+    if args.json:
+        archived = SessionRef(ref.id, destination, True)
+        print_json(session_summary(store, archived, state, current=False))
+        return EXIT_OK
     out(ref.id)
     warn(f"archived to {store.rel(destination)}")
     return EXIT_OK
@@ -2979,7 +2995,7 @@ def cmd_session_list(args) -> int:
             state = {"name": "(unreadable state.json: run stm check)", "phase": "?"}
         rows.append(session_summary(store, ref, state, current=sid == current))
     if args.json:
-        print_json({"schema_version": 1, "current": current, "sessions": rows})
+        print_json({"current": current, "sessions": rows})
         return EXIT_OK
     if not rows:
         warn("no sessions yet; start one with `stm session new`")
@@ -3021,7 +3037,7 @@ def cmd_session_show(args) -> int:
     current = read_pointer_quietly(store) == ref.id
     if args.json:
         summary = session_summary(store, ref, state, current)
-        summary.update({"schema_version": 1, "state": state, "events": events})
+        summary.update({"state": state, "events": events})
         print_json(summary)
         return EXIT_OK
     flags = " (current)" if current else ""
@@ -3230,7 +3246,6 @@ def cmd_compose_handoff(args) -> int:
         summary = session_summary(store, ref, state, read_pointer_quietly(store) == ref.id)
         summary.update(
             {
-                "schema_version": 1,
                 "created": created,
                 "session_md": store.rel(os.path.join(ref.path, SESSION_MD)),
                 "handoff_json": store.rel(os.path.join(ref.path, "context", HANDOFF_JSON)),
@@ -3242,6 +3257,625 @@ def cmd_compose_handoff(args) -> int:
         out(ref.id)
     for warning in warnings:
         warn(warning)
+    return EXIT_OK
+
+
+def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """(index, name) of every `## ` heading outside code fences."""
+    found, fenced = [], False
+    for index, line in enumerate(lines):
+        if FENCE_RE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            found.append((index, line[3:].strip()))
+    return found
+
+
+def find_section(lines: list[str], name: str) -> int | None:
+    """The heading named `name` (case-insensitively; else a unique prefix), or None."""
+    headings = heading_lines(lines)
+    wanted = name.strip().lower()
+    exact = [i for i, heading in headings if heading.lower() == wanted]
+    if len(exact) > 1:
+        raise StmError(f"section {name!r} appears {len(exact)} times; merge them first")
+    if exact:
+        return exact[0]
+    prefixed = [(i, heading) for i, heading in headings if heading.lower().startswith(wanted)]
+    if len(prefixed) > 1:
+        names = ", ".join(repr(h) for _, h in prefixed)
+        raise usage_error(f"section {name!r} is ambiguous: it matches {names}; say which")
+    return prefixed[0][0] if prefixed else None
+
+
+def section_end(lines: list[str], index: int) -> int:
+    """Where the section opened at `index` ends: the next `#` or `##` heading, or EOF."""
+    fenced = False
+    for follow in range(index + 1, len(lines)):
+        line = lines[follow]
+        if FENCE_RE.match(line):
+            fenced = not fenced
+        elif not fenced and (line.startswith("## ") or line.startswith("# ")):
+            return follow
+    return len(lines)
+
+
+def is_filler(line: str) -> bool:
+    """Blank, or a one-line HTML comment (template guidance)."""
+    stripped = line.strip()
+    return not stripped or (stripped.startswith("<!--") and stripped.endswith("-->"))
+
+
+def as_bullet(text: str) -> list[str]:
+    first, *rest = text.split("\n")
+    return [f"- {first}"] + [f"  {line}" if line.strip() else "" for line in rest]
+
+
+def add_note(text: str, section: str, note: str, replace: bool, anchor: str | None) -> str:
+    """MEMORY.md (or AGENT.md) with `note` added to, or replacing, `## section`."""
+    lines = text.rstrip("\n").split("\n") if text.strip() else []
+    index = find_section(lines, section)
+    if index is None:
+        block = [f"## {section.strip()}", "", *(note.split("\n") if replace else as_bullet(note))]
+        at = find_section(lines, anchor) if anchor else None
+        if at is None:
+            lines += ([""] if lines else []) + block
+        else:
+            lines[at:at] = block + [""]
+        return "\n".join(lines) + "\n"
+    end = section_end(lines, index)
+    if replace:
+        lines[index + 1 : end] = ["", *note.split("\n"), ""] if end < len(lines) else ["", note]
+        return "\n".join(lines).rstrip("\n") + "\n"
+    at = index + 1
+    while at < end and is_filler(lines[at]):
+        at += 1
+    bullet = as_bullet(note)
+    if at == end or not lines[at].lstrip().startswith(("- ", "* ")):
+        bullet.append("")  # a blank line between the list and what follows
+    if lines[at - 1].strip():
+        bullet.insert(0, "")
+    lines[at:at] = bullet
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def stamp_last_updated(text: str, stamp: str) -> str:
+    lines = text.rstrip("\n").split("\n")
+    index = find_section(lines, "Last Updated")
+    if index is None or lines[index][3:].strip().lower() != "last updated":
+        return add_note(text, "Last Updated", stamp, True, None)
+    end = section_end(lines, index)
+    lines[index + 1 : end] = ["", stamp, ""] if end < len(lines) else ["", stamp]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def note_landed(text: str, section: str, note: str) -> bool:
+    """Read-back check: the note's lines stand under the section's heading."""
+    lines = text.split("\n")
+    index = find_section(lines, section)
+    if index is None:
+        return False
+    body = "\n".join(lines[index + 1 : section_end(lines, index)])
+    return all(line.strip() in body for line in note.split("\n") if line.strip())
+
+
+def read_note_text(args) -> str:
+    words = args.text or []
+    if words == ["-"] or (not words and args.replace):
+        raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise usage_error("note -: standard input is not UTF-8 text; nothing written") from None
+    elif words:
+        text = " ".join(words)
+    else:
+        raise usage_error("note needs TEXT, or `-` to read standard input")
+    if len(text.encode("utf-8", "surrogateescape")) > MESSAGE_MAX_BYTES:
+        raise usage_error("note is larger than 1 MiB; put big text in refs/ instead")
+    note = normalise_message(text)
+    if not note.strip() and not args.replace:
+        raise usage_error("note is empty; nothing written")
+    return note
+
+
+def cmd_note(args) -> int:
+    section = " ".join(escape_controls(args.section).split())
+    if not section or section.startswith("#"):
+        raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
+    note = read_note_text(args)
+    if not args.allow_secret:
+        refuse_secrets(note, "--allow-secret")
+    store = open_store(args)
+    path = store.agent_path if args.identity else store.memory_path
+    refuse_symlink(path, "memory file")
+    with store.stacks_lock():
+        try:
+            before = read_text(path)
+        except FileNotFoundError:
+            raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
+        anchor = None if args.identity else "Last Updated"
+        after = add_note(before, section, note, args.replace, anchor)
+        if not args.identity:
+            after = stamp_last_updated(after, iso_now())
+        atomic_write(path, after.encode("utf-8"))
+        if not note_landed(read_text(path), section, note):
+            atomic_write(path, before.encode("utf-8"))
+            raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
+    if args.json:
+        print_json(
+            {
+                "path": store.rel(path),
+                "section": section,
+                "replaced": bool(args.replace),
+            }
+        )
+    return EXIT_OK
+
+
+SEARCH_LAYERS = ("identity", "session", "refs", "logs", "sessions")
+
+
+def search_files(store: Store, layers, since: str | None):
+    """(layer, path) to search, in order: identity, session, refs, logs newest first,
+    sessions newest first. --since applies to the dated layers (logs and sessions)."""
+    if "identity" in layers:
+        yield "identity", store.agent_path
+    if "session" in layers:
+        yield "session", store.memory_path
+    if "refs" in layers:
+        for path in iter_ref_files(store.refs_dir):
+            yield "refs", path
+    if "logs" in layers and not os.path.islink(store.logs_dir):
+        try:
+            names = sorted(
+                (n for n in os.listdir(store.logs_dir) if LOG_NAME_RE.match(n)), reverse=True
+            )
+        except OSError:
+            names = []
+        for name in names:
+            if since and name[:10] < since:
+                break
+            yield "logs", os.path.join(store.logs_dir, name)
+    if "sessions" in layers:
+        found = iter_active_sessions(store) + iter_archived_sessions(store)
+        for session_id, folder in sorted(found, reverse=True):
+            if since and session_id[:10] < since:
+                continue
+            for name in (SESSION_MD, STATE_FILE, HISTORY_FILE):
+                yield "sessions", os.path.join(folder, name)
+
+
+def search_matcher(pattern: str, regex: bool):
+    if not pattern:
+        raise usage_error("search needs a non-empty PATTERN")
+    if regex:
+        try:
+            return re.compile(pattern, re.IGNORECASE).search
+        except re.error as exc:
+            raise usage_error(
+                f"--regex {pattern!r} is not a valid regular expression: {exc}"
+            ) from None
+    needle = pattern.casefold()
+    return lambda line: needle in line.casefold()
+
+
+def cmd_search(args) -> int:
+    store = open_store(args)
+    if args.since is not None and parse_iso(args.since, date_only_ok=True) is None:
+        raise usage_error(f"--since {args.since!r} is not a date (YYYY-MM-DD)")
+    since = args.since[:10] if args.since else None
+    matches = search_matcher(args.pattern, args.regex)
+    layers = (args.layer,) if args.layer else SEARCH_LAYERS
+    found = []
+    for layer, path in search_files(store, layers, since):
+        try:
+            data = read_bytes(path)
+        except OSError:
+            continue  # missing optional files (Session.md), links: nothing to search
+        for number, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+            if matches(line):
+                hit = {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+                if args.json:
+                    found.append(hit)
+                else:
+                    out(f"{hit['path']}:{number}: {line}")
+                    found.append(None)
+    if args.json:
+        print_json({"pattern": args.pattern, "matches": found})
+    return EXIT_OK if found else EXIT_FAIL
+
+
+CLAUDE_MATCHER = "startup|resume|clear|compact"
+AGENTS_BEGIN = "<!-- stm:agents begin -->"
+AGENTS_END = "<!-- stm:agents end -->"
+AGENTS_BLOCK = f"""{AGENTS_BEGIN}
+## Memory (stm)
+- At the start of every session run `stm boot` and read all of it.
+- Before you stop, log what you did: `stm log "what changed, what was decided"`.
+- Keep the letter to the next session current: `stm note "Next Steps" "..."`.
+- Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
+{AGENTS_END}
+"""
+STM_BOOT_COMMAND_RE = LazyRegex(r"(^|[\s/\"'])stm(\.py)?[\"']?\s+(.*\s)?boot(\s|$)")
+
+
+def project_root(args) -> str:
+    """The folder holding the memory (the nearest .stacks/'s parent), else here."""
+    stacks = getattr(args, "dir", None) or find_stacks(os.getcwd())
+    return os.path.dirname(os.path.abspath(stacks)) if stacks else os.getcwd()
+
+
+def default_boot_command(root: str) -> str:
+    """What the hook runs: the installed command, else this stm.py through its path."""
+    import shutil
+
+    if shutil.which("stm"):
+        return "stm boot"
+    here = os.path.abspath(__file__)
+    rel = os.path.relpath(here, root)
+    if not rel.startswith(".."):
+        return f'python3 "$CLAUDE_PROJECT_DIR/{rel}" boot'
+    return f'python3 "{here}" boot'
+
+
+def is_stm_boot_hook(hook, command: str) -> bool:
+    text = hook.get("command") if isinstance(hook, dict) else None
+    return isinstance(text, str) and (text == command or bool(STM_BOOT_COMMAND_RE.search(text)))
+
+
+def load_settings(path: str) -> tuple[dict, bytes | None]:
+    if not os.path.lexists(path):
+        return {}, None
+    refuse_symlink(path, "settings file")
+    raw = read_bytes(path)
+    try:
+        data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
+    hooks = data.get("hooks", {}) if isinstance(data, dict) else None
+    starts = hooks.get("SessionStart", []) if isinstance(hooks, dict) else None
+    if not isinstance(starts, list):
+        raise StmError(
+            f"{path}: expected an object with hooks.SessionStart as a list; nothing changed"
+        )
+    return data, raw
+
+
+def hook_entry(command: str) -> dict:
+    return {"matcher": CLAUDE_MATCHER, "hooks": [{"type": "command", "command": command}]}
+
+
+def installed_hooks(data: dict, command: str) -> int:
+    return sum(
+        is_stm_boot_hook(hook, command)
+        for entry in data.get("hooks", {}).get("SessionStart", [])
+        if isinstance(entry, dict)
+        for hook in entry.get("hooks", [])
+    )
+
+
+def write_settings(path: str, data: dict) -> None:
+    make_dir(os.path.dirname(path))
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # the user's key order kept
+    atomic_write(path, text.encode("utf-8"))
+
+
+def remove_stm_hooks(data: dict, command: str) -> None:
+    hooks = data.get("hooks", {})
+    kept = []
+    for entry in hooks.get("SessionStart", []):
+        if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+            entry["hooks"] = [h for h in entry["hooks"] if not is_stm_boot_hook(h, command)]
+            if not entry["hooks"]:
+                continue
+        kept.append(entry)
+    hooks["SessionStart"] = kept
+    if not kept:
+        del hooks["SessionStart"]
+    if not hooks and "hooks" in data:
+        del data["hooks"]
+
+
+def matching_backup(path: str, data: dict) -> bytes | None:
+    """The newest backup of `path` whose content equals `data`: restoring its bytes puts
+    the user's own formatting back exactly."""
+    folder, name = os.path.split(path)
+    try:
+        names = sorted((n for n in os.listdir(folder) if n.startswith(name + ".")), reverse=True)
+    except OSError:
+        return None
+    for backup in names:
+        if backup.endswith(".bak"):
+            raw = read_bytes(os.path.join(folder, backup))
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                if json.loads(raw.decode("utf-8")) == data:
+                    return raw
+    return None
+
+
+def cmd_setup_claude(args) -> int:
+    root = project_root(args)
+    path = os.path.join(root, ".claude", "settings.json")
+    command = args.command or default_boot_command(root)
+    shown = os.path.relpath(path)
+    if not (args.install or args.check or args.remove):  # --print, the default
+        print_json({"hooks": {"SessionStart": [hook_entry(command)]}})
+        return EXIT_OK
+    data, raw = load_settings(path)
+    count = installed_hooks(data, command)
+    if args.check:
+        out(f"{'installed' if count else 'not installed'}: {shown}")
+        return EXIT_OK if count else EXIT_FAIL
+    if args.install:
+        if count:
+            out(f"already installed: {shown} (nothing changed)")
+            return EXIT_OK
+        data.setdefault("hooks", {}).setdefault("SessionStart", []).append(hook_entry(command))
+        if raw is not None:
+            atomic_write(backup_name(path), raw)
+        write_settings(path, data)
+        out(f"installed: {shown} runs `{command}` on {CLAUDE_MATCHER.replace('|', ', ')}")
+        return EXIT_OK
+    if not count:
+        out(f"not installed: {shown} (nothing changed)")
+        return EXIT_OK
+    remove_stm_hooks(data, command)
+    original = matching_backup(path, data)
+    if original is not None:
+        atomic_write(path, original)
+    elif data:
+        write_settings(path, data)
+    else:
+        os.unlink(path)  # stm created it; nothing of the user's is in it
+    out(f"removed: the stm boot hook from {shown}")
+    return EXIT_OK
+
+
+def cmd_setup_agents_md(args) -> int:
+    path = args.file or os.path.join(project_root(args), "AGENTS.md")
+    shown = os.path.relpath(path)
+    if not (args.install or args.remove):
+        sys.stdout.write(AGENTS_BLOCK)
+        return EXIT_OK
+    if os.path.isdir(path):
+        raise usage_error(f"--file {path} is a directory; name a file such as AGENTS.md")
+    refuse_symlink(path, "instructions file")
+    text = read_text(path) if os.path.exists(path) else ""
+    start, end = text.find(AGENTS_BEGIN), text.find(AGENTS_END)
+    present = start >= 0 and end > start
+    if args.install:
+        if present and text[start : end + len(AGENTS_END) + 1] == AGENTS_BLOCK:
+            out(f"already installed: {shown} (nothing changed)")
+            return EXIT_OK
+        if present:
+            new = text[:start] + AGENTS_BLOCK + text[end + len(AGENTS_END) :].lstrip("\n")
+        else:
+            prefix = text if not text or text.endswith("\n") else text + "\n"
+            new = prefix + ("\n" if prefix else "") + AGENTS_BLOCK
+        atomic_write(path, new.encode("utf-8"))
+        out(f"installed: the stm block in {shown}")
+        return EXIT_OK
+    if not present:
+        out(f"not installed: {shown} (nothing changed)")
+        return EXIT_OK
+    before, after = text[:start], text[end + len(AGENTS_END) :]
+    after = after[1:] if after.startswith("\n") else after
+    if before.endswith("\n\n"):
+        before = before[:-1]  # the blank line install put before the block
+    new = before + after
+    if new.strip():
+        atomic_write(path, new.encode("utf-8"))
+    else:
+        os.unlink(path)
+    out(f"removed: the stm block from {shown}")
+    return EXIT_OK
+
+
+IMPORT_MAX_ENTRIES = 100_000
+IMPORT_MAX_BYTES = 256 * 1024 * 1024
+IMPORT_MAX_RATIO = 100  # uncompressed / compressed, for entries over 1 MiB: a zip bomb
+
+
+def export_members(store: Store, include_state: bool):
+    """(archive name, path) of every file to export, sorted; links and stm's own lock,
+    temp and half-built files are left out, and so is the local session pointer."""
+    trees = [(STACKS_DIRNAME, store.stacks)]
+    if include_state:
+        trees.append((STATE_DIRNAME, store.state))
+    for prefix, top in trees:
+        if not os.path.isdir(top):
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if not d.endswith(".building"))
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                skip = name == LOCK_NAME or name.endswith(".tmp") or os.path.islink(path)
+                if skip or (folder == store.state and name == POINTER_FILE):
+                    continue
+                rel = os.path.relpath(path, top).replace(os.sep, "/")
+                yield f"{prefix}/{rel}", path
+
+
+def cmd_export(args) -> int:
+    import zipfile
+
+    store = open_store(args)
+    target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
+    if os.path.isdir(target):
+        raise usage_error(f"-o {target} is a directory; name a .zip file")
+    members = list(export_members(store, args.include_state))
+    directory = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{random_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as stream, zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, path in members:
+                info = zipfile.ZipInfo(
+                    name, time.gmtime(max(os.lstat(path).st_mtime, 315532800))[:6]
+                )
+                info.external_attr = 0o644 << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, read_bytes(path))
+            zf.close()
+            stream.flush()
+            fsync_fd(stream.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+    if args.json:
+        print_json({"path": target, "files": [n for n, _ in members]})
+    else:
+        out(f"exported {len(members)} file(s) to {target}")
+    return EXIT_OK
+
+
+def import_target(store: Store, name: str) -> str:
+    """Where an archive entry lands; refuses anything outside the memory directories."""
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or ":" in parts[0] or len(parts) < 2:
+        raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
+    roots = {STACKS_DIRNAME: store.stacks, STATE_DIRNAME: store.state}
+    if parts[0] not in roots:
+        raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
+    for part in parts[1:]:
+        check_component(part, f"entry {name!r}:")
+    return os.path.join(roots[parts[0]], *parts[1:])
+
+
+def refuse_links_on_the_way(target: str, roots) -> None:
+    """Refuse `target` if it, or a folder between it and its tree's root, is a link."""
+    path = target
+    while path not in roots and os.path.dirname(path) != path:
+        refuse_symlink(path, "path")
+        path = os.path.dirname(path)
+
+
+def read_import(store: Store, source: str) -> list[tuple[str, str, bytes]]:
+    """Every (name, target, bytes) of the archive, all checked before anything is written."""
+    import stat
+    import zipfile
+
+    if not os.path.isfile(source):
+        raise StmError(f"import: {source} not found")
+    if not zipfile.is_zipfile(source):
+        raise StmError(f"import: {source} is not a zip archive")
+    with zipfile.ZipFile(source) as zf:
+        infos = zf.infolist()
+        if len(infos) > IMPORT_MAX_ENTRIES:
+            raise StmError(f"import: {source} has more than {IMPORT_MAX_ENTRIES} entries; refused")
+        total = 0
+        planned = []
+        for info in infos:
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
+            target = import_target(store, info.filename.rstrip("/"))
+            if info.is_dir():
+                continue
+            total += info.file_size
+            ratio = info.file_size / max(info.compress_size, 1)
+            if total > IMPORT_MAX_BYTES or (info.file_size > 1 << 20 and ratio > IMPORT_MAX_RATIO):
+                raise StmError(f"import: {source} expands too much (a zip bomb?); refused")
+            planned.append((info, target))
+        files = []
+        for info, target in planned:
+            with zf.open(info) as member:
+                data = member.read(info.file_size + 1)  # sizes can lie: read one byte more
+            if len(data) != info.file_size:
+                raise StmError(f"import: entry {info.filename!r} is not the size it claims")
+            files.append((info.filename, target, data))
+    return files
+
+
+def cmd_import(args) -> int:
+    store = open_store(args, for_init=True)
+    files = read_import(store, args.file)
+    plan = []
+    for _, target, _ in files:
+        refuse_links_on_the_way(target, (store.stacks, store.state))
+    for name, target, data in files:
+        if not os.path.lexists(target):
+            plan.append(("create", name, target, data))
+        elif read_bytes(target) == data:
+            plan.append(("same", name, target, data))
+        else:
+            plan.append(("replace", name, target, data))
+    conflicts = [name for action, name, _, _ in plan if action == "replace"]
+    if conflicts and not args.force and not args.dry_run:
+        more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+        raise StmError(
+            f"import: {len(conflicts)} file(s) differ from the archive: "
+            f"{', '.join(conflicts[:5])}{more}; nothing written. Pass --force to replace "
+            "them (each old file is kept as a .bak)"
+        )
+    if not args.dry_run:
+        apply_import(store, plan)
+    report(args, plan)
+    return EXIT_OK
+
+
+def apply_import(store: Store, plan: list) -> None:
+    make_dir(store.stacks)
+    with store.stacks_lock(), store.state_lock(), Rollback() as rollback:
+        for action, _, target, data in plan:
+            if action == "same":
+                continue
+            tree = store.stacks if target.startswith(store.stacks + os.sep) else store.state
+            folder = os.path.dirname(target)
+            make_dir_undoable(folder, rollback)
+            require_inside(folder, tree, "import folder")
+            if action == "replace":
+                backup = backup_name(target)
+                rollback.add(restorer(backup))
+                atomic_write(backup, read_bytes(target))
+            rollback.add(restorer(target))
+            atomic_write(target, data)
+
+
+def report(args, plan: list) -> None:
+    words = {"create": "created", "same": "same", "replace": "replaced"}
+    if args.dry_run:
+        words = {"create": "would create", "same": "same", "replace": "would replace"}
+    if args.json:
+        rows = [{"action": action, "path": name} for action, name, _, _ in plan]
+        print_json({"dry_run": bool(args.dry_run), "files": rows})
+        return
+    for action, name, _, _ in plan:
+        out(f"{words[action]:13} {name}")
+
+
+def git(root: str, *args: str):
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def cmd_commit(args) -> int:
+    import shutil
+
+    store = open_store(args)
+    root = os.path.dirname(store.stacks)
+    if shutil.which("git") is None:
+        raise StmError("git is not installed (or not on PATH); stm commit needs it")
+    top = git(root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise StmError(f"{root} is not inside a git repository; run `git init` first")
+    paths = [p for p in (store.stacks, store.state) if os.path.isdir(p)]
+    added = git(root, "add", "-A", "--", *paths)
+    if added.returncode != 0:
+        raise StmError(f"git add failed: {added.stderr.strip()}")
+    has_head = git(root, "rev-parse", "--verify", "-q", "HEAD").returncode == 0
+    if has_head and git(root, "diff", "--cached", "--quiet", "HEAD", "--", *paths).returncode == 0:
+        out("nothing to commit in the memory directories")
+        return EXIT_OK
+    message = args.message or f"stm: update memory ({iso_now()[:10]})"
+    # --only: the commit holds these paths alone; whatever else is staged stays staged.
+    done = git(root, "commit", "--only", "-q", "-m", message, "--", *paths)
+    if done.returncode != 0:
+        raise StmError(f"git commit failed: {(done.stderr or done.stdout).strip()}")
+    out(git(root, "log", "-1", "--format=%h %s").stdout.strip())
     return EXIT_OK
 
 
@@ -3301,6 +3935,7 @@ def options_init(p) -> None:
         action="store_true",
         help="rewrite the template files, keeping the old content as a .bak beside them",
     )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def options_boot(p) -> None:
@@ -3322,6 +3957,7 @@ def options_log(p) -> None:
     p.add_argument(
         "--allow-secret", action="store_true", help="log text even if it looks like a credential"
     )
+    p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
 
 
 def options_check(p) -> None:
@@ -3354,6 +3990,85 @@ def options_compose_handoff(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def options_note(p) -> None:
+    p.add_argument("section", metavar="SECTION", help="the `## SECTION` heading of MEMORY.md")
+    p.add_argument("text", metavar="TEXT", nargs="*", help="the note; - reads stdin")
+    p.add_argument(
+        "--replace", action="store_true", help="replace the section's body (TEXT or stdin)"
+    )
+    p.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
+    p.add_argument(
+        "--allow-secret", action="store_true", help="write text even if it looks like a credential"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_search(p) -> None:
+    p.add_argument("pattern", metavar="PATTERN", help="text to find (case-insensitive)")
+    p.add_argument("--layer", choices=SEARCH_LAYERS, help="search only this layer")
+    p.add_argument("--since", metavar="DATE", help="logs and sessions from DATE (YYYY-MM-DD) on")
+    p.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_setup_claude(p) -> None:
+    actions = p.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="show the hook settings (the default)",
+    )
+    actions.add_argument(
+        "--install",
+        action="store_true",
+        help="merge the hook into .claude/settings.json (keeps a backup)",
+    )
+    actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
+    actions.add_argument("--remove", action="store_true", help="take out only what stm added")
+    p.add_argument(
+        "--command",
+        metavar="CMD",
+        help="what the hook runs (default: `stm boot` if installed, else this stm.py)",
+    )
+
+
+def options_setup_agents_md(p) -> None:
+    actions = p.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--print", dest="print_only", action="store_true", help="show the block (the default)"
+    )
+    actions.add_argument("--install", action="store_true", help="add or update the block")
+    actions.add_argument("--remove", action="store_true", help="take the block out")
+    p.add_argument("--file", metavar="PATH", help="the instructions file (default: AGENTS.md)")
+
+
+def options_export(p) -> None:
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the zip to write (default: stm-memory-YYYY-MM-DD.zip here)",
+    )
+    p.add_argument("--include-state", action="store_true", help="add .state/ (sessions)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_import(p) -> None:
+    p.add_argument("file", metavar="FILE", help="a zip made by `stm export`")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files that differ, keeping each old one as a .bak",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would happen; write nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_commit(p) -> None:
+    p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
+
+
 def options_session_new(p) -> None:
     p.add_argument("--name", help="a short human name for the session")
     p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
@@ -3364,6 +4079,7 @@ def options_session_new(p) -> None:
 
 def options_session_switch(p) -> None:
     p.add_argument("id", metavar="ID", help="full id, or a unique prefix or suffix (4+ chars)")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def options_session_archive(p) -> None:
@@ -3374,6 +4090,7 @@ def options_session_archive(p) -> None:
         metavar="N",
         help="refuse (exit 3) unless the stored version is N",
     )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def options_session_list(p) -> None:
@@ -3419,43 +4136,150 @@ def options_update(p) -> None:
 # (name, handler, help, example, options). The parser of a command is built only when that
 # command runs (or for --help): argparse costs about half a millisecond per subparser.
 COMMANDS = (
-    ("init", "cmd_init", "create .stacks/ and .state/ from the templates", "stm init",
-     options_init),
-    ("boot", "cmd_boot", "print identity, session memory, active workflow and refs index",
-     "stm boot --max-tokens 1500", options_boot),
-    ("log", "cmd_log", "append an entry to today's log",
-     'stm log "fixed the parser; see refs/parser.md"', options_log),
-    ("check", "cmd_check", "validate the memory; exit 1 on errors", "stm check --strict",
-     options_check),
-    ("status", "cmd_status", "sizes, ages, budget, sessions and staleness", "stm status --json",
-     options_json),
-    ("session", None, "workflow sessions: new, switch, archive, list, show, phase, checkpoint",
-     "stm session new --name 'port parser' --phases plan,build,ship", None),
-    ("compose-handoff", "cmd_compose_handoff",
-     "turn a handoff JSON into a resumable session with a Session.md",
-     "stm compose-handoff handoff.json", options_compose_handoff),
-)  # fmt: skip
+    (
+        "init",
+        "cmd_init",
+        "create .stacks/ and .state/ from the templates",
+        "stm init",
+        options_init,
+    ),
+    (
+        "boot",
+        "cmd_boot",
+        "print identity, session memory, active workflow and refs index",
+        "stm boot --max-tokens 1500",
+        options_boot,
+    ),
+    (
+        "log",
+        "cmd_log",
+        "append an entry to today's log",
+        'stm log "fixed the parser; see refs/parser.md"',
+        options_log,
+    ),
+    (
+        "check",
+        "cmd_check",
+        "validate the memory; exit 1 on errors",
+        "stm check --strict",
+        options_check,
+    ),
+    (
+        "status",
+        "cmd_status",
+        "sizes, ages, budget, sessions and staleness",
+        "stm status --json",
+        options_json,
+    ),
+    (
+        "session",
+        None,
+        "workflow sessions: new, switch, archive, list, show, phase, checkpoint",
+        "stm session new --name 'port parser' --phases plan,build,ship",
+        None,
+    ),
+    (
+        "compose-handoff",
+        "cmd_compose_handoff",
+        "turn a handoff JSON into a resumable session with a Session.md",
+        "stm compose-handoff handoff.json",
+        options_compose_handoff,
+    ),
+    (
+        "note",
+        "cmd_note",
+        "add a bullet to a MEMORY.md section (or replace it), safely",
+        'stm note "Next Steps" "port the expression grammar"',
+        options_note,
+    ),
+    (
+        "search",
+        "cmd_search",
+        "search memory, newest logs first (exit 1 when nothing matched)",
+        "stm search parser --layer logs --since 2026-11-01",
+        options_search,
+    ),
+    (
+        "setup",
+        None,
+        "wire stm into agent tools: claude, agents-md",
+        "stm setup claude --install",
+        None,
+    ),
+    (
+        "export",
+        "cmd_export",
+        "write the memory to one zip file",
+        "stm export -o memory.zip --include-state",
+        options_export,
+    ),
+    (
+        "import",
+        "cmd_import",
+        "restore memory from a zip made by stm export",
+        "stm import memory.zip --dry-run",
+        options_import,
+    ),
+    (
+        "commit",
+        "cmd_commit",
+        "commit the memory directories, and only them, with git",
+        'stm commit -m "memory: parser work"',
+        options_commit,
+    ),
+)
 
 SESSION_VERBS = (
-    ("new", "cmd_session_new", "start a session and make it current",
-     "stm session new --name 'port parser' --phases plan,build,ship", options_session_new),
-    ("switch", "cmd_session_switch", "make a session current",
-     "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
-     options_session_switch),
-    ("archive", "cmd_session_archive",
-     "move a session to history/YYYY-MM/ (read-only from then on)",
-     "stm session archive            (the current session)", options_session_archive),
-    ("list", "cmd_session_list", "list sessions (* marks the current one)",
-     "stm session list --all", options_session_list),
-    ("show", "cmd_session_show", "show a session's state and recent events",
-     "stm session show --json", options_session_show),
-    ("phase", "cmd_session_phase", "move the session to another phase",
-     "stm session phase build", options_session_phase),
-    ("checkpoint", "cmd_session_checkpoint",
-     "record progress so a crashed or replaced agent can resume",
-     "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
-     options_session_checkpoint),
-)  # fmt: skip
+    (
+        "new",
+        "cmd_session_new",
+        "start a session and make it current",
+        "stm session new --name 'port parser' --phases plan,build,ship",
+        options_session_new,
+    ),
+    (
+        "switch",
+        "cmd_session_switch",
+        "make a session current",
+        "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
+        options_session_switch,
+    ),
+    (
+        "archive",
+        "cmd_session_archive",
+        "move a session to history/YYYY-MM/ (read-only from then on)",
+        "stm session archive            (the current session)",
+        options_session_archive,
+    ),
+    (
+        "list",
+        "cmd_session_list",
+        "list sessions (* marks the current one)",
+        "stm session list --all",
+        options_session_list,
+    ),
+    (
+        "show",
+        "cmd_session_show",
+        "show a session's state and recent events",
+        "stm session show --json",
+        options_session_show,
+    ),
+    (
+        "phase",
+        "cmd_session_phase",
+        "move the session to another phase",
+        "stm session phase build",
+        options_session_phase,
+    ),
+    (
+        "checkpoint",
+        "cmd_session_checkpoint",
+        "record progress so a crashed or replaced agent can resume",
+        "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
+        options_session_checkpoint,
+    ),
+)
 
 
 def help_formatter():
@@ -3477,6 +4301,26 @@ def help_formatter():
     return Formatter
 
 
+SETUP_VERBS = (
+    (
+        "claude",
+        "cmd_setup_claude",
+        "Claude Code: a SessionStart hook that runs `stm boot` on startup, resume, clear, compact",
+        "stm setup claude --install",
+        options_setup_claude,
+    ),
+    (
+        "agents-md",
+        "cmd_setup_agents_md",
+        "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
+        "stm setup agents-md --install --file CLAUDE.md",
+        options_setup_agents_md,
+    ),
+)
+
+VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS}
+
+
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:
     formatter = help_formatter()
     for name, handler, help_text, example, options in table:
@@ -3494,9 +4338,9 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
         if options is not None:
             parser.set_defaults(handler=globals()[handler])
             options(parser)
-        else:  # session: a second level of verbs
-            verbs = parser.add_subparsers(dest="session_command", metavar="VERB")
-            add_commands(verbs, SESSION_VERBS, common, only_verb)
+        else:  # session, setup: a second level of verbs
+            verbs = parser.add_subparsers(dest=f"{name}_command", metavar="VERB")
+            add_commands(verbs, VERBS[name], common, only_verb)
 
 
 def build_parser(only: str | None = None, only_verb: str | None = None):
@@ -3534,14 +4378,14 @@ def command_of(argv: list[str]) -> tuple[str | None, str | None]:
                 break  # an option before the command: let the full parser handle it
         else:
             words.append(arg)
-            if len(words) == 2 or words[0] != "session":
+            if len(words) == 2 or words[0] not in VERBS:
                 break
     names = {c[0] for c in COMMANDS}
     if not words or words[0] not in names:
         return None, None
-    if words[0] == "session":
-        verbs = {v[0] for v in SESSION_VERBS}
-        return ("session", words[1]) if len(words) == 2 and words[1] in verbs else (None, None)
+    if words[0] in VERBS:
+        verbs = {v[0] for v in VERBS[words[0]]}
+        return (words[0], words[1]) if len(words) == 2 and words[1] in verbs else (None, None)
     return words[0], None
 
 
@@ -3606,7 +4450,7 @@ def main(argv=None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler = getattr(args, "handler", None)
     if handler is None:  # `stm` or `stm session` alone: show what there is, as an error
-        words = ["session", "--help"] if args.command == "session" else ["--help"]
+        words = [args.command, "--help"] if args.command in VERBS else ["--help"]
         with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(SystemExit):
             parser.parse_args(words)
         return EXIT_USAGE
