@@ -3741,7 +3741,7 @@ def import_target(store: Store, name: str) -> str:
     if parts[0] not in roots:
         raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
     for part in parts[1:]:
-        check_component(part, f"entry {name!r}:")
+        check_component(part, f"unsafe entry {name!r}: component")
     return os.path.join(roots[parts[0]], *parts[1:])
 
 
@@ -4445,7 +4445,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(*command_of(argv))
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # free words after an option (`stm note Status --replace new text`)
+            words = getattr(args, "text", getattr(args, "message", None))
+            if words is None or any(word.startswith("-") for word in extra):
+                parser.parse_args(argv)  # the usual "unrecognized arguments" error
+            words.extend(extra)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler = getattr(args, "handler", None)

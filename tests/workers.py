@@ -45,6 +45,15 @@ def append_direct(writer: str, count: int) -> int:
     return 0
 
 
+def add_notes(writer: str, count: int) -> int:
+    """`count` notes into one MEMORY.md section."""
+    for n in range(count):
+        code, _ = quiet_main(["note", "Observations", f"writer {writer} note {n}"])
+        if code != 0:
+            return code
+    return 0
+
+
 def update_state(session_id: str, writer: str, count: int) -> int:
     """`count` checkpoint updates, each of which changes the state."""
     for n in range(count):
@@ -115,6 +124,8 @@ def main(argv) -> int:
     os.chdir(directory)
     if mode == "log":
         return log_entries(rest[0], int(rest[1]))
+    if mode == "note":
+        return add_notes(rest[0], int(rest[1]))
     if mode == "append":
         return append_direct(rest[0], int(rest[1]))
     if mode == "update":
