@@ -3868,14 +3868,21 @@ def cmd_commit(args) -> int:
         raise StmError(f"git add failed: {added.stderr.strip()}")
     has_head = git(root, "rev-parse", "--verify", "-q", "HEAD").returncode == 0
     if has_head and git(root, "diff", "--cached", "--quiet", "HEAD", "--", *paths).returncode == 0:
-        out("nothing to commit in the memory directories")
+        if args.json:
+            print_json({"committed": False, "commit": None, "message": None})
+        else:
+            out("nothing to commit in the memory directories")
         return EXIT_OK
     message = args.message or f"stm: update memory ({iso_now()[:10]})"
     # --only: the commit holds these paths alone; whatever else is staged stays staged.
     done = git(root, "commit", "--only", "-q", "-m", message, "--", *paths)
     if done.returncode != 0:
         raise StmError(f"git commit failed: {(done.stderr or done.stdout).strip()}")
-    out(git(root, "log", "-1", "--format=%h %s").stdout.strip())
+    if args.json:
+        head = git(root, "rev-parse", "HEAD").stdout.strip()
+        print_json({"committed": True, "commit": head, "message": message})
+    else:
+        out(git(root, "log", "-1", "--format=%h %s").stdout.strip())
     return EXIT_OK
 
 
@@ -4067,6 +4074,7 @@ def options_import(p) -> None:
 
 def options_commit(p) -> None:
     p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def options_session_new(p) -> None:

@@ -265,7 +265,7 @@ def test_every_json_output_matches_its_documented_keys(project, run, tmp_path_fa
     results["export"] = run("export", "-o", zip_path, "--json")
     results["import"] = run("import", zip_path, "--dry-run", "--json")
     results["session archive"] = run("session", "archive", sid, "--json")
-    assert set(results) == set(keys)
+    assert set(results) | {"commit"} == set(keys)  # commit: in its own test, with git
     for command, result in results.items():
         assert result.code == 0, (command, result)
         data = json.loads(result.out)
@@ -527,6 +527,10 @@ def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, mon
     assert git(store, "log", "-1", "--format=%s") == "memory: first\n"
     again = run("commit")
     assert again.code == 0 and "nothing to commit" in again.out
+    (store / ".stacks" / "refs" / "new.md").write_text("# New\n")
+    data = json.loads(run("commit", "--json").out)
+    assert set(data) == documented_keys()["commit"]
+    assert data["committed"] is True and data["commit"] == git(store, "rev-parse", "HEAD").strip()
 
 
 def test_commit_outside_a_git_repository(store, run):
