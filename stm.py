@@ -3360,6 +3360,8 @@ def note_landed(text: str, section: str, note: str) -> bool:
 
 def read_note_text(args) -> str:
     words = args.text or []
+    if not words and args.replace and sys.stdin.isatty():
+        raise usage_error("note --replace needs TEXT, or the new body on standard input")
     if words == ["-"] or (not words and args.replace):
         raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
         try:

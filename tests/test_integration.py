@@ -542,3 +542,15 @@ def test_commit_without_git(store, run, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     result = run("commit")
     assert result.code == 1 and "git is not installed" in result.err
+
+
+def test_note_replace_on_a_terminal_without_text_is_a_usage_error(store, run, monkeypatch):
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Tty())
+    before = snapshot(store)
+    result = run("note", "Status", "--replace")
+    assert result.code == 2 and "--replace needs TEXT" in result.err
+    assert snapshot(store) == before
