@@ -23,7 +23,13 @@ Usage:
     $ python3 stm.py session new --name "port parser" --phases plan,build,ship
     $ python3 stm.py session checkpoint --done plan --pending build --resume "run tests"
     $ python3 stm.py compose-handoff handoff.json
+    $ python3 stm.py note "Next Steps" "port the grammar"   # safe MEMORY.md edits
+    $ python3 stm.py search parser --layer logs
     $ python3 stm.py check                # CI: exit 1 when memory is broken
+    $ python3 stm.py setup claude --install   # also: export, import, commit
+
+Imported (the installed `stm` command, `python3 -m stm`) it starts from cached
+bytecode, which makes boot cheaper than `python3 stm.py` (spec/performance.md).
 
 Exit codes:
 
@@ -48,8 +54,10 @@ Sections (grep -n '^# ====' stm.py):
     Formats: handoffs
     Boot
     Check
-    Commands                   one cmd_<verb> per subcommand
-    Command line               build_parser(), main()
+    Commands                   one cmd_<verb> per subcommand, in the README's order:
+                               init boot log check status session compose-handoff
+                               note search setup export import commit
+    Command line               the option tables, build_parser(), main()
 """
 
 from __future__ import annotations
@@ -3900,6 +3908,7 @@ examples:
   stm boot                       print the memory an agent starts from
   stm log "fixed the parser"     append to today's log
   stm session new --name "port parser" --phases plan,build,ship
+  stm note "Next Steps" "port the grammar"
   stm check                      validate (exit 1 on errors); for CI
 
 environment: STM_USER (author, user namespace), STM_LOCK_TIMEOUT (seconds, default 10),

@@ -146,3 +146,18 @@ def run_stm(*args: str, cwd=None, env=None, input=None, timeout=60):
         text=isinstance(input, str) or input is None,
         timeout=timeout,
     )
+
+
+def all_command_paths():
+    parser = stm.build_parser()
+    paths = []
+
+    def walk(p, prefix):
+        for action in p._actions:
+            if action.__class__.__name__ == "_SubParsersAction":
+                for name, sub in action.choices.items():
+                    paths.append(prefix + [name])
+                    walk(sub, prefix + [name])
+
+    walk(parser, [])
+    return paths

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, STM_PY, run_stm, snapshot
+from conftest import ROOT, STM_PY, all_command_paths, run_stm, snapshot
 
 import stm
 
@@ -30,21 +30,6 @@ def test_version_flag(run):
     result = run("--version")
     assert result.code == 0
     assert result.out.strip() == f"stm {stm.__version__}"
-
-
-def all_command_paths():
-    parser = stm.build_parser()
-    paths = []
-
-    def walk(p, prefix):
-        for action in p._actions:
-            if action.__class__.__name__ == "_SubParsersAction":
-                for name, sub in action.choices.items():
-                    paths.append(prefix + [name])
-                    walk(sub, prefix + [name])
-
-    walk(parser, [])
-    return paths
 
 
 @pytest.mark.parametrize("path", all_command_paths(), ids=" ".join)

@@ -1,0 +1,53 @@
+"""Every command's --help example runs, as printed, in a prepared project."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+from conftest import ROOT, all_command_paths
+
+import stm
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+def example_of(path):
+    parser = stm.build_parser()
+    for name in path:
+        action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+        parser = action.choices[name]
+    epilog = parser.epilog
+    line = epilog.split("example:\n", 1)[1].splitlines()[0].strip()
+    return re.sub(r"\s+\(.*\)$", "", line)  # drop a trailing "(explanation)"
+
+
+def commands_with_handlers():
+    return [p for p in all_command_paths() if p[0] not in ("session", "setup") or len(p) == 2]
+
+
+@pytest.mark.parametrize("path", commands_with_handlers(), ids=" ".join)
+def test_help_example_runs(store, run, monkeypatch, path):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    sid = run("session", "new").out.strip()
+    run("log", "parser work begins")
+    shutil.copy(ROOT / "spec" / "handoff-example.json", store / "handoff.json")
+    assert run("export", "-o", "memory.zip").code == 0
+    subprocess.run(["git", "init", "-q"], cwd=store, check=True)
+    example = example_of(path).replace("2026-11-22-3f9a0c1d", sid)
+    argv = shlex.split(example)
+    assert argv[0] == "stm"
+    result = run(*argv[1:])
+    assert result.code == 0, (example, result)
+    if "--json" in argv:
+        assert json.loads(result.out)["schema_version"] == 1
