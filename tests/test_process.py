@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -135,3 +136,19 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     code, err = signal_while_waiting(tmp_path, signal.SIGINT)
     assert code == 130
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_a_signal_whose_exception_was_swallowed_still_sets_the_exit_code(store, run, monkeypatch):
+    """A handler's exception raised inside a finaliser is swallowed by Python; the
+    recorded signal still makes main exit 143 (found by the signals-during-writes test:
+    a worker kept running after SIGTERM)."""
+
+    def swallowing_boot(args):
+        with contextlib.suppress(BaseException):
+            stm._on_signal(signal.SIGTERM, None)  # as if SIGTERM arrived in a __del__
+        return 0
+
+    monkeypatch.setattr(stm, "cmd_boot", swallowing_boot)
+    result = run("boot")
+    assert result.code == 143
+    assert "terminated" in result.err

@@ -584,3 +584,12 @@ def test_status_shows_sessions_and_idle_warning(store, run, monkeypatch):
     assert data["sessions"]["idle"] == [sid]
     assert any(f"stm session archive {sid}" in w for w in data["warnings"])
     assert data["sessions"]["current"]["phase"] == "plan"
+
+
+def test_list_shows_an_unreadable_session_instead_of_failing(store, run):
+    sid = new(run, "--name", "fine")
+    broken = new(run)
+    (folder(store, broken) / "state.json").write_text("{")
+    result = run("session", "list")
+    assert result.code == 0
+    assert sid in result.out and "unreadable state.json" in result.out
