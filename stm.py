@@ -329,6 +329,22 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def pread(fd: int, count: int, offset: int) -> bytes:
+    """os.pread where it exists (POSIX); seek and read elsewhere (Windows)."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, count, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.read(fd, count)  # pragma: no cover
+
+
+def pwrite(fd: int, data: bytes, offset: int) -> None:
+    if hasattr(os, "pwrite"):
+        os.pwrite(fd, data, offset)
+    else:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        write_all(fd, data)
+
+
 def random_hex(nbytes: int) -> str:
     return os.urandom(nbytes).hex()
 
@@ -434,7 +450,7 @@ class FileLock:
             self._acquire()
             os.ftruncate(self.fd, 0)
             stamp = f"{os.getpid()} {host_name()} {iso_now()}\n"
-            os.pwrite(self.fd, stamp.encode(), 0)
+            pwrite(self.fd, stamp.encode(), 0)
         except BaseException:
             os.close(self.fd)
             self.fd = -1
@@ -463,7 +479,7 @@ class FileLock:
 
     def _timeout_message(self) -> str:
         try:
-            holder = os.pread(self.fd, 200, 0).decode("utf-8", "replace").split()
+            holder = pread(self.fd, 200, 0).decode("utf-8", "replace").split()
         except OSError:
             holder = []
         who = f"pid {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "another process"
@@ -557,7 +573,7 @@ def append_record(path: str, data: bytes, complete_end):
             cut = size - end
             warn(f"{path}: removed a torn record of {cut} bytes left by an interrupted writer")
             size = end
-        elif end is None and size and os.pread(fd, 1, size - 1) != b"\n":
+        elif end is None and size and pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
         try:
             write_all(fd, data)
@@ -637,7 +653,7 @@ def make_dir_undoable(path: str, rollback: Rollback) -> None:
 
 def tail_bytes(fd: int, size: int, count: int) -> bytes:
     start = max(0, size - count)
-    return os.pread(fd, size - start, start)
+    return pread(fd, size - start, start)
 
 
 def jsonl_complete_end(fd: int, size: int) -> int:
@@ -647,7 +663,7 @@ def jsonl_complete_end(fd: int, size: int) -> int:
     pos = size
     while pos > 0:
         start = max(0, pos - 65536)
-        chunk = os.pread(fd, pos - start, start)
+        chunk = pread(fd, pos - start, start)
         index = chunk.rfind(b"\n")
         if index >= 0:
             return start + index + 1
@@ -1244,7 +1260,7 @@ def log_complete_end(fd: int, size: int) -> int | None:
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
-    for item in parse_log(os.pread(fd, size, 0)):
+    for item in parse_log(pread(fd, size, 0)):
         last = item
     if last is not None and last[0] == "entry" and not last[1].complete:
         return last[1].start  # a torn entry of ours: cut it
