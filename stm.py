@@ -3180,11 +3180,13 @@ def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | Non
         for sid, path in listing:
             if not os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
                 continue
+            # An I/O error propagates: skipping a readable session could make a duplicate.
+            raw = read_bytes(os.path.join(path, STATE_FILE))
             try:
-                state = load_state(SessionRef(sid, path, archived))
-            except StmError:
-                continue
-            if state.get("task_id") != handoff["task_id"]:
+                state = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                continue  # corrupt: `stm check` reports it
+            if not isinstance(state, dict) or state.get("task_id") != handoff["task_id"]:
                 continue
             key = [state.get("task_id"), state.get("from_agent"), state.get("handoff_created_at")]
             if dumps_json(key, None) == handoff_key(handoff):
