@@ -349,3 +349,15 @@ def test_check_reports_a_handoff_json_that_no_longer_validates(store, run):
     findings = json.loads(result.out)["findings"]
     assert [f["rule"] for f in findings] == ["handoff-invalid"]
     assert "placeholder" in findings[0]["message"]
+
+
+def test_an_unreadable_earlier_session_stops_compose_instead_of_duplicating(store, run):
+    first = run("compose-handoff", str(EXAMPLE)).out.strip()
+    state = store / ".state" / "sessions" / first / "state.json"
+    moved = store / "moved-state.json"
+    state.rename(moved)
+    state.symlink_to(moved)  # O_NOFOLLOW makes it unreadable to stm
+    before = snapshot(store)
+    result = run("compose-handoff", str(EXAMPLE))
+    assert result.code == 1 and "Traceback" not in result.err
+    assert snapshot(store) == before
