@@ -3534,16 +3534,19 @@ def project_root(args) -> str:
 
 
 def default_boot_command(root: str) -> str:
-    """What the hook runs: the installed command, else this stm.py through its path."""
+    """What the hook runs: the installed command, else this stm.py imported with
+    `python3 -m stm` (cached bytecode: cheaper than running the file as a script)."""
     import shutil
 
     if shutil.which("stm"):
         return "stm boot"
-    here = os.path.abspath(__file__)
-    rel = os.path.relpath(here, root)
-    if not rel.startswith(".."):
-        return f'python3 "$CLAUDE_PROJECT_DIR/{rel}" boot'
-    return f'python3 "{here}" boot'
+    folder = os.path.dirname(os.path.abspath(__file__))
+    rel = os.path.relpath(folder, root)
+    if rel == ".":
+        folder = "$CLAUDE_PROJECT_DIR"
+    elif not rel.startswith(".."):
+        folder = f"$CLAUDE_PROJECT_DIR/{rel}"
+    return f'PYTHONPATH="{folder}" python3 -m stm boot'
 
 
 def is_stm_boot_hook(hook, command: str) -> bool:

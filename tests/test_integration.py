@@ -347,7 +347,9 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     data = json.loads(run("setup", "claude").out)
     command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    assert command.startswith("python3 ") and command.endswith('stm.py" boot')
+    assert command.startswith('PYTHONPATH="') and command.endswith('" python3 -m stm boot')
+    folder = command.split('"')[1]
+    assert os.path.exists(os.path.join(folder, "stm.py"))  # it names this checkout
 
 
 # ---- setup agents-md ----------------------------------------------------------------
