@@ -1513,6 +1513,17 @@ def require_session(store: Store, token: str | None) -> SessionRef:
     return ref
 
 
+def check_expected_version(ref: SessionRef, state: dict, expected: int | None) -> None:
+    """The optimistic-concurrency contract of --expect-version: exit 3, nothing written."""
+    if expected is not None and state["version"] != expected:
+        raise StmError(
+            f"conflict: session {ref.id} is at version {state['version']}, not {expected}; "
+            f"another writer got there first: re-read it with "
+            f"`stm session show {ref.id} --json` and retry",
+            EXIT_CONFLICT,
+        )
+
+
 def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | None = None):
     """Read-modify-write one session under the state lock.
 
@@ -1530,13 +1541,7 @@ def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | 
                 "`stm session new`"
             )
         state = load_state(fresh)
-        if expect_version is not None and state["version"] != expect_version:
-            raise StmError(
-                f"conflict: session {ref.id} is at version {state['version']}, not "
-                f"{expect_version}; another writer got there first: re-read it with "
-                f"`stm session show {ref.id} --json` and retry",
-                EXIT_CONFLICT,
-            )
+        check_expected_version(ref, state, expect_version)
         before = dumps_json(state)
         name, details = mutate(state)
         if dumps_json(state) == before:
@@ -2596,21 +2601,29 @@ def write_output_file(path: str, text: str) -> None:
     atomic_write(path, text.encode("utf-8"))
 
 
-def read_message(args) -> str:
-    words = args.message or []
-    if words == ["-"]:
+def read_free_text(words: list[str], verb: str, from_stdin: bool) -> str:
+    """The text of `log` or `note`: the words joined, or standard input (UTF-8, at most
+    1 MiB), normalised (normalise_message). Empty text is the caller's to judge."""
+    if from_stdin:
         raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise usage_error("log -: standard input is not UTF-8 text; nothing written") from None
-    elif words:
-        text = " ".join(words)
+            raise usage_error(
+                f"{verb} -: standard input is not UTF-8 text; nothing written"
+            ) from None
     else:
-        raise usage_error("log needs a MESSAGE, `-` to read standard input, or --template")
+        text = " ".join(words)
     if len(text.encode("utf-8", "surrogateescape")) > MESSAGE_MAX_BYTES:
-        raise usage_error("log message is larger than 1 MiB; put big text in refs/ instead")
-    message = normalise_message(text)
+        raise usage_error(f"{verb}: the text is larger than 1 MiB; put big text in refs/ instead")
+    return normalise_message(text)
+
+
+def read_message(args) -> str:
+    words = args.message or []
+    if not words:
+        raise usage_error("log needs a MESSAGE, `-` to read standard input, or --template")
+    message = read_free_text(words, "log", words == ["-"])
     if not message.strip():
         raise usage_error("log message is empty; nothing written")
     return message
@@ -2965,12 +2978,7 @@ def cmd_session_archive(args) -> int:
             return EXIT_OK
         state = load_state(ref)
         pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
-        if args.expect_version is not None and state["version"] != args.expect_version:
-            raise StmError(
-                f"conflict: session {ref.id} is at version {state['version']}, not "
-                f"{args.expect_version}; nothing archived",
-                EXIT_CONFLICT,
-            )
+        check_expected_version(ref, state, args.expect_version)
         destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
         make_dir_undoable(destination_dir, rollback)
         require_inside(destination_dir, store.state, "history folder")
@@ -3388,19 +3396,9 @@ def read_note_text(args) -> str:
     words = args.text or []
     if not words and args.replace and sys.stdin.isatty():
         raise usage_error("note --replace needs TEXT, or the new body on standard input")
-    if words == ["-"] or (not words and args.replace):
-        raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise usage_error("note -: standard input is not UTF-8 text; nothing written") from None
-    elif words:
-        text = " ".join(words)
-    else:
+    if not words and not args.replace:
         raise usage_error("note needs TEXT, or `-` to read standard input")
-    if len(text.encode("utf-8", "surrogateescape")) > MESSAGE_MAX_BYTES:
-        raise usage_error("note is larger than 1 MiB; put big text in refs/ instead")
-    note = normalise_message(text)
+    note = read_free_text(words, "note", words == ["-"] or not words)
     if not note.strip() and not args.replace:
         raise usage_error("note is empty; nothing written")
     return note
@@ -3843,7 +3841,7 @@ def cmd_import(args) -> int:
         )
     if not args.dry_run:
         apply_import(store, plan)
-    report(args, plan)
+    report_import(args, plan)
     return EXIT_OK
 
 
@@ -3865,7 +3863,7 @@ def apply_import(store: Store, plan: list) -> None:
             atomic_write(target, data)
 
 
-def report(args, plan: list) -> None:
+def report_import(args, plan: list) -> None:
     words = {"create": "created", "same": "same", "replace": "replaced"}
     if args.dry_run:
         words = {"create": "would create", "same": "same", "replace": "would replace"}
