@@ -4479,8 +4479,8 @@ def quiet_stdout() -> None:
         pass
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def run_command(argv: list[str]) -> int:
+    """Parse the command line and run the command's handler; returns its exit code."""
     parser = build_parser(*command_of(argv))
     try:
         args, extra = parser.parse_known_args(argv)
@@ -4497,31 +4497,47 @@ def main(argv=None) -> int:
         with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(SystemExit):
             parser.parse_args(words)
         return EXIT_USAGE
+    if _signals["received"] is not None:  # lost on the way here: do not start the work
+        raise _signal_exception(_signals["received"])
+    code = handler(args)
+    sys.stdout.flush()
+    return code
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Handlers go in before anything else runs: CPython can lose the exception a
+    # handler raises (a C call that fails right after it, a finaliser), so the exit
+    # code comes from the recorded signal, whatever happened to its exception.
+    install_signal_handlers()
     try:
-        install_signal_handlers()
-        code = handler(args)
-        sys.stdout.flush()
-        if _signals["received"] is not None:  # its exception was swallowed somewhere
-            raise _signal_exception(_signals["received"])
-        return code
+        code = run_command(argv)
     except StmError as exc:
-        print(f"stm: error: {escape_controls(exc.message)}", file=sys.stderr)
-        return exc.code
+        if _signals["received"] is None:  # else the signal is the cause: say that
+            print(f"stm: error: {escape_controls(exc.message)}", file=sys.stderr)
+        code = exc.code
     except KeyboardInterrupt:
-        print("stm: interrupted; nothing half-written was left behind", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     except Terminated:
-        print("stm: terminated; nothing half-written was left behind", file=sys.stderr)
-        return EXIT_TERMINATED
+        code = EXIT_TERMINATED
     except BrokenPipeError:
         quiet_stdout()
-        return EXIT_OK
+        code = EXIT_OK
     except OSError as exc:  # disk full, I/O error, permissions: say which file, no traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"stm: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_FAIL
+        if _signals["received"] is None:
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"stm: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        code = EXIT_FAIL
     finally:
         restore_signal_handlers()
+    received = _signals["received"]
+    if received is not None:
+        code = EXIT_INTERRUPTED if received == _signal_module().SIGINT else EXIT_TERMINATED
+    if code == EXIT_INTERRUPTED:
+        print("stm: interrupted; nothing half-written was left behind", file=sys.stderr)
+    elif code == EXIT_TERMINATED:
+        print("stm: terminated; nothing half-written was left behind", file=sys.stderr)
+    return code
 
 
 def cli() -> None:

@@ -91,6 +91,17 @@ def chaos(seed: int, commands_only: bool) -> int:
     With commands_only, every write goes through stm.main (which turns SIGTERM into a
     clean exit 143); otherwise raw appends through the library are mixed in.
     """
+    import signal
+
+    # CPython can lose the KeyboardInterrupt a handler raises (see stm.main); between
+    # stm calls the loop must notice a Ctrl-C all the same, or it would run forever.
+    interrupted = []
+
+    def on_ctrl_c(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
     rng = random.Random(seed)
     store = stm.Store(".stacks", ".state")
     session_id = stm.read_pointer(store)
@@ -113,6 +124,8 @@ def chaos(seed: int, commands_only: bool) -> int:
                 stm.append_event(ref, {"event": "chaos", "timestamp": stm.iso_now(), "n": n})
         if code in (stm.EXIT_INTERRUPTED, stm.EXIT_TERMINATED):
             return code
+        if interrupted:  # arrived between two stm calls, its exception lost
+            return 1
 
 
 def main(argv) -> int:
