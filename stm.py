@@ -4320,6 +4320,23 @@ SESSION_VERBS = (
 )
 
 
+def usage_exit(prog: str, message: str):
+    """A usage error as one line that names the command and where to read more."""
+    print(f"{prog}: error: {message}; see `{prog} --help`", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def parser_class():
+    """argparse's parser, with its two-line usage-and-error output made one line."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            usage_exit(self.prog, message)
+
+    return Parser
+
+
 def help_formatter():
     """argparse's raw-description formatter, minus its import of shutil (and through it
     bz2, lzma, zlib), which it makes only to ask for the terminal width: boot stays lean.
@@ -4383,10 +4400,8 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
 
 def build_parser(only: str | None = None, only_verb: str | None = None):
     """The command line; with `only`, just that command's parser (see command_of)."""
-    import argparse
-
     common = [global_options()]
-    parser = argparse.ArgumentParser(
+    parser = parser_class()(  # subparsers inherit its class, and so its error()
         prog="stm",
         parents=common,
         description="Layered, git-friendly memory for AI agents.",
@@ -4479,6 +4494,18 @@ def quiet_stdout() -> None:
         pass
 
 
+def command_prog(args) -> str:
+    """`stm session new` for parsed arguments: the words that chose the handler."""
+    words = ["stm"]
+    command = getattr(args, "command", None)
+    if command:
+        words.append(command)
+        verb = getattr(args, f"{command}_command", None)
+        if verb:
+            words.append(verb)
+    return " ".join(words)
+
+
 def run_command(argv: list[str]) -> int:
     """Parse the command line and run the command's handler; returns its exit code."""
     parser = build_parser(*command_of(argv))
@@ -4487,7 +4514,7 @@ def run_command(argv: list[str]) -> int:
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
             if words is None or any(word.startswith("-") for word in extra):
-                parser.parse_args(argv)  # the usual "unrecognized arguments" error
+                usage_exit(command_prog(args), f"unrecognized arguments: {' '.join(extra)}")
             words.extend(extra)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -52,6 +52,26 @@ def test_unknown_flag_is_a_usage_error(run, store):
     assert "--bogus" in result.err
 
 
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (("boot", "--max-tokens", "abc"), "stm boot: error: argument --max-tokens: invalid int"),
+        (("session", "new", "--bogus"), "stm session new: error: unrecognized arguments: --bogus"),
+        (("session", "switch"), "stm session switch: error: the following arguments are required"),
+        (("frobnicate",), "stm: error: argument COMMAND: invalid choice: 'frobnicate'"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_command_and_its_help(run, store, argv, message):
+    before = snapshot(store)
+    result = run(*argv)
+    assert result.code == 2
+    assert result.err.startswith(message)
+    assert result.err.count("\n") == 1
+    prog = message.split(": error:")[0]
+    assert result.err.endswith(f"; see `{prog} --help`\n")
+    assert snapshot(store) == before
+
+
 # ---- init -------------------------------------------------------------------
 
 
