@@ -2231,7 +2231,17 @@ class Checker:
         self.check_temp_files(path)
         state_path = os.path.join(path, STATE_FILE)
         state = self.check_state_file(state_path, name)
-        self.check_history(os.path.join(path, HISTORY_FILE))
+        history_path = os.path.join(path, HISTORY_FILE)
+        newest = self.check_history(history_path)
+        behind = history_behind(state, newest)
+        if behind is not None:
+            self.warning(
+                "history-behind",
+                history_path,
+                f"state.json is at version {behind[0]}, its newest event at version "
+                f"{behind[1]}: an update was interrupted between its two writes",
+                "run `stm check --fix` to record a `recovered` event",
+            )
         if state is not None and os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
             self.check_handoff(path)
 
@@ -2272,7 +2282,8 @@ class Checker:
             self.error(rule, path, message, "fix the field, or restore the file from git")
         return state
 
-    def check_history(self, path: str) -> None:
+    def check_history(self, path: str) -> int | None:
+        """Report history.jsonl's problems; returns the highest event `version` in it."""
         try:
             data = read_bytes(path)
         except FileNotFoundError:
@@ -2282,24 +2293,29 @@ class Checker:
                 "history.jsonl is missing",
                 "restore it from git",
             )
-            return
+            return None
         except OSError as exc:
             if os.path.islink(path):
                 self.error("session-symlink", path, "history is a symbolic link", "replace it")
             else:
                 self.error("history-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
-            return
+            return None
         lines = data.split(b"\n")
         torn_tail = lines.pop()  # b"" when the file ends with a newline
-        if history_all_valid(lines):
+        events = history_events(lines)
+        if events is not None:
             lines = []  # the fast path: nothing to report line by line
+        else:
+            events = []
         for number, raw in enumerate(lines, 1):
             try:
                 event = json.loads(raw)
                 ok = isinstance(event, dict) and "timestamp" in event and "event" in event
             except ValueError:
                 ok = False
-            if not ok:
+            if ok:
+                events.append(event)
+            else:
                 self.error(
                     "history-invalid",
                     path,
@@ -2315,6 +2331,7 @@ class Checker:
                 "run `stm check --fix`, or the next update cuts it",
                 len(lines) + 1,
             )
+        return newest_version(events)
 
     def check_handoff(self, path: str) -> None:
         if not os.path.isfile(os.path.join(path, SESSION_MD)):
@@ -2377,10 +2394,37 @@ def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return f"added '## {heading}'"
 
 
+def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Record the update whose event was lost, re-read under the lock."""
+    folder = os.path.dirname(finding.target)
+    ref = SessionRef(os.path.basename(folder), folder, False)
+    try:
+        state = json.loads(read_bytes(ref.state_path))
+        lines = read_bytes(ref.history_path).split(b"\n")[:-1]  # complete lines only
+    except (OSError, ValueError):
+        return None  # check reports what is wrong with them
+    events = history_events(lines)
+    if events is None:
+        events = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    behind = history_behind(state, newest_version(events))
+    if behind is None or not isinstance(state.get("updated_at"), str):
+        return None  # caught up meanwhile, or a broken state.json that check reports
+    if not dry_run:
+        append_event(
+            ref,
+            make_event("recovered", state, from_version=behind[1], recorded_at=iso_now()),
+        )
+    return f"recorded a 'recovered' event at version {behind[0]}"
+
+
 FIXERS = {
     "temp-file": fix_temp_file,
     "log-torn": fix_torn_tail,
     "history-torn": fix_torn_tail,
+    "history-behind": fix_history_behind,
     "heading-missing": fix_heading,
 }
 
@@ -2403,17 +2447,36 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
     return done
 
 
-def history_all_valid(lines: list[bytes]) -> bool:
-    """One json.loads for a whole history file (fast); False sends the caller line by line."""
+def history_events(lines: list[bytes]) -> list | None:
+    """One json.loads for a whole history file (fast); None sends the caller line by line."""
     if not lines or any(not line.strip() for line in lines):
-        return False
+        return None
     try:
         events = json.loads(b"[" + b",".join(lines) + b"]")
     except ValueError:
-        return False
-    return len(events) == len(lines) and all(
+        return None
+    valid = len(events) == len(lines) and all(
         isinstance(e, dict) and "timestamp" in e and "event" in e for e in events
     )
+    return events if valid else None
+
+
+def newest_version(events: list) -> int | None:
+    """The highest `version` the events record (None when none records one)."""
+    versions = [e.get("version") for e in events if isinstance(e, dict)]
+    return max((v for v in versions if type(v) is int), default=None)
+
+
+def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | None:
+    """(state version, newest event version) when state.json is ahead of its history.
+
+    Every update writes state.json and then appends its event; a writer killed between
+    the two leaves the state one version ahead (spec/state-layout.md).
+    """
+    version = state.get("version") if isinstance(state, dict) else None
+    if type(version) is not int or newest is None or version <= newest:
+        return None
+    return version, newest
 
 
 def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
@@ -4002,7 +4065,7 @@ def options_check(p) -> None:
     p.add_argument(
         "--fix",
         action="store_true",
-        help="repair what is safe: torn tails, leftover temp files, missing headings",
+        help="repair what is safe: torn tails, temp files, lost session events, headings",
     )
     p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
     p.add_argument("--json", action="store_true", help="print findings as JSON")

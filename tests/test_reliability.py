@@ -174,11 +174,29 @@ def test_200_random_sigkills_leave_only_old_or_new_content(store, run):
     result = run("check", "--json")
     data = json.loads(result.out)
     assert result.code == 0, data
-    assert {f["rule"] for f in data["findings"]} <= {"temp-file", "log-torn", "history-torn"}
+    leftovers = {"temp-file", "log-torn", "history-torn", "history-behind"}
+    assert {f["rule"] for f in data["findings"]} <= leftovers
     fixed = run("check", "--fix")
     assert fixed.code == 0
     strict = run("check", "--strict")
     assert strict.code == 0, strict.out
+
+
+def test_a_writer_killed_between_state_and_event_is_found_and_recorded(store, run):
+    sid = new_session(run)
+    proc = worker("kill-before-event", store, sid)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    state = json.loads((session_path(store, sid) / "state.json").read_text())
+    assert state["version"] == 2 and state["checkpoint"]["last_completed_step"] == "x"
+    result = run("check", "--json")
+    assert result.code == 0
+    assert [f["rule"] for f in json.loads(result.out)["findings"]] == ["history-behind"]
+    assert run("check", "--fix").code == 0
+    history = (session_path(store, sid) / "history.jsonl").read_text().splitlines()
+    last = json.loads(history[-1])
+    assert (last["event"], last["version"], last["from_version"]) == ("recovered", 2, 1)
+    assert run("check", "--strict").code == 0
 
 
 # ---- 8. SIGTERM and Ctrl-C during writes ------------------------------------------

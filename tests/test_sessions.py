@@ -556,6 +556,37 @@ def test_check_history_rules(store, run):
     assert code == 1 and ("history-invalid", "error") in rules
 
 
+def test_check_history_behind_rule_and_fix(store, run):
+    sid = new(run)
+    run("session", "checkpoint", "--done", "plan")
+    code, rules, _ = check_rules(run)
+    assert ("history-behind", "warning") not in rules  # in step: version 2, event 2
+    # As a writer killed after writing state.json and before appending its event:
+    mutate_state(store, sid, lambda d: d.update(version=3, phase="build"))
+    code, rules, data = check_rules(run)
+    assert code == 0 and ("history-behind", "warning") in rules
+    finding = next(f for f in data["findings"] if f["rule"] == "history-behind")
+    assert "version 3" in finding["message"] and "version 2" in finding["message"]
+    assert "stm check --fix" in finding["fix"]
+    assert run("check", "--strict").code == 1
+
+    before = snapshot(store)
+    preview = run("check", "--fix", "--dry-run")
+    assert "would fix history-behind" in preview.out
+    assert snapshot(store) == before
+
+    fixed = run("check", "--fix", "--json")
+    assert fixed.code == 0
+    assert [f["rule"] for f in json.loads(fixed.out)["fixed"]] == ["history-behind"]
+    last = events(store, sid)[-1]
+    assert last["event"] == "recovered"
+    assert last["version"] == 3 and last["from_version"] == 2
+    assert run("check", "--strict").code == 0
+    again = run("check", "--fix", "--json")  # nothing left to record: no second event
+    assert json.loads(again.out)["fixed"] == []
+    assert events(store, sid)[-1] == last
+
+
 def test_check_temp_file_warning(store, run):
     sid = new(run)
     (folder(store, sid) / ".state.json.abcd1234.tmp").write_text("{")

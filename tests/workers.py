@@ -128,6 +128,17 @@ def chaos(seed: int, commands_only: bool) -> int:
             return 1
 
 
+def kill_before_event(session_id: str) -> int:
+    """A checkpoint whose process dies by SIGKILL after state.json, before its event."""
+    import signal
+
+    def die(*args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    stm.append_event = die
+    return quiet_main(["session", "checkpoint", "--session", session_id, "--done", "x"])[0]
+
+
 def main(argv) -> int:
     import faulthandler
     import signal
@@ -145,6 +156,8 @@ def main(argv) -> int:
         return update_state(rest[0], rest[1], int(rest[2]))
     if mode == "read":
         return read_loop(rest[0], int(rest[1]))
+    if mode == "kill-before-event":
+        return kill_before_event(rest[0])
     if mode == "chaos":
         return chaos(int(rest[0]), commands_only=False)
     if mode == "chaos-commands":
