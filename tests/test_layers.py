@@ -105,6 +105,32 @@ def test_init_is_idempotent_and_leaves_files_untouched(project, run):
     assert snapshot(project) == before
 
 
+def test_init_that_fails_part_way_is_completed_by_running_it_again(project, run, monkeypatch):
+    real_atomic_write = stm.atomic_write
+
+    def disk_full_at_memory(path, data, *args, **kwargs):
+        if path.endswith("MEMORY.md"):
+            raise OSError(28, "No space left on device", path)
+        return real_atomic_write(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(stm, "atomic_write", disk_full_at_memory)
+    failed = run("init")
+    assert failed.code == 1
+    assert (
+        failed.err == f"stm: error: {project / '.stacks' / 'MEMORY.md'}: No space left on device\n"
+    )
+    assert (project / ".stacks" / "AGENT.md").read_text() == stm.AGENT_TEMPLATE  # complete
+    assert not (project / ".stacks" / "MEMORY.md").exists()
+    assert [p.name for p in (project / ".stacks").iterdir() if p.name.endswith(".tmp")] == []
+
+    monkeypatch.setattr(stm, "atomic_write", real_atomic_write)
+    again = run("init")
+    assert again.code == 0
+    assert "kept     .stacks/AGENT.md" in again.out and "created  .stacks/MEMORY.md" in again.out
+    assert (project / ".stacks" / "MEMORY.md").read_text() == stm.MEMORY_TEMPLATE
+    assert (project / ".state" / "history" / ".gitkeep").exists()
+
+
 def test_init_force_rewrites_templates_and_keeps_a_backup(project, run):
     run("init")
     (project / ".stacks" / "AGENT.md").write_text("# Me\n\nhand-written identity\n")
