@@ -3502,6 +3502,7 @@ def cmd_note(args) -> int:
 
 
 SEARCH_LAYERS = ("identity", "session", "refs", "logs", "sessions")
+SEARCH_CHUNK = 1 << 20  # bytes read at a time
 
 
 def search_files(store: Store, layers, since: str | None):
@@ -3534,6 +3535,32 @@ def search_files(store: Store, layers, since: str | None):
                 yield "sessions", os.path.join(folder, name)
 
 
+def open_lines(path: str):
+    """(number, text) for each line of a file inside a tree, read SEARCH_CHUNK bytes at a
+    time, so memory stays flat however big one file grows. Opens now (an error is the
+    caller's to handle), reads as it is iterated."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    return _lines_of(fd)
+
+
+def _lines_of(fd: int):
+    try:
+        number, rest = 0, b""
+        while True:
+            chunk = os.read(fd, SEARCH_CHUNK)
+            if not chunk:
+                break
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()  # the start of a line that goes on in the next chunk
+            for raw in lines:
+                number += 1
+                yield number, raw.decode("utf-8", "replace")
+        if rest:  # a last line without its newline
+            yield number + 1, rest.decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def search_matcher(pattern: str, regex: bool):
     if not pattern:
         raise usage_error("search needs a non-empty PATTERN")
@@ -3558,10 +3585,10 @@ def cmd_search(args) -> int:
     found = []
     for layer, path in search_files(store, layers, since):
         try:
-            data = read_bytes(path)
+            lines = open_lines(path)
         except OSError:
             continue  # missing optional files (Session.md), links: nothing to search
-        for number, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+        for number, line in lines:
             if matches(line):
                 hit = {"path": store.rel(path), "line": number, "text": line, "layer": layer}
                 if args.json:

@@ -195,6 +195,40 @@ def test_search_sessions_layer(store, run):
     assert "/Session.md:" in result.out
 
 
+def test_search_numbers_lines_across_read_chunks(store, run, monkeypatch):
+    ref = store / ".stacks" / "refs" / "long.md"
+    long_line = "x" * 50 + " needle in a long line " + "y" * 50
+    ref.write_text(f"# Long\n\nshort needle\n{long_line}\ncafé needle\nlast needle")
+    expected = [
+        ".stacks/refs/long.md:3: short needle",
+        f".stacks/refs/long.md:4: {long_line}",
+        ".stacks/refs/long.md:5: café needle",
+        ".stacks/refs/long.md:6: last needle",  # no newline at the end of the file
+    ]
+    for chunk in (1, 7, 64, 1 << 20):  # lines split at every place, and one whole read
+        monkeypatch.setattr(stm, "SEARCH_CHUNK", chunk)
+        result = run("search", "needle", "--layer", "refs")
+        assert result.out.splitlines() == expected, chunk
+
+
+def test_search_streams_a_big_log_in_bounded_memory(store, run):
+    import tracemalloc
+
+    log = store / ".stacks" / "logs" / "2026-11-01.md"
+    with open(log, "w") as f:
+        for n in range(400_000):  # about 24 MB in one file
+            f.write(f"line {n:07d} of a very large log file, padded out\n")
+        f.write("the needle at the end\n")
+    tracemalloc.start()
+    try:
+        result = run("search", "needle at the end", "--layer", "logs")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.out == ".stacks/logs/2026-11-01.md:400001: the needle at the end\n"
+    assert peak < 8 * 2**20, peak  # a few 1 MiB chunks, never the 24 MB file
+
+
 def test_search_nothing_found_exits_1(store, run):
     result = run("search", "zebra-unicorn")
     assert result.code == 1 and result.out == ""
