@@ -3604,14 +3604,21 @@ def cmd_search(args) -> int:
 CLAUDE_MATCHER = "startup|resume|clear|compact"
 AGENTS_BEGIN = "<!-- stm:agents begin -->"
 AGENTS_END = "<!-- stm:agents end -->"
-AGENTS_BLOCK = f"""{AGENTS_BEGIN}
+
+
+def agents_block(stm: str = "stm") -> str:
+    """The AGENTS.md block; `stm` is how agents run stm in this project."""
+    return f"""{AGENTS_BEGIN}
 ## Memory (stm)
-- At the start of every session run `stm boot` and read all of it.
-- Before you stop, log what you did: `stm log "what changed, what was decided"`.
-- Keep the letter to the next session current: `stm note "Next Steps" "..."`.
+- At the start of every session run `{stm} boot` and read all of it.
+- Before you stop, log what you did: `{stm} log "what changed, what was decided"`.
+- Keep the letter to the next session current: `{stm} note "Next Steps" "..."`.
 - Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
 {AGENTS_END}
 """
+
+
+AGENTS_BLOCK = agents_block()
 STM_BOOT_COMMAND_RE = LazyRegex(r"(^|[\s/\"'])stm(\.py)?[\"']?\s+(.*\s)?boot(\s|$)")
 
 
@@ -3635,6 +3642,23 @@ def default_boot_command(root: str) -> str:
     elif not rel.startswith(".."):
         folder = f"$CLAUDE_PROJECT_DIR/{rel}"
     return f'PYTHONPATH="{folder}" python3 -m stm boot'
+
+
+def default_stm_command(root: str) -> str:
+    """How agents in the project at `root` run stm: the installed command, else this
+    stm.py by its path from the project root."""
+    import shutil
+
+    if shutil.which("stm"):
+        return "stm"
+    rel = os.path.relpath(os.path.abspath(__file__), root)
+    if rel.startswith(".."):
+        warn(
+            "the `stm` command is not installed and this stm.py is outside the project; "
+            "the block says `stm`: install it, or name the command with --command"
+        )
+        return "stm"
+    return f"python3 {rel}"
 
 
 def is_stm_boot_hook(hook, command: str) -> bool:
@@ -3673,10 +3697,13 @@ def installed_hooks(data: dict, command: str) -> int:
     )
 
 
+def settings_text(data: dict) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # the user's key order kept
+
+
 def write_settings(path: str, data: dict) -> None:
     make_dir(os.path.dirname(path))
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # the user's key order kept
-    atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, settings_text(data).encode("utf-8"))
 
 
 def remove_stm_hooks(data: dict, command: str) -> None:
@@ -3718,7 +3745,7 @@ def cmd_setup_claude(args) -> int:
     command = args.command or default_boot_command(root)
     shown = os.path.relpath(path)
     if not (args.install or args.check or args.remove):  # --print, the default
-        print_json({"hooks": {"SessionStart": [hook_entry(command)]}})
+        sys.stdout.write(settings_text({"hooks": {"SessionStart": [hook_entry(command)]}}))
         return EXIT_OK
     data, raw = load_settings(path)
     count = installed_hooks(data, command)
@@ -3751,10 +3778,13 @@ def cmd_setup_claude(args) -> int:
 
 
 def cmd_setup_agents_md(args) -> int:
-    path = args.file or os.path.join(project_root(args), "AGENTS.md")
+    root = project_root(args)
+    path = args.file or os.path.join(root, "AGENTS.md")
     shown = os.path.relpath(path)
+    if not args.remove:
+        block = agents_block(args.command or default_stm_command(root))
     if not (args.install or args.remove):
-        sys.stdout.write(AGENTS_BLOCK)
+        sys.stdout.write(block)
         return EXIT_OK
     if os.path.isdir(path):
         raise usage_error(f"--file {path} is a directory; name a file such as AGENTS.md")
@@ -3763,14 +3793,14 @@ def cmd_setup_agents_md(args) -> int:
     start, end = text.find(AGENTS_BEGIN), text.find(AGENTS_END)
     present = start >= 0 and end > start
     if args.install:
-        if present and text[start : end + len(AGENTS_END) + 1] == AGENTS_BLOCK:
+        if present and text[start : end + len(AGENTS_END) + 1] == block:
             out(f"already installed: {shown} (nothing changed)")
             return EXIT_OK
         if present:
-            new = text[:start] + AGENTS_BLOCK + text[end + len(AGENTS_END) :].lstrip("\n")
+            new = text[:start] + block + text[end + len(AGENTS_END) :].lstrip("\n")
         else:
             prefix = text if not text or text.endswith("\n") else text + "\n"
-            new = prefix + ("\n" if prefix else "") + AGENTS_BLOCK
+            new = prefix + ("\n" if prefix else "") + block
         atomic_write(path, new.encode("utf-8"))
         out(f"installed: the stm block in {shown}")
         return EXIT_OK
@@ -4168,6 +4198,11 @@ def options_setup_agents_md(p) -> None:
     actions.add_argument("--install", action="store_true", help="add or update the block")
     actions.add_argument("--remove", action="store_true", help="take the block out")
     p.add_argument("--file", metavar="PATH", help="the instructions file (default: AGENTS.md)")
+    p.add_argument(
+        "--command",
+        metavar="CMD",
+        help="how agents run stm (default: `stm` if installed, else python3 <path>/stm.py)",
+    )
 
 
 def options_export(p) -> None:

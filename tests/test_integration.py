@@ -330,10 +330,14 @@ def test_setup_claude_print_is_the_default_and_writes_nothing(store, run):
     before = snapshot(store)
     result = run("setup", "claude", "--command", "stm boot")
     data = json.loads(result.out)
+    assert list(data) == ["hooks"]  # the settings themselves: no report keys to paste
     entry = data["hooks"]["SessionStart"][0]
+    assert list(entry) == ["matcher", "hooks"]
     assert entry["matcher"] == "startup|resume|clear|compact"
     assert entry["hooks"] == [{"type": "command", "command": "stm boot"}]
     assert snapshot(store) == before
+    assert run("setup", "claude", "--install", "--command", "stm boot").code == 0
+    assert settings_path(store).read_text() == result.out  # what --install writes, exactly
 
 
 def test_setup_claude_install_merges_and_remove_restores_exactly(store, run):
@@ -389,7 +393,8 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
 # ---- setup agents-md ----------------------------------------------------------------
 
 
-def test_setup_agents_md_block_is_short_and_marked(store, run):
+def test_setup_agents_md_block_is_short_and_marked(store, run, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/bin/{name}")
     block = run("setup", "agents-md").out
     lines = block.strip().splitlines()
     assert lines[0] == stm.AGENTS_BEGIN and lines[-1] == stm.AGENTS_END
@@ -397,7 +402,8 @@ def test_setup_agents_md_block_is_short_and_marked(store, run):
     assert "stm boot" in block and "stm log" in block and "stm note" in block
 
 
-def test_setup_agents_md_install_and_remove_restore_the_file(store, run):
+def test_setup_agents_md_install_and_remove_restore_the_file(store, run, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/bin/{name}")
     path = store / "CLAUDE.md"
     original = "# Project rules\n\nUse tabs.\n"
     path.write_text(original)
@@ -410,11 +416,42 @@ def test_setup_agents_md_install_and_remove_restore_the_file(store, run):
     assert path.read_text() == original
 
 
-def test_setup_agents_md_default_file_is_created_and_removed(store, run):
+def test_setup_agents_md_default_file_is_created_and_removed(store, run, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/bin/{name}")
     assert run("setup", "agents-md", "--install").code == 0
     assert (store / "AGENTS.md").read_text() == stm.AGENTS_BLOCK
     assert run("setup", "agents-md", "--remove").code == 0
     assert not (store / "AGENTS.md").exists()
+
+
+def test_setup_agents_md_names_the_copied_stm_py_when_stm_is_not_installed(store, run, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(stm, "__file__", str(store / "tools" / "stm.py"))  # copied in
+    result = run("setup", "agents-md")
+    assert result.out == stm.agents_block("python3 tools/stm.py")
+    assert "run `python3 tools/stm.py boot`" in result.out and result.err == ""
+
+
+def test_setup_agents_md_warns_when_stm_cannot_be_named(store, run, monkeypatch, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # outside the project
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(stm, "__file__", str(elsewhere / "stm.py"))
+    result = run("setup", "agents-md")
+    assert result.out == stm.AGENTS_BLOCK
+    assert "not installed" in result.err and "--command" in result.err
+
+
+def test_setup_agents_md_command_updates_the_block_in_place(store, run):
+    path = store / "AGENTS.md"
+    path.write_text("# Rules\n")
+    assert run("setup", "agents-md", "--install", "--command", "stm").code == 0
+    with_stm = path.read_text()
+    result = run("setup", "agents-md", "--install", "--command", "python3 bin/stm.py")
+    assert result.code == 0
+    assert path.read_text() == "# Rules\n\n" + stm.agents_block("python3 bin/stm.py")
+    assert with_stm == "# Rules\n\n" + stm.AGENTS_BLOCK
+    assert run("setup", "agents-md", "--remove").code == 0
+    assert path.read_text() == "# Rules\n"
 
 
 # ---- pre-commit ---------------------------------------------------------------------
