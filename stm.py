@@ -2873,6 +2873,23 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
     return info, warnings
 
 
+def unfilled_templates(store: Store) -> list[str]:
+    """A warning for AGENT.md / MEMORY.md still holding only their templates (check's
+    identity-template and session-template errors): boot would give the agent nothing."""
+    warnings = []
+    for path, template, what in (
+        (store.agent_path, AGENT_TEMPLATE, "who the agent is"),
+        (store.memory_path, MEMORY_TEMPLATE, "where work stands"),
+    ):
+        try:
+            text = read_text(path)
+        except OSError:
+            continue  # missing or unreadable: reported as such
+        if not content_beyond_template(text, template):
+            warnings.append(f"{store.rel(path)} holds only its template; write {what} into it")
+    return warnings
+
+
 def gather_status(store: Store) -> dict:
     now = utc_now()
     ref_paths = list(iter_ref_files(store.refs_dir))
@@ -2896,6 +2913,7 @@ def gather_status(store: Store) -> dict:
         for name, facts in layers.items()
         if not facts["exists"]
     ]
+    warnings += unfilled_templates(store)
     memory, memory_warnings = memory_staleness(store, now, log_names)
     boot_tokens = estimate_tokens(render_boot(BootParts(store), "full"))
     if boot_tokens > BOOT_BUDGET_TOKENS:

@@ -640,6 +640,18 @@ def test_status_reports_layers_budget_and_verdict(store, run):
     assert result.out.rstrip().endswith("verdict: ok")
 
 
+def test_status_warns_about_layers_that_hold_only_their_templates(project, run):
+    run("init")
+    data = json.loads(run("status", "--json").out)
+    assert data["warnings"] == [
+        ".stacks/AGENT.md holds only its template; write who the agent is into it",
+        ".stacks/MEMORY.md holds only its template; write where work stands into it",
+    ]
+    assert data["verdict"] == "2 warning(s)"
+    (project / ".stacks" / "AGENT.md").write_text("# Agent Identity\n\n## Role\n\nParser porter.\n")
+    assert len(json.loads(run("status", "--json").out)["warnings"]) == 1
+
+
 def test_status_json_schema(store, run):
     data = json.loads(run("status", "--json").out)
     assert data["schema_version"] == 1
