@@ -106,6 +106,29 @@ def test_lock_of_a_killed_holder_is_free_at_once(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def wait_until_open(proc, path, timeout=30):
+    """Until `proc` has `path` open (it is then inside the lock wait, its handlers in).
+
+    A fixed sleep is not enough on a loaded CI machine: a signal that arrives while the
+    interpreter is still starting finds Python's own handlers."""
+    fds = f"/proc/{proc.pid}/fd"
+    if not os.path.isdir(fds):  # no /proc: give it time instead
+        time.sleep(2)
+        return
+    target = os.path.realpath(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in os.listdir(fds):
+            try:
+                if os.readlink(os.path.join(fds, name)) == target:
+                    time.sleep(0.05)  # from open to the first flock attempt
+                    return
+            except OSError:
+                pass  # closed meanwhile
+        time.sleep(0.01)
+    raise AssertionError(f"{proc.args} never opened {path}")
+
+
 def signal_while_waiting(tmp_path, signum):
     init_filled(tmp_path)
     fd = hold_lock(tmp_path / ".stacks" / ".stm.lock")
@@ -117,7 +140,7 @@ def signal_while_waiting(tmp_path, signum):
             stderr=subprocess.PIPE,
             env={**os.environ, "STM_LOCK_TIMEOUT": "30"},
         )
-        time.sleep(0.8)  # let it start and wait for the lock
+        wait_until_open(proc, tmp_path / ".stacks" / ".stm.lock")
         proc.send_signal(signum)
         err = proc.communicate(timeout=30)[1].decode()
     finally:
