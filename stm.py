@@ -3215,9 +3215,13 @@ def cmd_session_checkpoint(args) -> int:
         pending = []
     resume = clean_text(args.resume, "--resume", 1000) if args.resume is not None else None
     note = clean_text(args.note, "--note", 2000) if args.note is not None else None
-    if done is None and pending is None and resume is None and note is None:
-        raise usage_error("checkpoint needs --done, --pending, --clear-pending, --resume or --note")
+    interrupted = args.interrupted
+    if done is None and pending is None and resume is None and note is None and not interrupted:
+        raise usage_error(
+            "checkpoint needs --done, --pending, --clear-pending, --resume, --note or --interrupted"
+        )
     ref = require_session(store, args.session)
+    now = iso_now()
 
     def mutate(state: dict):
         checkpoint = dict(state.get("checkpoint") or {})
@@ -3235,10 +3239,18 @@ def cmd_session_checkpoint(args) -> int:
         recovery = dict(state.get("recovery") or {})
         if note is not None:
             recovery["recovery_notes"] = note
+        if interrupted:  # the first cut-off time stands until work moves on: retries are no-ops
+            recovery.setdefault("interrupted_at", now)
+        elif done is not None:
+            recovery.pop("interrupted_at", None)
         recovery["last_agent"] = author_name()
-        recovery["last_action"] = f"checkpoint: done {done}" if done else "checkpoint"
+        if done:
+            recovery["last_action"] = f"checkpoint: done {done}"
+        else:
+            recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
         state["recovery"] = recovery
-        return "checkpoint", {"done": done, "pending": pending, "resume": resume, "note": note}
+        details = {"done": done, "pending": pending, "resume": resume, "note": note}
+        return "checkpoint", {**details, "interrupted": interrupted or None}
 
     state, changed = update_session(store, ref, mutate, args.expect_version)
     report_update(args, store, ref, state, changed, "checkpoint saved" if changed else "checkpoint")
@@ -4300,6 +4312,11 @@ def options_session_checkpoint(p) -> None:
     p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
     p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
     p.add_argument("--note", metavar="TEXT", help="recovery notes for whoever resumes")
+    p.add_argument(
+        "--interrupted",
+        action="store_true",
+        help="record that the work was cut off (recovery.interrupted_at; a later --done clears it)",
+    )
     options_update(p)
 
 

@@ -396,6 +396,30 @@ def test_checkpoint_repeated_is_idempotent(store, run):
     assert len(events(store, sid)) == 2
 
 
+def test_checkpoint_interrupted_is_recorded_kept_and_cleared_by_progress(
+    store, run, monkeypatch
+):
+    sid = new(run)
+    monkeypatch.setattr(stm, "utc_now", lambda: stm.parse_iso("2026-11-22T09:00:00Z"))
+    assert run("session", "checkpoint", "--pending", "port grammar").code == 0
+    result = run("session", "checkpoint", "--interrupted", "--note", "context lost")
+    assert result.code == 0
+    recovery = state(store, sid)["recovery"]
+    assert recovery["interrupted_at"] == "2026-11-22T09:00:00Z"
+    assert recovery["last_action"] == "checkpoint: interrupted"
+    assert events(store, sid)[-1]["interrupted"] is True
+    assert "- Interrupted at: 2026-11-22T09:00:00Z" in run("boot").out
+
+    monkeypatch.setattr(stm, "utc_now", lambda: stm.parse_iso("2026-11-22T10:00:00Z"))
+    before = snapshot(store)
+    assert "nothing changed" in run("session", "checkpoint", "--interrupted").out  # a retry
+    assert snapshot(store) == before  # the first cut-off time stands
+
+    assert run("session", "checkpoint", "--done", "port grammar").code == 0
+    assert "interrupted_at" not in state(store, sid)["recovery"]
+    assert "Interrupted at" not in run("boot").out
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
