@@ -4642,7 +4642,8 @@ def restore_signal_handlers() -> None:
     previous = _signals["previous"]
     while previous:
         signum, handler = previous.popitem()
-        signal.signal(signum, handler)
+        if handler is not None:  # None: a handler set outside Python, which we cannot restore
+            signal.signal(signum, handler)
 
 
 def quiet_stdout() -> None:

@@ -396,9 +396,7 @@ def test_checkpoint_repeated_is_idempotent(store, run):
     assert len(events(store, sid)) == 2
 
 
-def test_checkpoint_interrupted_is_recorded_kept_and_cleared_by_progress(
-    store, run, monkeypatch
-):
+def test_checkpoint_interrupted_is_recorded_kept_and_cleared_by_progress(store, run, monkeypatch):
     sid = new(run)
     monkeypatch.setattr(stm, "utc_now", lambda: stm.parse_iso("2026-11-22T09:00:00Z"))
     assert run("session", "checkpoint", "--pending", "port grammar").code == 0
