@@ -208,3 +208,13 @@ def test_an_error_after_a_lost_signal_reports_the_signal_only(store, run, monkey
     assert result.code == 143
     assert result.err == "stm: terminated; nothing half-written was left behind\n"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers put back
+
+
+def test_restoring_a_handler_set_outside_python_is_skipped(monkeypatch):
+    """signal.signal() returns None for a handler a host program installed in C; putting
+    None back would raise TypeError out of main's cleanup."""
+    monkeypatch.setitem(stm._signals, "previous", {signal.SIGUSR2: None})
+    before = signal.getsignal(signal.SIGUSR2)
+    stm.restore_signal_handlers()
+    assert stm._signals["previous"] == {}
+    assert signal.getsignal(signal.SIGUSR2) == before
