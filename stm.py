@@ -197,7 +197,7 @@ current-session.json
 STATE_README = """\
 # .state/ — session-isolated workflow state
 
-Written by stm (https://example.invalid/stm is not needed: `stm.py` is self-contained).
+Written by stm (`stm.py`, one self-contained Python file: `python3 stm.py --help`).
 Each workflow session has its own folder, so people and agents working on different
 sessions never edit the same file and git merges stay clean.
 
@@ -2000,7 +2000,22 @@ class Checker:
             self.check_temp_files(folder)
         if os.path.isdir(self.store.state):
             self.check_state()
+        self.check_git_files()
         return self.findings
+
+    def check_git_files(self) -> None:
+        """The .gitattributes and .gitignore lines init writes: without them a merge of
+        two branches that both logged conflicts, or a lock file gets committed."""
+        for path, template, rule in git_support_files(self.store):
+            missing = missing_git_lines(path, template)
+            if missing:
+                lines = ", ".join(f"`{line}`" for line in missing)
+                why = (
+                    "two branches that both appended would conflict in git"
+                    if rule == "git-attributes"
+                    else "lock and temp files could be committed"
+                )
+                self.warning(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
 
     # Stacks -----------------------------------------------------------------
 
@@ -2382,6 +2397,78 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return f"cut {size - end} torn byte(s) at the end"
 
 
+def git_support_files(store: Store) -> list[tuple[str, str, str]]:
+    """(path, template, check rule) of the git files init writes into each tree."""
+    files = [
+        (store.layer(".gitattributes"), STACKS_GITATTRIBUTES, "git-attributes"),
+        (store.layer(".gitignore"), STACKS_GITIGNORE, "git-ignore"),
+    ]
+    if os.path.isdir(store.state):
+        files += [
+            (os.path.join(store.state, ".gitattributes"), STATE_GITATTRIBUTES, "git-attributes"),
+            (os.path.join(store.state, ".gitignore"), STATE_GITIGNORE, "git-ignore"),
+        ]
+    return files
+
+
+def git_rule_key(line: str) -> tuple:
+    """What a .gitattributes / .gitignore line means, give or take spacing and a
+    leading slash: `logs/*.md  merge=union -diff` still has `logs/*.md merge=union`."""
+    words = line.split()
+    return (words[0].lstrip("/"), *sorted(words[1:])) if words else ()
+
+
+def missing_git_lines(path: str, template: str) -> list[str]:
+    """The template's rule lines that the file at `path` lacks (all, when it is absent)."""
+    try:
+        text = read_text(path)
+    except OSError:
+        text = ""
+    present = [git_rule_key(line) for line in text.splitlines()]
+    missing = []
+    for line in template.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        want = git_rule_key(line)
+        if not any(
+            have[0] == want[0] and set(want[1:]) <= set(have[1:]) for have in present if have
+        ):
+            missing.append(line)
+    return missing
+
+
+def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Append the missing lines (with the template's comments); the user's lines stay."""
+    template = next(t for p, t, _ in git_support_files(store) if p == finding.target)
+    missing = missing_git_lines(finding.target, template)
+    if not missing:
+        return None
+    if not dry_run:
+        refuse_symlink(finding.target, "file")
+        try:
+            text = read_text(finding.target)
+        except FileNotFoundError:
+            text = ""
+        block = template if not text.strip() else missing_block(template, missing)
+        prefix = text if not text or text.endswith("\n") else text + "\n"
+        atomic_write(finding.target, (prefix + block).encode("utf-8"))
+    return "added " + ", ".join(f"`{line}`" for line in missing)
+
+
+def missing_block(template: str, missing: list[str]) -> str:
+    """The missing lines, each after the template comment that explains it."""
+    out_lines, comment = [], None
+    for line in template.splitlines():
+        if line.startswith("#"):
+            comment = line
+        elif line in missing:
+            if comment is not None:
+                out_lines.append(comment)
+                comment = None
+            out_lines.append(line)
+    return "\n".join(out_lines) + "\n"
+
+
 def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     template = AGENT_TEMPLATE if finding.target == store.agent_path else MEMORY_TEMPLATE
     text = read_text(finding.target)
@@ -2426,6 +2513,8 @@ FIXERS = {
     "history-torn": fix_torn_tail,
     "history-behind": fix_history_behind,
     "heading-missing": fix_heading,
+    "git-attributes": fix_git_file,
+    "git-ignore": fix_git_file,
 }
 
 
@@ -4152,7 +4241,7 @@ def options_check(p) -> None:
     p.add_argument(
         "--fix",
         action="store_true",
-        help="repair what is safe: torn tails, temp files, lost session events, headings",
+        help="repair what is safe: torn tails, temp files, lost events, headings, git rules",
     )
     p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
     p.add_argument("--json", action="store_true", help="print findings as JSON")

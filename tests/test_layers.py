@@ -610,6 +610,63 @@ def test_check_secret_in_log_and_ref(store, run):
     assert ("secret", f".stacks/logs/{today_log(store).name}") in found
 
 
+def test_check_git_files_rules_and_fix(store, run):
+    stacks_attributes = store / ".stacks" / ".gitattributes"
+    state_ignore = store / ".state" / ".gitignore"
+    stacks_attributes.unlink()
+    state_ignore.write_text("# mine\nscratch/\ncurrent-session.json\n")
+    code, data, found = check(run)
+    assert code == 0 and data["counts"] == {"error": 0, "warning": 2}
+    assert found == {
+        ("git-attributes", ".stacks/.gitattributes"),
+        ("git-ignore", ".state/.gitignore"),
+    }
+    messages = {f["rule"]: f["message"] for f in data["findings"]}
+    assert "`logs/*.md merge=union`" in messages["git-attributes"]
+    assert "`.stm.lock`, `*.tmp`" in messages["git-ignore"]
+    assert "current-session.json" not in messages["git-ignore"]  # present: not asked for
+    assert check(run, "--strict")[0] == 1
+
+    before = snapshot(store)
+    assert "would fix git-ignore" in run("check", "--fix", "--dry-run").out
+    assert snapshot(store) == before
+
+    assert run("check", "--fix").code == 0
+    assert stacks_attributes.read_text() == stm.STACKS_GITATTRIBUTES  # recreated whole
+    assert state_ignore.read_text() == (
+        "# mine\nscratch/\ncurrent-session.json\n"
+        "# stm's lock and temp files are never committed.\n.stm.lock\n*.tmp\n"
+    )
+    assert run("check", "--strict").code == 0
+
+
+def test_check_git_files_accept_equivalent_lines(store, run):
+    (store / ".stacks" / ".gitattributes").write_text("/logs/*.md   -diff merge=union\n")
+    (store / ".stacks" / ".gitignore").write_text("/.stm.lock\n*.tmp\n")
+    assert run("check", "--strict").code == 0
+    (store / ".stacks" / ".gitattributes").write_text("logs/*.md -diff\n")  # no union
+    _, _, found = check(run)
+    assert found == {("git-attributes", ".stacks/.gitattributes")}
+
+
+def test_check_fix_restores_the_union_merge_git_sees(store, run):
+    git = shutil.which("git")
+    assert git, "the merge tests need git"
+    subprocess.run([git, "init", "-q", str(store)], check=True)
+    (store / ".stacks" / ".gitattributes").write_text("")
+    log = ".stacks/logs/2026-11-22.md"
+
+    def merge_attribute():
+        out = subprocess.run(
+            [git, "check-attr", "merge", "--", log], cwd=store, capture_output=True, text=True
+        ).stdout
+        return out.strip().rsplit(": ", 1)[-1]
+
+    assert merge_attribute() == "unspecified"
+    assert run("check", "--fix").code == 0
+    assert merge_attribute() == "union"
+
+
 def test_check_json_findings_have_all_fields(project, run):
     run("init")
     code, data, _ = check(run)
