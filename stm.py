@@ -2007,6 +2007,11 @@ class Checker:
         """The .gitattributes and .gitignore lines init writes: without them a merge of
         two branches that both logged conflicts, or a lock file gets committed."""
         for path, template, rule in git_support_files(self.store):
+            if os.path.islink(path):
+                self.warning(
+                    rule, path, "is a symbolic link, which stm does not follow", "replace it"
+                )
+                continue
             missing = missing_git_lines(path, template)
             if missing:
                 lines = ", ".join(f"`{line}`" for line in missing)
@@ -2441,8 +2446,8 @@ def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Append the missing lines (with the template's comments); the user's lines stay."""
     template = next(t for p, t, _ in git_support_files(store) if p == finding.target)
     missing = missing_git_lines(finding.target, template)
-    if not missing:
-        return None
+    if not missing or os.path.islink(finding.target):
+        return None  # a link is for a person to replace: stm writes no file through one
     if not dry_run:
         refuse_symlink(finding.target, "file")
         try:

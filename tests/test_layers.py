@@ -649,6 +649,20 @@ def test_check_git_files_accept_equivalent_lines(store, run):
     assert found == {("git-attributes", ".stacks/.gitattributes")}
 
 
+def test_check_git_file_that_is_a_symlink_is_reported_not_followed(store, run, tmp_path):
+    outside = tmp_path / "outside-attributes"
+    outside.write_text("something else\n")
+    attributes = store / ".stacks" / ".gitattributes"
+    attributes.unlink()
+    attributes.symlink_to(outside)
+    _, data, found = check(run)
+    assert found == {("git-attributes", ".stacks/.gitattributes")}
+    assert "symbolic link" in data["findings"][0]["message"]
+    fixed = run("check", "--fix")
+    assert fixed.code == 0 and "git-attributes" in fixed.out  # still reported
+    assert outside.read_text() == "something else\n" and attributes.is_symlink()
+
+
 def test_check_fix_restores_the_union_merge_git_sees(store, run):
     git = shutil.which("git")
     assert git, "the merge tests need git"
