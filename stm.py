@@ -1183,12 +1183,17 @@ LOG_HEADER_BYTES_RE = LazyRegex(
     "^## (\\S+) · (.*) <!-- stm:entry ([0-9a-f]{8}) -->$".encode(), re.MULTILINE
 )
 LOG_END_RE = LazyRegex(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
+LOG_MARKER = "<!-- stm:"  # what both framing lines carry, and a message body never does
 
 
 def render_log_entry(message: str, author: str, stamp: str, entry_id: str) -> str:
+    # A message never carries framing of its own: a pasted header or end line would make a
+    # torn entry look complete, and the next append would then keep the tear. `&lt;` shows
+    # as `<` in any Markdown viewer, so the text still reads as typed.
+    body = message.replace(LOG_MARKER, "&lt;" + LOG_MARKER[1:])
     return (
         f"## {stamp} · {author} <!-- stm:entry {entry_id} -->\n\n"
-        f"{message}\n\n<!-- stm:end {entry_id} -->\n"
+        f"{body}\n\n<!-- stm:end {entry_id} -->\n"
     )
 
 
@@ -1224,8 +1229,10 @@ def parse_log(data: bytes):
     """Yield ('entry', LogEntry) and ('stray', line_no, text) from a log file's bytes.
 
     Entries are found with bytes searches, not line by line (check reads 100,000
-    entries in well under a second); an entry missing its end line at end of file is
-    yielded with complete=False (a torn tail).
+    entries in well under a second); an entry missing its end line is yielded with
+    complete=False: a torn tail when it is the last, and then it runs to the end of the
+    file; otherwise it stops at the next entry's header, so a later entry is never lost
+    inside it.
     """
     pos, line = 0, 1
     while pos < len(data):
@@ -1242,11 +1249,14 @@ def parse_log(data: bytes):
         entry = LogEntry(stamp, author, entry_id, line, match.start())
         end_line = b"\n<!-- stm:end " + match.group(3) + b" -->\n"
         end = data.find(end_line, match.end())
-        if end < 0:
-            entry.raw_body = data[match.end() + 1 :].splitlines(keepends=True)
-            entry.end = len(data)
+        if end < 0:  # torn: it runs to the next entry's header, or to the end of the file
+            following = LOG_HEADER_BYTES_RE.search(data, match.end())
+            entry.end = following.start() if following else len(data)
+            entry.raw_body = data[match.end() + 1 : entry.end].splitlines(keepends=True)
+            line += data.count(b"\n", match.start(), entry.end)
+            pos = entry.end
             yield ("entry", entry)
-            return
+            continue
         entry.raw_body = data[match.end() + 1 : end + 1].splitlines(keepends=True)
         entry.complete = True
         entry.end = end + len(end_line)
@@ -2104,7 +2114,8 @@ class Checker:
         self.scan_secrets(path, data)
         if LOG_FILE_RE.fullmatch(data):
             return  # the common case: only complete, well-formed entries
-        for kind, *rest in parse_log(data):
+        items = list(parse_log(data))
+        for index, (kind, *rest) in enumerate(items):
             if kind == "stray":
                 number, _ = rest
                 self.error(
@@ -2116,7 +2127,15 @@ class Checker:
                 )
                 continue
             entry = rest[0]
-            if not entry.complete:
+            if not entry.complete and index < len(items) - 1:
+                self.error(
+                    "log-entry",
+                    path,
+                    f"entry {entry.entry_id} has no end line, and later text follows it",
+                    f"restore it from git, or end it with `<!-- stm:end {entry.entry_id} -->`",
+                    entry.line,
+                )
+            elif not entry.complete:
                 self.warning(
                     "log-torn",
                     path,

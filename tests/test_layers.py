@@ -495,6 +495,55 @@ def test_log_repairs_a_torn_tail_left_by_a_killed_writer(store, run):
     assert text.count("stm:end") == 2
 
 
+FRAMING_LOOKALIKE = (
+    "pasted from a log:\n"
+    "## 2026-11-22T00:00:00Z · eve <!-- stm:entry deadbeef -->\n"
+    "<!-- stm:end deadbeef -->\n"
+    "and more"
+)
+
+
+def test_log_message_cannot_carry_framing_lines(store, run):
+    assert run("log", FRAMING_LOOKALIKE).code == 0
+    path = today_log(store)
+    text = path.read_text()
+    assert "&lt;!-- stm:entry deadbeef -->" in text and "&lt;!-- stm:end deadbeef -->" in text
+    assert text.count("<!-- stm:") == 2  # the entry's own header and end line
+    [(kind, entry)] = list(stm.parse_log(path.read_bytes()))
+    assert kind == "entry" and entry.complete
+    assert "## 2026-11-22T00:00:00Z · eve &lt;!-- stm:entry deadbeef -->" in entry.body
+
+    # Torn right after the pasted end line: still a torn entry, cut by the next log.
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(b"&lt;!-- stm:end deadbeef -->\n") + 29])
+    assert run("check", "--json").out.count('"log-torn"') == 1
+    result = run("log", "after the tear")
+    assert "torn record" in result.err
+    entries = list(stm.parse_log(path.read_bytes()))
+    assert [e.body for _, e in entries] == [["", "after the tear", ""]]
+    assert run("check").code == 0
+
+
+def test_a_torn_entry_before_later_entries_never_swallows_them(store, run):
+    """A torn entry that is not the last (an old file with a pasted end line, a bad
+    hand merge) stops at the next header: check reports it, and nothing is cut."""
+    run("log", "first")
+    path = today_log(store)
+    later = stm.render_log_entry("later entry", "y", "2026-11-22T11:00:00Z", "4567cdef")
+    with open(path, "ab") as f:
+        f.write("\n## 2026-11-22T10:00:00Z · x <!-- stm:entry 0123abcd -->\n\nhalf\n".encode())
+        f.write(("\n" + later).encode())
+    entries = [e for _, e in stm.parse_log(path.read_bytes())]
+    assert [e.complete for e in entries] == [True, False, True]
+    assert "later entry" in entries[2].body
+    _, data, found = check(run)
+    torn = next(f for f in data["findings"] if f["rule"] == "log-entry")
+    assert "0123abcd has no end line" in torn["message"] and torn["line"] == entries[1].line
+    before = path.read_bytes()
+    assert run("check", "--fix").code == 1  # a person's call: nothing is cut
+    assert path.read_bytes() == before
+
+
 def test_log_keeps_text_a_person_appended_by_hand(store, run):
     run("log", "complete entry")
     path = today_log(store)
