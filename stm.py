@@ -1027,7 +1027,7 @@ def template_headings(template: str) -> list[str]:
 
 
 def missing_headings(text: str, template: str) -> list[str]:
-    present = {line[3:].strip().lower() for line in text.splitlines() if line.startswith("## ")}
+    present = {name.lower() for _, name in heading_lines(text.splitlines())}
     return [h for h in template_headings(template) if h.lower() not in present]
 
 
@@ -1060,18 +1060,49 @@ def content_beyond_template(text: str, template: str) -> list[str]:
     ]
 
 
+def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """(index, name) of every `## ` heading outside code fences."""
+    found, fenced = [], False
+    for index, line in enumerate(lines):
+        if FENCE_RE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            found.append((index, line[3:].strip()))
+    return found
+
+
+def section_end(lines: list[str], index: int) -> int:
+    """Where the section opened at `index` ends: the next `#` or `##` heading, or EOF."""
+    fenced = False
+    for follow in range(index + 1, len(lines)):
+        line = lines[follow]
+        if FENCE_RE.match(line):
+            fenced = not fenced
+        elif not fenced and (line.startswith("## ") or line.startswith("# ")):
+            return follow
+    return len(lines)
+
+
+def section_breaking_line(body: str) -> tuple[int, str] | None:
+    """(line number, line) of the first `#`/`##` heading outside a code fence: such a
+    line would end the section it is written into and start another."""
+    fenced = False
+    for number, line in enumerate(body.split("\n"), 1):
+        if FENCE_RE.match(line):
+            fenced = not fenced
+        elif not fenced and (line.startswith("## ") or line.startswith("# ")):
+            return number, line
+    return None
+
+
 def section_body(text: str, heading: str) -> str | None:
-    """The text under `## heading` up to the next heading of level 1 or 2."""
+    """The text under `## heading` up to the next heading of level 1 or 2 (a heading
+    inside a code fence is text, not a heading)."""
     lines = text.splitlines()
     wanted = heading.strip().lower()
-    for index, line in enumerate(lines):
-        if line.startswith("## ") and line[3:].strip().lower() == wanted:
-            body = []
-            for follow in lines[index + 1 :]:
-                if re.match(r"^#{1,2}\s", follow):
-                    break
-                body.append(follow)
-            return "\n".join(body)
+    for index, name in heading_lines(lines):
+        if name.lower() == wanted:
+            return "\n".join(lines[index + 1 : section_end(lines, index)])
     return None
 
 
@@ -3500,17 +3531,6 @@ def cmd_compose_handoff(args) -> int:
     return EXIT_OK
 
 
-def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
-    """(index, name) of every `## ` heading outside code fences."""
-    found, fenced = [], False
-    for index, line in enumerate(lines):
-        if FENCE_RE.match(line):
-            fenced = not fenced
-        elif not fenced and line.startswith("## "):
-            found.append((index, line[3:].strip()))
-    return found
-
-
 def find_section(lines: list[str], name: str) -> int | None:
     """The heading named `name` (case-insensitively; else a unique prefix), or None."""
     headings = heading_lines(lines)
@@ -3525,18 +3545,6 @@ def find_section(lines: list[str], name: str) -> int | None:
         names = ", ".join(repr(h) for _, h in prefixed)
         raise usage_error(f"section {name!r} is ambiguous: it matches {names}; say which")
     return prefixed[0][0] if prefixed else None
-
-
-def section_end(lines: list[str], index: int) -> int:
-    """Where the section opened at `index` ends: the next `#` or `##` heading, or EOF."""
-    fenced = False
-    for follow in range(index + 1, len(lines)):
-        line = lines[follow]
-        if FENCE_RE.match(line):
-            fenced = not fenced
-        elif not fenced and (line.startswith("## ") or line.startswith("# ")):
-            return follow
-    return len(lines)
 
 
 def is_filler(line: str) -> bool:
@@ -3607,6 +3615,13 @@ def read_note_text(args) -> str:
     note = read_free_text(words, "note", words == ["-"] or not words)
     if not note.strip() and not args.replace:
         raise usage_error("note is empty; nothing written")
+    breaking = section_breaking_line(note) if args.replace else None
+    if breaking is not None:  # (a bullet's later lines are indented: they cannot break out)
+        number, line = breaking
+        raise usage_error(
+            f"line {number} of the new body is a heading ({line[:40]!r}), which would end "
+            "the section; use `###` for a sub-heading, or note each section on its own"
+        )
     return note
 
 
@@ -3629,6 +3644,8 @@ def cmd_note(args) -> int:
         after = add_note(before, section, note, args.replace, anchor)
         if not args.identity:
             after = stamp_last_updated(after, iso_now())
+        if not note_landed(after, section, note):  # refuse before writing anything
+            raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
         atomic_write(path, after.encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             atomic_write(path, before.encode("utf-8"))

@@ -99,6 +99,8 @@ def test_note_protects_identity(store, run):
         (("#Status", "x"), None, 2, "SECTION"),
         (("Status", "key ghp_" + "a" * 36), None, 1, "GitHub token"),
         (("Status", "-"), b"\xff\xfe", 2, "not UTF-8"),
+        (("Status", "--replace"), "Done.\n## Next Steps\nship\n", 2, "line 2 of the new body"),
+        (("Brand new", "--replace"), "# Title\n", 2, "would end the section"),
     ],
 )
 def test_note_refusals_leave_the_tree_unchanged(store, run, args, stdin, code, fragment):
@@ -117,9 +119,26 @@ def test_note_on_a_duplicated_heading_is_refused(store, run):
     assert snapshot(store) == before
 
 
+def test_note_replace_keeps_headings_inside_a_code_fence(store, run):
+    body = "```\n## not a heading here\n```\n### a sub-heading is fine\n"
+    assert run("note", "Status", "--replace", stdin=body).code == 0
+    assert section(memory(store), "Status").strip() == body.strip()
+
+
+def test_note_that_would_not_land_is_refused_before_writing(store, run, monkeypatch):
+    before = snapshot(store)
+    writes = []
+    monkeypatch.setattr(stm, "note_landed", lambda *a: False)
+    monkeypatch.setattr(stm, "atomic_write", lambda *a, **k: writes.append(a))
+    result = run("note", "Status", "x")
+    assert result.code == 1 and "would not land" in result.err
+    assert writes == [] and snapshot(store) == before
+
+
 def test_note_that_does_not_read_back_is_undone(store, run, monkeypatch):
     before = snapshot(store)
-    monkeypatch.setattr(stm, "note_landed", lambda *a: False)
+    checks = iter([True, False])  # fine in memory, wrong on disk (read back)
+    monkeypatch.setattr(stm, "note_landed", lambda *a: next(checks))
     result = run("note", "Status", "x")
     assert result.code == 1 and "did not land" in result.err
     assert snapshot(store) == before
