@@ -1703,11 +1703,13 @@ def parse_handoff(raw: bytes, source: str) -> dict:
     if len(raw) > HANDOFF_MAX_BYTES:
         raise StmError(f"handoff {source} is larger than 1 MiB ({len(raw)} bytes); trim it")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows tools write one) is fine
     except UnicodeDecodeError as exc:
         raise StmError(f"handoff {source} is not UTF-8 text (byte {exc.start})") from None
     try:
-        handoff = json.loads(text)
+        handoff = json.loads(
+            text, object_pairs_hook=unique_keys_object, parse_constant=refuse_json_constant
+        )
     except ValueError as exc:
         raise StmError(f"handoff {source} is not valid JSON: {exc}") from None
     if not isinstance(handoff, dict):
@@ -1717,6 +1719,21 @@ def parse_handoff(raw: bytes, source: str) -> dict:
     if problems:
         raise StmError(f"handoff {source} is invalid: " + "; ".join(problems))
     return handoff
+
+
+def unique_keys_object(pairs: list) -> dict:
+    """A JSON object whose keys are all different: with a key given twice, which value
+    the sender meant is anybody's guess (Python would silently keep the last)."""
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        seen.add(key)
+    return dict(pairs)
+
+
+def refuse_json_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
 
 
 def handoff_problems(handoff: dict) -> list[str]:

@@ -194,6 +194,31 @@ def test_invalid_json(store, run, project):
     assert_refused(store, run, [write(project, '{"task_id": ')], None, 1, "not valid JSON")
 
 
+@pytest.mark.parametrize(
+    "tail,message",
+    [
+        (', "task_id": "other"}', "key 'task_id' appears twice"),
+        (', "extra": {"a": 1, "a": 2}}', "key 'a' appears twice"),
+        (', "estimate": NaN}', "NaN is not a JSON value"),
+        (', "estimate": -Infinity}', "-Infinity is not a JSON value"),
+    ],
+)
+def test_ambiguous_or_non_standard_json_is_refused(store, run, project, tail, message):
+    text = json.dumps(example())[:-1] + tail  # the object, one more member
+    assert_refused(store, run, [write(project, text)], None, 1, message)
+
+
+def test_a_byte_order_mark_is_accepted_and_the_bytes_kept(store, run, project):
+    raw = "\ufeff".encode() + json.dumps(example()).encode()
+    path = project / "bom.json"
+    path.write_bytes(raw)
+    result = run("compose-handoff", str(path))
+    assert result.code == 0, result.err
+    sid = result.out.strip()
+    stored = project / ".state" / "sessions" / sid / "context" / "handoff.json"
+    assert stored.read_bytes() == raw  # byte for byte, mark included
+
+
 def test_json_array(store, run, project):
     assert_refused(store, run, [write(project, "[1, 2]")], None, 1,
                    "must be a JSON object, not a JSON array")  # fmt: skip
