@@ -1428,7 +1428,8 @@ def checked_ref(store: Store, ref: SessionRef) -> SessionRef:
 
 
 def resolve_session(store: Store, token: str) -> SessionRef:
-    """A full id, or a unique prefix or suffix of at least 4 characters."""
+    """A full id, or a unique prefix or suffix of at least 4 characters; a prefix of
+    the random part counts too (`3f9a` for 2026-11-22-3f9a0c1d, like a short git hash)."""
     token = token.strip()
     if is_session_id(token):
         ref = locate_session(store, token)
@@ -1438,7 +1439,7 @@ def resolve_session(store: Store, token: str) -> SessionRef:
     if not ID_FRAGMENT_RE.match(token):
         raise usage_error(
             f"{escape_controls(repr(token))} is not a session id (YYYY-MM-DD-xxxxxxxx) "
-            "nor a prefix or suffix of one of at least 4 characters"
+            "nor 4 or more characters of one (its start, its end, or the start of its hex part)"
         )
     matches = [
         SessionRef(sid, path, archived)
@@ -1447,7 +1448,7 @@ def resolve_session(store: Store, token: str) -> SessionRef:
             (True, iter_archived_sessions),
         )
         for sid, path in listing(store)
-        if sid.startswith(token) or sid.endswith(token)
+        if sid.startswith(token) or sid.endswith(token) or sid[11:].startswith(token)
     ]
     if not matches:
         raise StmError(f"no session matches {token!r}; `stm session list --all` shows them")
@@ -4418,7 +4419,7 @@ def options_session_new(p) -> None:
 
 
 def options_session_switch(p) -> None:
-    p.add_argument("id", metavar="ID", help="full id, or a unique prefix or suffix (4+ chars)")
+    p.add_argument("id", metavar="ID", help="full id, or 4+ characters of it, e.g. 3f9a")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 

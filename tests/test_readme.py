@@ -53,7 +53,9 @@ def test_readme_console_examples_run_in_order(tmp_path):
     session_id = None
     for command, expected in steps:
         if session_id:
-            command = command.replace(DOC_ID, session_id).replace(" 3f9a ", f" {session_id[-4:]} ")
+            command = command.replace(DOC_ID, session_id).replace(
+                " 3f9a ", f" {session_id[11:15]} "
+            )
         shell = command.replace("/tmp/", f"{tmp_path}/")
         if shell.startswith("stm "):
             shell = f"{sys.executable} {STM_PY} {shell[4:]}"

@@ -134,6 +134,19 @@ def test_switch_by_full_id_prefix_and_suffix(store, run):
     # A prefix of the id: the date part is shared, so add the hex part.
     assert run("session", "switch", a[:14]).code == 0
     assert pointer(store)["active_session"] == a
+    # The start of the hex part alone, like a short git hash.
+    assert run("session", "switch", b[11:15]).code == 0
+    assert pointer(store)["active_session"] == b
+
+
+def test_a_short_hash_shared_by_two_sessions_is_ambiguous(store, run, monkeypatch):
+    ids = iter(["2026-11-22-3f9a0c1d", "2026-11-22-3f9abbbb"])
+    monkeypatch.setattr(stm, "new_session_id", lambda now: next(ids))
+    a, b = new(run), new(run)
+    result = run("session", "switch", "3f9a")
+    assert result.code == 1 and a in result.err and b in result.err
+    assert run("session", "switch", "3f9a0").code == 0
+    assert pointer(store)["active_session"] == a
 
 
 def test_switch_ambiguous_prefix_lists_candidates(store, run):
