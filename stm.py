@@ -1458,7 +1458,8 @@ def resolve_session(store: Store, token: str) -> SessionRef:
     return checked_ref(store, matches[0])
 
 
-def load_json_file(path: str, what: str, limit: int | None = None):
+def load_json_file(path: str, what: str, limit: int | None = None, fix: str | None = None):
+    """A JSON file stm keeps; `fix` is the advice when it is broken (default: git)."""
     try:
         raw = read_bytes(path, limit)
     except FileNotFoundError:
@@ -1468,10 +1469,8 @@ def load_json_file(path: str, what: str, limit: int | None = None):
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise StmError(
-            f"{what} {path} is not valid JSON ({exc}); restore it with "
-            f"`git checkout -- {display_path(path)}` or see `stm check`"
-        ) from None
+        fix = fix or f"restore it with `git checkout -- {display_path(path)}` or see `stm check`"
+        raise StmError(f"{what} {path} is not valid JSON ({exc}); {fix}") from None
 
 
 def load_state(ref: SessionRef) -> dict:
@@ -1511,7 +1510,9 @@ def read_pointer(store: Store) -> str | None:
     if not os.path.lexists(path):
         return None
     refuse_symlink(path, "session pointer")
-    pointer = load_json_file(path, "session pointer", 65536)
+    # The pointer is local (git-ignored): there is no committed copy to restore.
+    fix = "fix it with `stm session switch ID` or delete the file"
+    pointer = load_json_file(path, "session pointer", 65536, fix)
     active = pointer.get("active_session") if isinstance(pointer, dict) else "?"
     if active is None:
         return None

@@ -478,6 +478,9 @@ def test_boot_survives_a_corrupt_pointer(store, run):
     assert result.code == 0
     assert "Active workflow" not in result.out
     assert "current-session.json" in result.err
+    # The pointer is git-ignored: the advice is stm's, never a git checkout of it.
+    assert "`stm session switch ID` or delete the file" in result.err
+    assert "git checkout" not in result.err
 
 
 def test_resume_after_losing_the_terminal(store, run):
