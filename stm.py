@@ -1708,6 +1708,8 @@ def parse_handoff(raw: bytes, source: str) -> dict:
         text = raw.decode("utf-8-sig")  # a byte-order mark (Windows tools write one) is fine
     except UnicodeDecodeError as exc:
         raise StmError(f"handoff {source} is not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise StmError(f"handoff {source} is empty; give the JSON file, or pipe it in")
     try:
         handoff = json.loads(
             text, object_pairs_hook=unique_keys_object, parse_constant=refuse_json_constant

@@ -190,6 +190,10 @@ def test_binary_handoff(store, run, project):
     assert_refused(store, run, [str(path)], None, 1, "not UTF-8")
 
 
+def test_empty_input_says_so(store, run):
+    assert_refused(store, run, ["-"], " \n", 1, "handoff <stdin> is empty")
+
+
 def test_invalid_json(store, run, project):
     assert_refused(store, run, [write(project, '{"task_id": ')], None, 1, "not valid JSON")
 
