@@ -172,7 +172,8 @@ SESSION_LOG_TEMPLATE = """\
 
 STACKS_GITATTRIBUTES = """\
 # Logs are append-only: two branches that both logged merge by keeping both sides.
-logs/*.md merge=union
+# eol=lf: a checkout with core.autocrlf must not turn their framing lines into CRLF.
+logs/*.md merge=union eol=lf
 """
 
 STACKS_GITIGNORE = """\
@@ -183,7 +184,8 @@ STACKS_GITIGNORE = """\
 
 STATE_GITATTRIBUTES = """\
 # Event logs are append-only: two branches that both appended merge by keeping both sides.
-history.jsonl merge=union
+# eol=lf: a checkout with core.autocrlf must not turn their lines into CRLF.
+history.jsonl merge=union eol=lf
 """
 
 STATE_GITIGNORE = """\
@@ -1866,6 +1868,7 @@ class BootParts:
         except OSError as exc:
             self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
             return f"(unreadable: {self.store.rel(path)})"
+        text = text.replace("\r\n", "\n")  # saved by a Windows editor: CR is not content
         return demote_headings(strip_comments(escape_controls(text)), 2)
 
     def _workflow(self) -> str | None:
@@ -2078,9 +2081,10 @@ class Checker:
             if missing:
                 lines = ", ".join(f"`{line}`" for line in missing)
                 why = (
-                    "two branches that both appended would conflict in git"
+                    "appends from two branches could conflict in a merge, or be checked "
+                    "out with CRLF line ends"
                     if rule == "git-attributes"
-                    else "lock and temp files could be committed"
+                    else "lock, temp or pointer files could be committed"
                 )
                 self.warning(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
 
@@ -2164,6 +2168,8 @@ class Checker:
     def check_log_file(self, path: str) -> None:
         data = read_bytes(path)
         self.scan_secrets(path, data)
+        if b"\r\n" in data:  # checked out with core.autocrlf: the entries are intact
+            data = data.replace(b"\r\n", b"\n")
         if LOG_FILE_RE.fullmatch(data):
             return  # the common case: only complete, well-formed entries
         items = list(parse_log(data))
@@ -3735,9 +3741,9 @@ def _lines_of(fd: int):
             rest = lines.pop()  # the start of a line that goes on in the next chunk
             for raw in lines:
                 number += 1
-                yield number, raw.decode("utf-8", "replace")
+                yield number, raw.decode("utf-8", "replace").removesuffix("\r")
         if rest:  # a last line without its newline
-            yield number + 1, rest.decode("utf-8", "replace")
+            yield number + 1, rest.decode("utf-8", "replace").removesuffix("\r")
     finally:
         os.close(fd)
 

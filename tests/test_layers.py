@@ -671,7 +671,7 @@ def test_check_git_files_rules_and_fix(store, run):
         ("git-ignore", ".state/.gitignore"),
     }
     messages = {f["rule"]: f["message"] for f in data["findings"]}
-    assert "`logs/*.md merge=union`" in messages["git-attributes"]
+    assert "`logs/*.md merge=union eol=lf`" in messages["git-attributes"]
     assert "`.stm.lock`, `*.tmp`" in messages["git-ignore"]
     assert "current-session.json" not in messages["git-ignore"]  # present: not asked for
     assert check(run, "--strict")[0] == 1
@@ -690,12 +690,13 @@ def test_check_git_files_rules_and_fix(store, run):
 
 
 def test_check_git_files_accept_equivalent_lines(store, run):
-    (store / ".stacks" / ".gitattributes").write_text("/logs/*.md   -diff merge=union\n")
+    (store / ".stacks" / ".gitattributes").write_text("/logs/*.md  -diff eol=lf merge=union\n")
     (store / ".stacks" / ".gitignore").write_text("/.stm.lock\n*.tmp\n")
     assert run("check", "--strict").code == 0
-    (store / ".stacks" / ".gitattributes").write_text("logs/*.md -diff\n")  # no union
-    _, _, found = check(run)
-    assert found == {("git-attributes", ".stacks/.gitattributes")}
+    for lacking in ("logs/*.md -diff eol=lf\n", "logs/*.md merge=union\n"):  # no union; CRLF
+        (store / ".stacks" / ".gitattributes").write_text(lacking)
+        _, _, found = check(run)
+        assert found == {("git-attributes", ".stacks/.gitattributes")}
 
 
 def test_check_git_file_that_is_a_symlink_is_reported_not_followed(store, run, tmp_path):
@@ -719,15 +720,29 @@ def test_check_fix_restores_the_union_merge_git_sees(store, run):
     (store / ".stacks" / ".gitattributes").write_text("")
     log = ".stacks/logs/2026-11-22.md"
 
-    def merge_attribute():
+    def attribute(name):
         out = subprocess.run(
-            [git, "check-attr", "merge", "--", log], cwd=store, capture_output=True, text=True
+            [git, "check-attr", name, "--", log], cwd=store, capture_output=True, text=True
         ).stdout
         return out.strip().rsplit(": ", 1)[-1]
 
-    assert merge_attribute() == "unspecified"
+    assert (attribute("merge"), attribute("eol")) == ("unspecified", "unspecified")
     assert run("check", "--fix").code == 0
-    assert merge_attribute() == "union"
+    assert (attribute("merge"), attribute("eol")) == ("union", "lf")
+
+
+def test_files_saved_with_crlf_read_as_their_text(store, run):
+    """A Windows editor, or a checkout with core.autocrlf, gives CRLF line ends."""
+    agent = store / ".stacks" / "AGENT.md"
+    agent.write_bytes(agent.read_bytes().replace(b"\n", b"\r\n"))
+    run("log", "first entry")
+    log = today_log(store)
+    log.write_bytes(log.read_bytes().replace(b"\n", b"\r\n"))
+    boot = run("boot")
+    assert "\\x0d" not in boot.out and "\r" not in boot.out
+    assert run("check", "--strict").code == 0  # the entries are intact
+    found = run("search", "first entry", "--layer", "logs")
+    assert found.out.endswith(": first entry\n")
 
 
 def test_check_json_findings_have_all_fields(project, run):
