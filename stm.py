@@ -4089,8 +4089,9 @@ def refuse_links_on_the_way(target: str, roots) -> None:
         path = os.path.dirname(path)
 
 
-def read_import(store: Store, source: str) -> list[tuple[str, str, bytes]]:
-    """Every (name, target, bytes) of the archive, all checked before anything is written."""
+def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]], list[str]]:
+    """Every (name, target, bytes) of the archive, all checked before anything is written,
+    and the names of entries left out (the session pointer: it belongs to one checkout)."""
     import stat
     import zipfile
 
@@ -4103,12 +4104,15 @@ def read_import(store: Store, source: str) -> list[tuple[str, str, bytes]]:
         if len(infos) > IMPORT_MAX_ENTRIES:
             raise StmError(f"import: {source} has more than {IMPORT_MAX_ENTRIES} entries; refused")
         total = 0
-        planned = []
+        planned, skipped = [], []
         for info in infos:
             if stat.S_ISLNK(info.external_attr >> 16):
                 raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
             target = import_target(store, info.filename.rstrip("/"))
             if info.is_dir():
+                continue
+            if target == store.pointer_path:
+                skipped.append(info.filename)
                 continue
             total += info.file_size
             ratio = info.file_size / max(info.compress_size, 1)
@@ -4122,12 +4126,16 @@ def read_import(store: Store, source: str) -> list[tuple[str, str, bytes]]:
             if len(data) != info.file_size:
                 raise StmError(f"import: entry {info.filename!r} is not the size it claims")
             files.append((info.filename, target, data))
-    return files
+    return files, skipped
 
 
 def cmd_import(args) -> int:
     store = open_store(args, for_init=True)
-    files = read_import(store, args.file)
+    files, skipped = read_import(store, args.file)
+    for name in skipped:
+        warn(
+            f"left out {name}: the session pointer belongs to each checkout (`stm session switch`)"
+        )
     plan = []
     for _, target, _ in files:
         refuse_links_on_the_way(target, (store.stacks, store.state))
@@ -4148,7 +4156,7 @@ def cmd_import(args) -> int:
         )
     if not args.dry_run:
         apply_import(store, plan)
-    report_import(args, plan)
+    report_import(args, plan, skipped)
     return EXIT_OK
 
 
@@ -4170,13 +4178,13 @@ def apply_import(store: Store, plan: list) -> None:
             atomic_write(target, data)
 
 
-def report_import(args, plan: list) -> None:
+def report_import(args, plan: list, skipped: list[str]) -> None:
     words = {"create": "created", "same": "same", "replace": "replaced"}
     if args.dry_run:
         words = {"create": "would create", "same": "same", "replace": "would replace"}
     if args.json:
         rows = [{"action": action, "path": name} for action, name, _, _ in plan]
-        print_json({"dry_run": bool(args.dry_run), "files": rows})
+        print_json({"dry_run": bool(args.dry_run), "files": rows, "skipped": skipped})
         return
     for action, name, _, _ in plan:
         out(f"{words[action]:13} {name}")

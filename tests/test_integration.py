@@ -576,6 +576,22 @@ def test_import_refuses_a_zip_bomb(store, run, tmp_path):
     assert snapshot(store) == before
 
 
+def test_import_leaves_out_a_session_pointer(store, run, tmp_path):
+    sid = run("session", "new").out.strip()
+    pointer = store / ".state" / "current-session.json"
+    mine = pointer.read_bytes()
+    archive = tmp_path / "with-pointer.zip"
+    foreign = b'{"active_session": "2026-01-01-deadbeef", "updated_at": "2026-01-01T00:00:00Z"}'
+    evil_zip(archive, ".state/current-session.json", data=foreign)
+    result = run("import", str(archive), "--json")
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert data["files"] == [{"action": "create", "path": ".stacks/refs/fine.md"}]
+    assert data["skipped"] == [".state/current-session.json"]
+    assert "left out .state/current-session.json" in result.err
+    assert pointer.read_bytes() == mine and stm.read_pointer(stm.Store(".stacks", ".state")) == sid
+
+
 def test_import_refuses_what_is_not_a_zip(store, run, tmp_path):
     (tmp_path / "x.zip").write_text("not a zip")
     result = run("import", str(tmp_path / "x.zip"))
