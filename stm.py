@@ -2891,7 +2891,12 @@ def cmd_log(args) -> int:
     if args.template:
         sys.stdout.write(SESSION_LOG_TEMPLATE)
         return EXIT_OK
-    message = read_message(args)
+    message = without_template_guidance(read_message(args))
+    if not content_beyond_template(message, SESSION_LOG_TEMPLATE):
+        raise usage_error(
+            "log entry holds no text of its own (only the session-log template's headings "
+            "or comments); fill it in; nothing written"
+        )
     if not args.allow_secret:
         refuse_secrets(message, "--allow-secret")
     store = open_store(args)
@@ -2902,6 +2907,15 @@ def cmd_log(args) -> int:
         path = store.log_path(iso(now)[:10])
         print_json({"path": store.rel(path), "timestamp": iso(now), "author": author_name()})
     return EXIT_OK
+
+
+def without_template_guidance(message: str) -> str:
+    """The message minus the `<!-- guidance -->` lines of the session-log template, which
+    would otherwise turn up in every search for their words."""
+    guidance = {
+        line.strip() for line in SESSION_LOG_TEMPLATE.splitlines() if line.startswith("<!--")
+    }
+    return "\n".join(line for line in message.split("\n") if line.strip() not in guidance)
 
 
 def cmd_check(args) -> int:

@@ -426,6 +426,24 @@ def test_log_template_prints_the_session_log_template(run):
     assert result.out == stm.SESSION_LOG_TEMPLATE
 
 
+def test_log_of_an_unfilled_template_is_refused(store, run):
+    before = snapshot(store)
+    result = run("log", "-", stdin=stm.SESSION_LOG_TEMPLATE)
+    assert result.code == 2 and "no text of its own" in result.err
+    assert snapshot(store) == before
+
+
+def test_log_drops_the_template_guidance_and_keeps_what_was_written(store, run):
+    filled = stm.SESSION_LOG_TEMPLATE.replace(
+        "<!-- One or two lines: what this session did. -->", "Ported the lexer."
+    )
+    assert run("log", "-", stdin=filled).code == 0
+    text = today_log(store).read_text()
+    assert "### Summary\nPorted the lexer.\n\n### Done\n" in text
+    assert "<!-- What was finished" not in text  # guidance would match every search
+    assert run("search", "commits", "--layer", "logs").code == 1
+
+
 @pytest.mark.parametrize("args,stdin", [(("",), None), (("   ",), None), (("-",), "\n\n  \n")])
 def test_empty_log_message_is_refused_and_writes_nothing(store, run, args, stdin):
     before = snapshot(store)
