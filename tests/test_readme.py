@@ -66,6 +66,10 @@ def test_readme_console_examples_run_in_order(tmp_path):
         if command == "stm init":  # the user fills in the two layers before going on
             (tmp_path / ".stacks" / "AGENT.md").write_text(IDENTITY)
             (tmp_path / ".stacks" / "MEMORY.md").write_text(MEMORY)
+        if "--template >" in command:  # "fill it in, then:", as the README says
+            entry = tmp_path / "entry.md"
+            summary = "<!-- One or two lines: what this session did. -->"
+            entry.write_text(entry.read_text().replace(summary, "Ported the lexer."))
         if command.startswith("stm session new"):
             session_id = result.stdout.strip()
         actual = {normalise(line) for line in result.stdout.splitlines()}
