@@ -963,10 +963,16 @@ def find_stacks(start: str) -> str | None:
         current = parent
 
 
+def refuse_non_directory(flag: str, path: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise usage_error(f"{flag} {path} is a file, not a directory; name the folder")
+
+
 def open_store(args, for_init: bool = False) -> Store:
     """Resolve --dir / --state-dir / --user (or their defaults) into a Store."""
     stacks = getattr(args, "dir", None)
     if stacks:
+        refuse_non_directory("--dir", stacks)
         if not for_init and not os.path.isdir(stacks):
             raise StmError(
                 f"--dir {stacks}: no such directory; create it with `stm init --dir {stacks}`"
@@ -981,7 +987,9 @@ def open_store(args, for_init: bool = False) -> Store:
                 )
             stacks = os.path.join(os.getcwd(), STACKS_DIRNAME)
     state = getattr(args, "state_dir", None)
-    if not state:
+    if state:
+        refuse_non_directory("--state-dir", state)
+    else:
         state = os.path.join(os.path.dirname(os.path.abspath(stacks)), STATE_DIRNAME)
     user = getattr(args, "user", None)
     if user is None:

@@ -252,6 +252,13 @@ BAD_INPUTS = [
     ("boot -o directory", ["boot", "-o", ".stacks"], None, None, 2, "is a directory"),
     ("boot -o missing folder", ["boot", "-o", "no/x.md"], None, None, 1, "does not exist"),
     ("boot --dir missing", ["boot", "--dir", "/nonexistent/x"], None, None, 1, "--dir"),
+    ("boot --dir a file", ["boot", "--dir", ".stacks/AGENT.md"], None, None, 2,
+     "--dir .stacks/AGENT.md is a file"),
+    ("init --dir a file", ["init", "--dir", ".stacks/MEMORY.md"], None, None, 2, "is a file"),
+    ("list --state-dir a file", ["session", "list", "--state-dir", ".stacks/AGENT.md"], None,
+     None, 2, "--state-dir .stacks/AGENT.md is a file"),
+    ("log template only", ["log", "-"], "### Summary\n<!-- x -->\n\n### Done\n", None, 2,
+     "no text of its own"),
     # session new
     ("new phase dotdot", ["session", "new", "--phase", "../x"], None, None, 2, "a phase is"),
     ("new phase empty", ["session", "new", "--phase", ""], None, None, 2, "a phase is"),
