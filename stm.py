@@ -3553,8 +3553,9 @@ def cmd_compose_handoff(args) -> int:
         if same is not None:
             created = False
             ref, state = same, load_state(same)
+            where = " (archived: the work on it is finished)" if same.archived else ""
             warnings.append(
-                f"this handoff was already composed into session {same.id}; nothing created"
+                f"this handoff was already composed into session {same.id}{where}; nothing created"
             )
         else:
             created = True

@@ -259,6 +259,7 @@ def test_same_handoff_after_archiving_is_still_recognised(store, run):
     before = snapshot(store)
     result = run("compose-handoff", str(EXAMPLE))
     assert result.out.strip() == first
+    assert f"already composed into session {first} (archived" in result.err
     assert snapshot(store) == before
 
 
