@@ -2895,6 +2895,15 @@ def append_log_entry(store: Store, message: str, now: float | None = None):
     return append_record(path, data, log_complete_end)
 
 
+def without_template_guidance(message: str) -> str:
+    """The message minus the `<!-- guidance -->` lines of the session-log template, which
+    would otherwise turn up in every search for their words."""
+    guidance = {
+        line.strip() for line in SESSION_LOG_TEMPLATE.splitlines() if line.startswith("<!--")
+    }
+    return "\n".join(line for line in message.split("\n") if line.strip() not in guidance)
+
+
 def cmd_log(args) -> int:
     if args.template:
         sys.stdout.write(SESSION_LOG_TEMPLATE)
@@ -2915,15 +2924,6 @@ def cmd_log(args) -> int:
         path = store.log_path(iso(now)[:10])
         print_json({"path": store.rel(path), "timestamp": iso(now), "author": author_name()})
     return EXIT_OK
-
-
-def without_template_guidance(message: str) -> str:
-    """The message minus the `<!-- guidance -->` lines of the session-log template, which
-    would otherwise turn up in every search for their words."""
-    guidance = {
-        line.strip() for line in SESSION_LOG_TEMPLATE.splitlines() if line.startswith("<!--")
-    }
-    return "\n".join(line for line in message.split("\n") if line.strip() not in guidance)
 
 
 def cmd_check(args) -> int:
