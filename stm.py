@@ -712,6 +712,23 @@ def check_component(name: str, what: str) -> str:
     return name
 
 
+def context_path_problem(value) -> str | None:
+    """Why a state.json `context` entry is not a relative path inside its session, or None.
+
+    Boot tells an agent to read these files: a hostile or careless entry such as
+    `../../.ssh/id_rsa` must never be passed on as something to read.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return "is not a non-empty string"
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
+        return "is an absolute path"
+    if "\\" in value or any(ord(c) < 32 for c in value):
+        return "contains a backslash or a control character"
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        return "has an empty, '.' or '..' component"
+    return None
+
+
 def require_inside(path: str, root: str, what: str) -> str:
     """Refuse `path` unless it resolves inside `root` (no symlink may lead out)."""
     real_root = os.path.realpath(root)
@@ -1923,9 +1940,11 @@ def render_workflow(store: Store, ref: SessionRef, state: dict) -> str:
         )
     lines += render_checkpoint(state)
     context = state.get("context")
-    if isinstance(context, dict) and context:
-        paths = ", ".join(f"{folder}/{one_line(p, 200)}" for _, p in sorted(context.items()))
-        lines.append(f"- Context files: {paths}")
+    if isinstance(context, dict):
+        safe = sorted(p for p in context.values() if context_path_problem(p) is None)
+        if safe:
+            shown = ", ".join(f"{folder}/{one_line(p, 200)}" for p in safe)
+            lines.append(f"- Context files: {shown}")  # unsafe ones: check reports them
     lines.append(f"- State: {folder}/{STATE_FILE} (version {state.get('version')})")
     return "\n".join(lines)
 
@@ -2704,6 +2723,13 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
     for key in ("checkpoint", "recovery", "context"):
         if key in state and not isinstance(state[key], dict):
             problems.append(("state-field", f"{key!r} must be an object"))
+    if isinstance(state.get("context"), dict):
+        for name, value in sorted(state["context"].items()):
+            problem = context_path_problem(value)
+            if problem:
+                problems.append(
+                    ("state-field", f"context {name!r}: {one_line(repr(value), 80)} {problem}")
+                )
     return problems
 
 

@@ -189,6 +189,40 @@ def test_require_inside_refuses_escape(tmp_path):
     assert stm.require_inside(str(tmp_path / "root"), str(tmp_path / "root"), "x")
 
 
+HOSTILE_CONTEXT = {
+    "key": "../../../home/user/.ssh/id_rsa",
+    "abs": "/etc/shadow",
+    "drive": "C:/secrets.txt",
+    "dots": "context/../../x",
+    "ctrl": "context/a\x1b[2Jb.md",
+    "bad": 42,
+}
+
+
+def test_boot_never_hands_an_agent_a_context_path_outside_the_session(store, run):
+    """Boot tells the agent which context files to read; a hostile repository must not
+    be able to steer it to a file outside the session (a key, a password file)."""
+    sid = run("session", "new").out.strip()
+    path = store / ".state" / "sessions" / sid / "state.json"
+    state = json.loads(path.read_text())
+    state["context"] = {**HOSTILE_CONTEXT, "spec": "context/spec.md"}
+    path.write_text(json.dumps(state))
+    boot = run("boot").out
+    context_line = next(line for line in boot.splitlines() if "Context files" in line)
+    assert context_line == f"- Context files: .state/sessions/{sid}/context/spec.md"
+    assert "ssh" not in boot and "shadow" not in boot and "secrets" not in boot
+    result = run("check", "--json")
+    messages = [f["message"] for f in json.loads(result.out)["findings"]]
+    for name in HOSTILE_CONTEXT:
+        assert any(m.startswith(f"context {name!r}:") for m in messages), name
+    assert not any("'spec'" in m for m in messages)
+
+
+@pytest.mark.parametrize("value", ["context/spec.md", "artifacts/out/report.json", "notes.md"])
+def test_context_paths_inside_the_session_are_fine(value):
+    assert stm.context_path_problem(value) is None
+
+
 # ---- the bad-input table -----------------------------------------------------------
 
 
