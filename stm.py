@@ -1558,7 +1558,30 @@ def write_pointer(store: Store, session_id: str | None) -> None:
     atomic_write(store.pointer_path, dumps_json(data).encode("utf-8"))
 
 
+def pinned_session(store: Store) -> SessionRef | None:
+    """The session STM_SESSION names: it pins one process environment (an agent) to a
+    session, whatever the checkout's pointer says, so agents sharing a checkout cannot
+    redirect each other's updates by starting or switching sessions."""
+    token = os.environ.get("STM_SESSION", "").strip()
+    if not token:
+        return None
+    try:
+        ref = resolve_session(store, token)
+    except StmError as exc:
+        raise StmError(f"STM_SESSION={token}: {exc.message}", exc.code) from None
+    if ref.archived:
+        raise StmError(
+            f"STM_SESSION={token} names {ref.id}, which is archived; unset STM_SESSION or "
+            "name an active session"
+        )
+    return ref
+
+
 def current_session(store: Store) -> SessionRef | None:
+    """The session commands act on by default: STM_SESSION's, else the pointer's."""
+    pinned = pinned_session(store)
+    if pinned is not None:
+        return pinned
     active = read_pointer(store)
     if active is None:
         return None
@@ -3209,11 +3232,23 @@ def cmd_session_new(args) -> int:
         ref = create_session(store, state, rollback)
         if not args.no_switch:
             switch_pointer(store, session_id, rollback)
+    if not args.no_switch:
+        warn_about_pin(session_id)
     if args.json:
-        print_json(session_summary(store, ref, state, current=not args.no_switch))
+        current = current_id_quietly(store) == session_id
+        print_json(session_summary(store, ref, state, current=current))
     else:
         out(session_id)
     return EXIT_OK
+
+
+def warn_about_pin(session_id: str) -> None:
+    token = os.environ.get("STM_SESSION", "").strip()
+    if token:
+        warn(
+            f"the pointer now names {session_id}, but STM_SESSION={token} still decides "
+            "which session commands in this environment act on"
+        )
 
 
 def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -> dict:
@@ -3257,8 +3292,10 @@ def cmd_session_switch(args) -> int:
         )
     with store.state_lock():
         write_pointer(store, ref.id)
+    warn_about_pin(ref.id)
     if args.json:
-        print_json(session_summary(store, ref, load_state(ref), current=True))
+        current = current_id_quietly(store) == ref.id
+        print_json(session_summary(store, ref, load_state(ref), current=current))
     else:
         out(ref.id)
     return EXIT_OK
@@ -3305,16 +3342,18 @@ def cmd_session_archive(args) -> int:
     return EXIT_OK
 
 
-def read_pointer_quietly(store: Store) -> str | None:
+def current_id_quietly(store: Store) -> str | None:
+    """The current session's id for marking lists (STM_SESSION, else the pointer)."""
     try:
-        return read_pointer(store)
+        pinned = pinned_session(store)
+        return pinned.id if pinned is not None else read_pointer(store)
     except StmError:
         return None
 
 
 def cmd_session_list(args) -> int:
     store = open_store(args)
-    current = read_pointer_quietly(store)
+    current = current_id_quietly(store)
     listing = [(sid, path, False) for sid, path in iter_active_sessions(store)]
     if args.all:
         listing += [(sid, path, True) for sid, path in iter_archived_sessions(store)]
@@ -3366,7 +3405,7 @@ def cmd_session_show(args) -> int:
     ref = require_session(store, args.id)
     state = load_state(ref)
     events = read_last_events(ref, 10)
-    current = read_pointer_quietly(store) == ref.id
+    current = current_id_quietly(store) == ref.id
     if args.json:
         summary = session_summary(store, ref, state, current)
         summary.update({"state": state, "events": events})
@@ -3415,7 +3454,7 @@ def cmd_session_phase(args) -> int:
 
 def report_update(args, store, ref, state, changed: bool, what: str) -> None:
     if args.json:
-        summary = session_summary(store, ref, state, read_pointer_quietly(store) == ref.id)
+        summary = session_summary(store, ref, state, current_id_quietly(store) == ref.id)
         summary["changed"] = changed
         print_json(summary)
     elif changed:
@@ -3587,10 +3626,12 @@ def cmd_compose_handoff(args) -> int:
             created = True
             result = compose_handoff(store, handoff, raw, not args.no_switch)
             ref, state = result["ref"], result["state"]
+    if created and not args.no_switch:
+        warn_about_pin(ref.id)
     if args.output:
         write_output_file(args.output, read_text(os.path.join(ref.path, SESSION_MD)))
     if args.json:
-        summary = session_summary(store, ref, state, read_pointer_quietly(store) == ref.id)
+        summary = session_summary(store, ref, state, current_id_quietly(store) == ref.id)
         summary.update(
             {
                 "created": created,
@@ -4295,6 +4336,7 @@ examples:
   stm check                      validate (exit 1 on errors); for CI
 
 environment: STM_USER (author, user namespace), STM_LOCK_TIMEOUT (seconds, default 10),
+             STM_SESSION (this environment's session, instead of the checkout's pointer),
              STM_FSYNC=0 (skip fsync: faster, not durable against power loss)
 {EXIT_CODES_HELP}
 """

@@ -662,3 +662,59 @@ def test_list_shows_an_unreadable_session_instead_of_failing(store, run):
     result = run("session", "list")
     assert result.code == 0
     assert sid in result.out and "unreadable state.json" in result.out
+
+
+# ---- STM_SESSION: one agent's session, whatever the pointer says ---------------------
+
+
+def test_stm_session_pins_an_environment_to_its_session(store, run, monkeypatch):
+    """Two agents share a checkout: B starting a session must not redirect A's updates."""
+    a = new(run, "--name", "agent A's task")
+    monkeypatch.setenv("STM_SESSION", a[11:15])  # agent A's environment
+    with monkeypatch.context() as other:  # agent B, without the variable
+        other.delenv("STM_SESSION")
+        b = new(run, "--name", "agent B's task")
+    assert pointer(store)["active_session"] == b
+    assert run("session", "checkpoint", "--done", "step 1").code == 0
+    assert state(store, a)["checkpoint"]["last_completed_step"] == "step 1"
+    assert "checkpoint" not in state(store, b)
+    assert f"Session: `{a}` — agent A's task" in run("boot").out
+    listed = [line for line in run("session", "list").out.splitlines() if line.startswith("*")]
+    assert len(listed) == 1 and a in listed[0]
+    assert f"current {a}" in run("status").out
+
+
+def test_stm_session_switching_the_pointer_says_the_variable_still_decides(store, run, monkeypatch):
+    a = new(run)
+    monkeypatch.setenv("STM_SESSION", a)
+    result = run("session", "new", "--json")
+    assert json.loads(result.out)["current"] is False
+    assert f"STM_SESSION={a} still decides" in result.err
+
+
+@pytest.mark.parametrize(
+    "value,code,fragment",
+    [
+        ("zz", 2, "STM_SESSION=zz: 'zz' is not a session id"),
+        ("2020-01-01-00000000", 1, "no session"),
+    ],
+)
+def test_stm_session_that_names_nothing_is_a_clear_error(
+    store, run, monkeypatch, value, code, fragment
+):
+    new(run)
+    monkeypatch.setenv("STM_SESSION", value)
+    before = snapshot(store)
+    result = run("session", "checkpoint", "--done", "x")
+    assert result.code == code and fragment in result.err
+    assert snapshot(store) == before
+    boot = run("boot")  # boot still boots, and says why there is no workflow
+    assert boot.code == 0 and "STM_SESSION" in boot.err and "Active workflow" not in boot.out
+
+
+def test_stm_session_naming_an_archived_session_is_refused(store, run, monkeypatch):
+    a = new(run)
+    run("session", "archive", a)
+    monkeypatch.setenv("STM_SESSION", a)
+    result = run("session", "phase", "build")
+    assert result.code == 1 and "archived" in result.err and "STM_SESSION" in result.err
