@@ -1087,6 +1087,12 @@ def content_beyond_template(text: str, template: str) -> list[str]:
     ]
 
 
+def in_line_ends_of(original: str, text: str) -> str:
+    """`text` (LF) with CRLF line ends when `original` had them: a file a Windows editor
+    saved keeps one style of line end when stm edits it."""
+    return text.replace("\n", "\r\n") if "\r\n" in original else text
+
+
 def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
     """(index, name) of every `## ` heading outside code fences."""
     found, fenced = [], False
@@ -2609,7 +2615,8 @@ def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     if heading is None:
         return None
     if not dry_run:
-        atomic_write(finding.target, add_heading(text, heading).encode("utf-8"))
+        fixed = add_heading(text.replace("\r\n", "\n"), heading)
+        atomic_write(finding.target, in_line_ends_of(text, fixed).encode("utf-8"))
     return f"added '## {heading}'"
 
 
@@ -3758,12 +3765,12 @@ def cmd_note(args) -> int:
         except FileNotFoundError:
             raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
         anchor = None if args.identity else "Last Updated"
-        after = add_note(before, section, note, args.replace, anchor)
+        after = add_note(before.replace("\r\n", "\n"), section, note, args.replace, anchor)
         if not args.identity:
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
-        atomic_write(path, after.encode("utf-8"))
+        atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             atomic_write(path, before.encode("utf-8"))
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")

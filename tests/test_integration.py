@@ -80,6 +80,20 @@ def test_note_replace_swaps_the_body(store, run):
     assert section(memory(store), "Status").strip() == "Blocked on review"
 
 
+def test_note_keeps_a_crlf_file_crlf(store, run):
+    path = store / ".stacks" / "MEMORY.md"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert run("note", "Observations", "-", stdin="line one\nline two\n").code == 0
+    data = path.read_bytes()
+    assert data.count(b"\n") == data.count(b"\r\n")  # one style of line end, as it was
+    assert b"- line one\r\n  line two\r\n" in data
+    broken = path.read_bytes().replace(b"## Next Steps\r\n", b"## Todo\r\n")
+    path.write_bytes(broken)
+    assert run("check", "--fix").code == 0
+    fixed = path.read_bytes()
+    assert b"## Next Steps\r\n" in fixed and fixed.count(b"\n") == fixed.count(b"\r\n")
+
+
 def test_note_protects_identity(store, run):
     agent_before = (store / ".stacks" / "AGENT.md").read_text()
     assert run("note", "Role", "a note").code == 0
