@@ -1093,39 +1093,41 @@ def in_line_ends_of(original: str, text: str) -> str:
     return text.replace("\n", "\r\n") if "\r\n" in original else text
 
 
-def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
-    """(index, name) of every `## ` heading outside code fences."""
-    found, fenced = [], False
-    for index, line in enumerate(lines):
+def unfenced_lines(lines: list[str], start: int = 0):
+    """(index, line) of the lines from `start` that are outside code fences: a `#` line
+    inside a fence is text, not a heading, everywhere stm reads Markdown sections."""
+    fenced = False
+    for index in range(start, len(lines)):
+        line = lines[index]
         if FENCE_RE.match(line):
             fenced = not fenced
-        elif not fenced and line.startswith("## "):
-            found.append((index, line[3:].strip()))
-    return found
+        elif not fenced:
+            yield index, line
+
+
+def breaks_section(line: str) -> bool:
+    """A `#` or `##` heading: it ends the `##` section above it."""
+    return line.startswith("## ") or line.startswith("# ")
+
+
+def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """(index, name) of every `## ` heading outside code fences."""
+    return [(i, line[3:].strip()) for i, line in unfenced_lines(lines) if line.startswith("## ")]
 
 
 def section_end(lines: list[str], index: int) -> int:
     """Where the section opened at `index` ends: the next `#` or `##` heading, or EOF."""
-    fenced = False
-    for follow in range(index + 1, len(lines)):
-        line = lines[follow]
-        if FENCE_RE.match(line):
-            fenced = not fenced
-        elif not fenced and (line.startswith("## ") or line.startswith("# ")):
-            return follow
-    return len(lines)
+    return next(
+        (i for i, line in unfenced_lines(lines, index + 1) if breaks_section(line)), len(lines)
+    )
 
 
 def section_breaking_line(body: str) -> tuple[int, str] | None:
     """(line number, line) of the first `#`/`##` heading outside a code fence: such a
     line would end the section it is written into and start another."""
-    fenced = False
-    for number, line in enumerate(body.split("\n"), 1):
-        if FENCE_RE.match(line):
-            fenced = not fenced
-        elif not fenced and (line.startswith("## ") or line.startswith("# ")):
-            return number, line
-    return None
+    lines = body.split("\n")
+    found = next((i for i, line in unfenced_lines(lines) if breaks_section(line)), None)
+    return None if found is None else (found + 1, lines[found])
 
 
 def section_body(text: str, heading: str) -> str | None:
