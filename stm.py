@@ -234,6 +234,63 @@ TEMPLATES = {
     "session-log.md": SESSION_LOG_TEMPLATE,
 }
 
+
+class Layer:
+    """One memory layer. Every command that walks the layers loops over LAYERS, so a new
+    layer is one row there (spec/memory-layers.md, "The four layers"). A plain class, not
+    a NamedTuple: `typing` costs boot a millisecond."""
+
+    __slots__ = ("name", "path", "kind", "title", "template", "template_rule", "purpose", "at_boot")
+
+    def __init__(
+        self,
+        name,
+        path,
+        kind,
+        title,
+        *,
+        template=None,
+        template_rule=None,
+        purpose="",
+        at_boot="never",
+    ):
+        self.name = name  # the key in status/boot --json and search --layer
+        self.path = path  # relative to the stacks directory
+        self.kind = kind  # "file" or "dir"
+        self.title = title  # what boot and messages call it
+        self.template = template  # the file's template: init writes it, check compares
+        self.template_rule = template_rule  # check's rule for a file still its template
+        self.purpose = purpose  # what a person should write into it
+        self.at_boot = at_boot  # "full" (loaded whole), "index" (listed), "never"
+
+
+LAYERS = (
+    Layer(
+        "identity",
+        AGENT_FILE,
+        "file",
+        "Identity",
+        template=AGENT_TEMPLATE,
+        template_rule="identity-template",
+        purpose="who the agent is",
+        at_boot="full",
+    ),
+    Layer(
+        "session",
+        MEMORY_FILE,
+        "file",
+        "Session memory",
+        template=MEMORY_TEMPLATE,
+        template_rule="session-template",
+        purpose="where work stands",
+        at_boot="full",
+    ),
+    Layer("refs", REFS_DIR, "dir", "Reference index", at_boot="index"),
+    Layer("logs", LOGS_DIR, "dir", "Log"),
+)
+LAYER_BY_NAME = {layer.name: layer for layer in LAYERS}
+TEMPLATE_LAYERS = tuple(layer for layer in LAYERS if layer.template is not None)
+
 # Text that looks like a credential. Memory is committed to git, and a leaked token is
 # not undone by a later edit, so log refuses it and check reports it.
 # Each has literal hints: text holding none of them cannot match, and str.find is far
@@ -527,17 +584,23 @@ def _unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def lock_timeout() -> float:
-    raw = os.environ.get("STM_LOCK_TIMEOUT", "")
+def parse_lock_timeout(raw: str) -> float:
+    """STM_LOCK_TIMEOUT's seconds; anything but a finite number >= 0 is a usage error."""
     if not raw:
         return LOCK_TIMEOUT_S
     try:
         value = float(raw)
     except ValueError:
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a finite number of seconds")
     if value < 0:
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} must not be negative")
     return value
+
+
+def lock_timeout() -> float:
+    return parse_lock_timeout(os.environ.get("STM_LOCK_TIMEOUT", ""))
 
 
 def host_name() -> str:
@@ -887,8 +950,10 @@ def display_path(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def author_name() -> str:
-    name = os.environ.get("STM_USER") or os.environ.get("USER") or os.environ.get("LOGNAME")
+def author_name(environ=None) -> str:
+    """STM_USER, else USER / LOGNAME, else the login name: made one line."""
+    env = os.environ if environ is None else environ
+    name = env.get("STM_USER") or env.get("USER") or env.get("LOGNAME")
     if not name:
         try:
             import pwd
@@ -909,39 +974,79 @@ def dumps_json(obj, indent: int | None = 2) -> str:
 # ==== Store locations ========================================================
 
 
-class Store:
-    """Where one project's memory lives: the stacks tree, the state tree, the user."""
+class Settings:
+    """The environment, read once when a Store is opened (spec/memory-layers.md,
+    "Environment"). STM_FSYNC is the exception: the write primitives, which know no
+    store, read it themselves. STM_LOCK_TIMEOUT is checked when a lock is first needed,
+    so a bad value fails the commands that write (exit 2), never a read such as boot."""
 
-    def __init__(self, stacks: str, state: str, user: str | None = None):
+    __slots__ = ("user", "session", "_lock_timeout_raw", "_author")
+
+    def __init__(self, environ=None):
+        env = os.environ if environ is None else environ
+        self.user = env.get("STM_USER") or None  # an empty variable means "no namespace"
+        self.session = env.get("STM_SESSION", "").strip() or None
+        self._lock_timeout_raw = env.get("STM_LOCK_TIMEOUT", "")
+        self._author = None if env is os.environ else author_name(env)
+
+    @property
+    def lock_timeout(self) -> float:
+        return parse_lock_timeout(self._lock_timeout_raw)
+
+    @property
+    def author(self) -> str:
+        """Who log entries and events name; computed on first use (it may need `pwd`)."""
+        if self._author is None:
+            self._author = author_name()
+        return self._author
+
+    @author.setter
+    def author(self, name: str) -> None:
+        self._author = " ".join(escape_controls(name).split())[:100] or "unknown"
+
+
+class Store:
+    """Where one project's memory lives: the stacks tree, the state tree, the user, and
+    the settings the environment gave."""
+
+    def __init__(
+        self, stacks: str, state: str, user: str | None = None, settings: Settings | None = None
+    ):
         self.stacks = os.path.abspath(stacks)
         self.state = os.path.abspath(state)
+        self.settings = settings if settings is not None else Settings()
         self.user = user_slug(user) if user is not None else None
 
     # Stacks tree
     def layer(self, *parts: str) -> str:
         return os.path.join(self.stacks, *parts)
 
+    def layer_path(self, layer: Layer | str) -> str:
+        """Where a layer (a LAYERS row, or its name) lives in this store."""
+        row = LAYER_BY_NAME[layer] if isinstance(layer, str) else layer
+        return self.layer(row.path)
+
     @property
     def agent_path(self) -> str:
-        return self.layer(AGENT_FILE)
+        return self.layer_path("identity")
 
     @property
     def memory_path(self) -> str:
-        return self.layer(MEMORY_FILE)
+        return self.layer_path("session")
 
     @property
     def refs_dir(self) -> str:
-        return self.layer(REFS_DIR)
+        return self.layer_path("refs")
 
     @property
     def logs_dir(self) -> str:
-        return self.layer(LOGS_DIR)
+        return self.layer_path("logs")
 
     def log_path(self, day: str) -> str:
         return self.layer(LOGS_DIR, f"{day}.md")
 
     def stacks_lock(self) -> FileLock:
-        return FileLock(self.layer(LOCK_NAME))
+        return FileLock(self.layer(LOCK_NAME), self.settings.lock_timeout)
 
     # State tree
     @property
@@ -958,7 +1063,7 @@ class Store:
 
     def state_lock(self) -> FileLock:
         make_dir(self.state)
-        return FileLock(os.path.join(self.state, LOCK_NAME))
+        return FileLock(os.path.join(self.state, LOCK_NAME), self.settings.lock_timeout)
 
     def rel(self, path: str) -> str:
         """A path relative to the project root (the folder holding .stacks)."""
@@ -985,9 +1090,27 @@ def refuse_non_directory(flag: str, path: str) -> None:
         raise usage_error(f"{flag} {path} is a file, not a directory; name the folder")
 
 
-def open_store(args, for_init: bool = False) -> Store:
-    """Resolve --dir / --state-dir / --user (or their defaults) into a Store."""
-    stacks = getattr(args, "dir", None)
+def store_from_args(args, *, for_init: bool = False) -> Store:
+    """The CLI's adapter: --dir / --state-dir / --user from parsed arguments."""
+    return open_store(
+        stacks=getattr(args, "dir", None),
+        state=getattr(args, "state_dir", None),
+        user=getattr(args, "user", None),
+        for_init=for_init,
+    )
+
+
+def open_store(
+    *,
+    stacks: str | None = None,
+    state: str | None = None,
+    user: str | None = None,
+    for_init: bool = False,
+    settings: Settings | None = None,
+) -> Store:
+    """Resolve the stacks directory (given, else the nearest .stacks/ upward), the state
+    directory (given, else .state beside it) and the user (given, else STM_USER)."""
+    settings = settings if settings is not None else Settings()
     if stacks:
         refuse_non_directory("--dir", stacks)
         if not for_init and not os.path.isdir(stacks):
@@ -1003,15 +1126,13 @@ def open_store(args, for_init: bool = False) -> Store:
                     "run `stm init` first, or pass --dir PATH"
                 )
             stacks = os.path.join(os.getcwd(), STACKS_DIRNAME)
-    state = getattr(args, "state_dir", None)
     if state:
         refuse_non_directory("--state-dir", state)
     else:
         state = os.path.join(os.path.dirname(os.path.abspath(stacks)), STATE_DIRNAME)
-    user = getattr(args, "user", None)
     if user is None:
-        user = os.environ.get("STM_USER") or None  # an empty variable means "no namespace"
-    return Store(stacks, state, user)
+        user = settings.user
+    return Store(stacks, state, user, settings)
 
 
 # ==== Formats: Markdown layers ===============================================
@@ -1528,13 +1649,13 @@ def append_event(ref: SessionRef, event: dict):
     return append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
 
 
-def make_event(name: str, state: dict, **details) -> dict:
+def make_event(store: Store, name: str, state: dict, **details) -> dict:
     event = {
         "event": name,
         "timestamp": state["updated_at"],
         "version": state["version"],
     }
-    event["actor"] = author_name()
+    event["actor"] = store.settings.author
     event.update({k: v for k, v in details.items() if v is not None})
     return event
 
@@ -1570,7 +1691,7 @@ def pinned_session(store: Store) -> SessionRef | None:
     """The session STM_SESSION names: it pins one process environment (an agent) to a
     session, whatever the checkout's pointer says, so agents sharing a checkout cannot
     redirect each other's updates by starting or switching sessions."""
-    token = os.environ.get("STM_SESSION", "").strip()
+    token = store.settings.session
     if not token:
         return None
     try:
@@ -1652,7 +1773,7 @@ def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | 
         with Rollback() as rollback:
             rollback.add(restorer(fresh.state_path))
             save_state(fresh, state)
-            append_event(fresh, make_event(name, state, **details))
+            append_event(fresh, make_event(store, name, state, **details))
         return state, True
 
 
@@ -1697,7 +1818,7 @@ def create_session(
             os.mkdir(os.path.join(building, sub))
         ref = SessionRef(session_id, building, False)
         save_state(ref, state)
-        append_event(ref, make_event("created", state, phase=state["phase"]))
+        append_event(ref, make_event(store, "created", state, phase=state["phase"]))
         for event in events:
             append_event(ref, event)
         for rel, data in (files or {}).items():
@@ -2643,7 +2764,7 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
     if not dry_run:
         append_event(
             ref,
-            make_event("recovered", state, from_version=behind[1], recorded_at=iso_now()),
+            make_event(store, "recovered", state, from_version=behind[1], recorded_at=iso_now()),
         )
     return f"recorded a 'recovered' event at version {behind[0]}"
 
@@ -2819,7 +2940,7 @@ def install_dir(store: Store, path: str, report: list) -> None:
 
 
 def cmd_init(args) -> int:
-    store = open_store(args, for_init=True)
+    store = store_from_args(args, for_init=True)
     report: list = []
     refuse_symlink(store.stacks, "stacks folder")
     if make_dir(store.stacks):
@@ -2860,7 +2981,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_boot(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     if args.max_tokens is not None and args.max_tokens < 1:
         raise usage_error("--max-tokens must be a positive number of tokens")
     parts = BootParts(store)
@@ -2947,7 +3068,7 @@ def append_log_entry(store: Store, message: str, now: float | None = None):
     require_inside(logs, store.stacks, "logs folder")
     path = store.log_path(stamp[:10])
     refuse_symlink(path, "log file")
-    entry = render_log_entry(message, author_name(), stamp, random_hex(4))
+    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4))
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
     data = ("\n" + entry if size else entry).encode("utf-8")
     return append_record(path, data, log_complete_end)
@@ -2974,18 +3095,20 @@ def cmd_log(args) -> int:
         )
     if not args.allow_secret:
         refuse_secrets(message, "--allow-secret")
-    store = open_store(args)
+    store = store_from_args(args)
     now = utc_now()
     with store.stacks_lock():
         append_log_entry(store, message, now)
     if args.json:
         path = store.log_path(iso(now)[:10])
-        print_json({"path": store.rel(path), "timestamp": iso(now), "author": author_name()})
+        print_json(
+            {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
+        )
     return EXIT_OK
 
 
 def cmd_check(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     findings = Checker(store).run()
     fixed = []
     if args.fix or args.dry_run:
@@ -3185,7 +3308,7 @@ def gather_status(store: Store) -> dict:
 
 
 def cmd_status(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     status = gather_status(store)
     if args.json:
         print_json(status)
@@ -3227,7 +3350,7 @@ def clean_text(value: str, flag: str, limit: int = 500) -> str:
 
 
 def cmd_session_new(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     phases = parse_phase_list(args.phases) if args.phases is not None else None
     phase = check_phase_name(args.phase, "--phase") if args.phase is not None else None
     phase = phase or (phases[0] if phases else "init")
@@ -3293,7 +3416,7 @@ def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> 
 
 
 def cmd_session_switch(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     ref = resolve_session(store, args.id)
     if ref.archived:
         raise StmError(
@@ -3311,7 +3434,7 @@ def cmd_session_switch(args) -> int:
 
 
 def cmd_session_archive(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     ref = require_session(store, args.id)
     if ref.archived:
         warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
@@ -3335,7 +3458,9 @@ def cmd_session_archive(args) -> int:
         state["updated_at"] = state["archived_at"] = iso_now()
         rollback.add(restorer(ref.state_path))
         save_state(ref, state)
-        rollback.add(append_event(ref, make_event("archived", state, to=store.rel(destination))))
+        rollback.add(
+            append_event(ref, make_event(store, "archived", state, to=store.rel(destination)))
+        )
         os.rename(ref.path, destination)  # one rename: the session is never half-moved
         rollback.add(lambda: os.rename(destination, ref.path))
         fsync_dir(destination_dir)
@@ -3361,7 +3486,7 @@ def current_id_quietly(store: Store) -> str | None:
 
 
 def cmd_session_list(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     current = current_id_quietly(store)
     listing = [(sid, path, False) for sid, path in iter_active_sessions(store)]
     if args.all:
@@ -3410,7 +3535,7 @@ def read_last_events(ref: SessionRef, count: int) -> list[dict]:
 
 
 def cmd_session_show(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     ref = require_session(store, args.id)
     state = load_state(ref)
     events = read_last_events(ref, 10)
@@ -3435,7 +3560,7 @@ def cmd_session_show(args) -> int:
 
 
 def cmd_session_phase(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     phase = check_phase_name(args.name, "phase")
     ref = require_session(store, args.session)
 
@@ -3473,7 +3598,7 @@ def report_update(args, store, ref, state, changed: bool, what: str) -> None:
 
 
 def cmd_session_checkpoint(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     done = clean_text(args.done, "--done") if args.done is not None else None
     pending = [clean_text(p, "--pending") for p in args.pending] if args.pending else None
     if args.clear_pending:
@@ -3510,7 +3635,7 @@ def cmd_session_checkpoint(args) -> int:
             recovery.setdefault("interrupted_at", now)
         elif done is not None:
             recovery.pop("interrupted_at", None)
-        recovery["last_agent"] = author_name()
+        recovery["last_agent"] = store.settings.author
         if done:
             recovery["last_action"] = f"checkpoint: done {done}"
         else:
@@ -3594,7 +3719,7 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
     session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
     files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
     event = make_event(
-        "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
+        store, "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
     )
     with Rollback() as rollback:
         ref = create_session(store, state, rollback, files, [event])
@@ -3615,7 +3740,7 @@ def cmd_compose_handoff(args) -> int:
             write_output_file(args.output, text)
         sys.stdout.write(escape_controls(text))
         return EXIT_OK
-    store = open_store(args)
+    store = store_from_args(args)
     warnings = []
     with store.stacks_lock(), store.state_lock():
         same, earlier = find_handoff_sessions(store, handoff)
@@ -3758,7 +3883,7 @@ def cmd_note(args) -> int:
     note = read_note_text(args)
     if not args.allow_secret:
         refuse_secrets(note, "--allow-secret")
-    store = open_store(args)
+    store = store_from_args(args)
     path = store.agent_path if args.identity else store.memory_path
     refuse_symlink(path, "memory file")
     with store.stacks_lock():
@@ -3862,7 +3987,7 @@ def search_matcher(pattern: str, regex: bool):
 
 
 def cmd_search(args) -> int:
-    store = open_store(args)
+    store = store_from_args(args)
     if args.since is not None and parse_iso(args.since, date_only_ok=True) is None:
         raise usage_error(f"--since {args.since!r} is not a date (YYYY-MM-DD)")
     since = args.since[:10] if args.since else None
@@ -4135,7 +4260,7 @@ def export_members(store: Store, include_state: bool):
 def cmd_export(args) -> int:
     import zipfile
 
-    store = open_store(args)
+    store = store_from_args(args)
     target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
     if os.path.isdir(target):
         raise usage_error(f"-o {target} is a directory; name a .zip file")
@@ -4229,7 +4354,7 @@ def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]]
 
 
 def cmd_import(args) -> int:
-    store = open_store(args, for_init=True)
+    store = store_from_args(args, for_init=True)
     files, skipped = read_import(store, args.file)
     for name in skipped:
         warn(
@@ -4298,7 +4423,7 @@ def git(root: str, *args: str):
 def cmd_commit(args) -> int:
     import shutil
 
-    store = open_store(args)
+    store = store_from_args(args)
     root = os.path.dirname(store.stacks)
     if shutil.which("git") is None:
         raise StmError("git is not installed (or not on PATH); stm commit needs it")
