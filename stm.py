@@ -263,6 +263,9 @@ class Layer:
         self.purpose = purpose  # what a person should write into it
         self.at_boot = at_boot  # "full" (loaded whole), "index" (listed), "never"
 
+    def __repr__(self) -> str:
+        return f"Layer({self.name!r}, {self.path!r})"
+
 
 LAYERS = (
     Layer(
@@ -286,7 +289,7 @@ LAYERS = (
         at_boot="full",
     ),
     Layer("refs", REFS_DIR, "dir", "Reference index", at_boot="index"),
-    Layer("logs", LOGS_DIR, "dir", "Log"),
+    Layer("logs", LOGS_DIR, "dir", "Log"),  # dated: one YYYY-MM-DD.md per UTC day
 )
 LAYER_BY_NAME = {layer.name: layer for layer in LAYERS}
 TEMPLATE_LAYERS = tuple(layer for layer in LAYERS if layer.template is not None)
@@ -334,6 +337,15 @@ class StmError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+        self.prog = None  # for a usage error: the command it concerns (`stm session new`)
+
+    def line(self) -> str:
+        """The one line for stderr. Usage errors have argparse's form, naming the command
+        and its --help, so every usage error reads alike wherever it was found."""
+        message = escape_controls(self.message)
+        if self.code == EXIT_USAGE and self.prog:
+            return f"{self.prog}: error: {message}; see `{self.prog} --help`"
+        return f"stm: error: {message}"
 
 
 class Terminated(BaseException):
@@ -1346,6 +1358,33 @@ def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
     return RefInfo(rel, title, summary, size)
 
 
+def log_file_names(store: Store) -> list[str]:
+    """The `YYYY-MM-DD.md` names in logs/, oldest first; none through a symlinked logs/."""
+    if os.path.islink(store.logs_dir):
+        return []
+    try:
+        return sorted(n for n in os.listdir(store.logs_dir) if LOG_NAME_RE.match(n))
+    except OSError:
+        return []
+
+
+def layer_files(store: Store, layer: Layer, *, newest_first: bool = False, since=None):
+    """The files of a layer: the file itself, every ref, or the day logs (newest first when
+    asked; `since`, a YYYY-MM-DD date, drops the older days)."""
+    if layer.kind == "file":
+        yield store.layer_path(layer)
+    elif layer.name == "logs":
+        names = log_file_names(store)
+        for name in reversed(names) if newest_first else names:
+            if since and name[:10] < since:
+                if newest_first:
+                    break
+                continue
+            yield os.path.join(store.logs_dir, name)
+    else:
+        yield from iter_ref_files(store.layer_path(layer))
+
+
 # Log entries. Each entry is framed by a header line and an end line that both carry
 # the entry's random id, so completeness is checkable even when a writer was killed
 # exactly at a line break, and so git's union merge (which trims lines two sides share
@@ -1835,14 +1874,18 @@ def create_session(
 
 
 def parse_phase_list(raw: str) -> list[str]:
-    phases = [p.strip() for p in raw.split(",") if p.strip()]
+    return check_phase_list([p.strip() for p in raw.split(",") if p.strip()], raw)
+
+
+def check_phase_list(phases: list[str], given=None) -> list[str]:
+    """Valid phase names, each once, at least one; `given` is what the user typed."""
     if not phases:
         raise usage_error("--phases needs a comma-separated list, e.g. --phases plan,build,ship")
     for phase in phases:
         check_phase_name(phase, "--phases")
     if len(set(phases)) != len(phases):
-        raise usage_error(f"--phases {raw!r} names a phase twice")
-    return phases
+        raise usage_error(f"--phases {given or ','.join(phases)!r} names a phase twice")
+    return list(phases)
 
 
 def check_phase_name(phase: str, flag: str) -> str:
@@ -2031,10 +2074,22 @@ class BootParts:
     def __init__(self, store: Store):
         self.store = store
         self.problems: list[str] = []
-        self.identity = self._layer(store.agent_path)
-        self.session = self._layer(store.memory_path)
+        # The layers loaded whole, by name (LAYERS rows with at_boot "full"), in order.
+        self.texts = {
+            layer.name: self._layer(store.layer_path(layer))
+            for layer in LAYERS
+            if layer.at_boot == "full"
+        }
         self.workflow = self._workflow()
         self.refs = self._refs()
+
+    @property
+    def identity(self) -> str:
+        return self.texts["identity"]
+
+    @property
+    def session(self) -> str:
+        return self.texts["session"]
 
     def _layer(self, path: str) -> str:
         try:
@@ -2142,8 +2197,9 @@ def render_boot(parts: BootParts, refs_mode: str) -> str:
     """The boot document; refs_mode is 'full', 'titles' or 'none'."""
     store = parts.store
     sections = [
-        (f"Identity ({store.rel(store.agent_path)})", parts.identity),
-        (f"Session memory ({store.rel(store.memory_path)})", parts.session),
+        (f"{layer.title} ({store.rel(store.layer_path(layer))})", parts.texts[layer.name])
+        for layer in LAYERS
+        if layer.at_boot == "full"
     ]
     if parts.workflow is not None:
         sections.append(("Active workflow", parts.workflow))
@@ -2226,13 +2282,12 @@ class Checker:
         self.store = store
         self.findings: list[Finding] = []
 
-    def error(self, rule, path, message, fix, line=None) -> None:
+    def report(self, rule: str, path: str, message: str, fix=None, line=None) -> None:
+        """Record a finding of `rule` (a RULES id: its severity and default fix)."""
+        registered = RULES[rule]
         rel = self.store.rel(path)
-        self.findings.append(Finding("error", rule, rel, message, fix, line, path))
-
-    def warning(self, rule, path, message, fix, line=None) -> None:
-        rel = self.store.rel(path)
-        self.findings.append(Finding("warning", rule, rel, message, fix, line, path))
+        fix = fix or registered.fix
+        self.findings.append(Finding(registered.severity, rule, rel, message, fix, line, path))
 
     def run(self) -> list[Finding]:
         self.check_layers()
@@ -2252,7 +2307,7 @@ class Checker:
         two branches that both logged conflicts, or a lock file gets committed."""
         for path, template, rule in git_support_files(self.store):
             if os.path.islink(path):
-                self.warning(
+                self.report(
                     rule, path, "is a symbolic link, which stm does not follow", "replace it"
                 )
                 continue
@@ -2265,39 +2320,37 @@ class Checker:
                     if rule == "git-attributes"
                     else "lock, temp or pointer files could be committed"
                 )
-                self.warning(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
+                self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
 
     # Stacks -----------------------------------------------------------------
 
     def check_layers(self) -> None:
         store = self.store
-        for path, kind in (
-            (store.agent_path, "file"),
-            (store.memory_path, "file"),
-            (store.refs_dir, "dir"),
-            (store.logs_dir, "dir"),
-        ):
+        for layer in LAYERS:
+            path, kind = store.layer_path(layer), layer.kind
             if os.path.islink(path):
-                self.error(
+                self.report(
                     "layer-symlink",
                     path,
                     "is a symbolic link",
                     "replace it with a real " + kind,
                 )
             elif not (os.path.isdir(path) if kind == "dir" else os.path.isfile(path)):
-                self.error("layer-missing", path, f"layer {kind} is missing", "run `stm init`")
-        for path, template, rule in (
-            (store.agent_path, AGENT_TEMPLATE, "identity-template"),
-            (store.memory_path, MEMORY_TEMPLATE, "session-template"),
-        ):
+                self.report("layer-missing", path, f"layer {kind} is missing", "run `stm init`")
+        for layer in TEMPLATE_LAYERS:
+            path, template = store.layer_path(layer), layer.template
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
             text = read_text(path)
             if not content_beyond_template(text, template):
-                what = "who the agent is" if rule == "identity-template" else "where work stands"
-                self.error(rule, path, "holds only its template", f"write {what} into it")
+                self.report(
+                    layer.template_rule,
+                    path,
+                    "holds only its template",
+                    f"write {layer.purpose} into it",
+                )
             for heading in missing_headings(text, template):
-                self.warning(
+                self.report(
                     "heading-missing",
                     path,
                     f"required heading '## {heading}' is missing (renamed or deleted?)",
@@ -2308,15 +2361,15 @@ class Checker:
     def check_refs(self) -> None:
         for path in iter_ref_files(self.store.refs_dir):
             if os.path.islink(path):
-                self.error("layer-symlink", path, "ref is a symbolic link", "copy the file in")
+                self.report("layer-symlink", path, "ref is a symbolic link", "copy the file in")
                 continue
             text = read_text(path)
             if not text.strip():
-                self.error("ref-empty", path, "ref is empty", "write it, or delete it")
+                self.report("ref-empty", path, "ref is empty", "write it, or delete it")
                 continue
             title, _ = parse_ref_head(text)
             if not title:
-                self.error("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
+                self.report("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
             self.scan_secrets(path, text)
 
     def check_logs(self) -> None:
@@ -2332,7 +2385,7 @@ class Checker:
             if name.startswith("."):
                 continue
             if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
-                self.error(
+                self.report(
                     "log-name",
                     path,
                     "log files are named YYYY-MM-DD.md",
@@ -2340,7 +2393,7 @@ class Checker:
                 )
                 continue
             if os.path.islink(path) or not os.path.isfile(path):
-                self.error("layer-symlink", path, "log is not a regular file", "replace it")
+                self.report("layer-symlink", path, "log is not a regular file", "replace it")
                 continue
             self.check_log_file(path)
 
@@ -2355,7 +2408,7 @@ class Checker:
         for index, (kind, *rest) in enumerate(items):
             if kind == "stray":
                 number, _ = rest
-                self.error(
+                self.report(
                     "log-entry",
                     path,
                     "text outside any log entry",
@@ -2365,7 +2418,7 @@ class Checker:
                 continue
             entry = rest[0]
             if not entry.complete and index < len(items) - 1:
-                self.error(
+                self.report(
                     "log-entry",
                     path,
                     f"entry {entry.entry_id} has no end line, and later text follows it",
@@ -2373,7 +2426,7 @@ class Checker:
                     entry.line,
                 )
             elif not entry.complete:
-                self.warning(
+                self.report(
                     "log-torn",
                     path,
                     "the last entry is torn (a writer was killed)",
@@ -2381,7 +2434,7 @@ class Checker:
                     entry.line,
                 )
             elif not STAMP_RE.match(entry.stamp) and parse_iso(entry.stamp, True) is None:
-                self.error(
+                self.report(
                     "log-entry",
                     path,
                     f"entry timestamp {entry.stamp!r} is not ISO-8601",
@@ -2395,7 +2448,7 @@ class Checker:
                 return  # no decoding for the common case
             text = text.decode("utf-8", "replace")
         for kind, line, excerpt in find_secrets(text):
-            self.error(
+            self.report(
                 "secret",
                 path,
                 f"looks like a {kind} ({excerpt})",
@@ -2408,7 +2461,7 @@ class Checker:
             return
         tokens = estimate_tokens(render_boot(BootParts(self.store), "full"))
         if tokens > BOOT_BUDGET_TOKENS:
-            self.warning(
+            self.report(
                 "boot-budget",
                 self.store.stacks,
                 f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS} budget",
@@ -2417,7 +2470,7 @@ class Checker:
 
     def check_temp_files(self, directory: str) -> None:
         for name in sweep_temp_files(directory):
-            self.warning(
+            self.report(
                 "temp-file",
                 os.path.join(directory, name),
                 "leftover temp file from an interrupted write",
@@ -2427,7 +2480,7 @@ class Checker:
     def check_building_folders(self, directory: str) -> None:
         for name in list_dirs(directory):
             if name.startswith(".") and name.endswith(".building"):
-                self.warning(
+                self.report(
                     "temp-file",
                     os.path.join(directory, name),
                     "leftover half-built session folder",
@@ -2444,7 +2497,7 @@ class Checker:
         try:
             active = read_pointer(store)
         except StmError as exc:
-            self.error(
+            self.report(
                 "pointer-invalid",
                 store.pointer_path,
                 exc.message,
@@ -2454,14 +2507,14 @@ class Checker:
         if active:
             ref = locate_session(store, active) if is_session_id(active) else None
             if ref is None:
-                self.error(
+                self.report(
                     "pointer-invalid",
                     store.pointer_path,
                     f"points to {active}, which does not exist",
                     "run `stm session switch ID` or `stm session new`",
                 )
             elif ref.archived:
-                self.error(
+                self.report(
                     "pointer-invalid",
                     store.pointer_path,
                     f"points to {active}, which is archived",
@@ -2482,7 +2535,7 @@ class Checker:
 
     def check_session(self, path: str, name: str, month: str | None) -> None:
         if not is_session_id(name):
-            self.error(
+            self.report(
                 "session-id",
                 path,
                 "folder name is not a session id (YYYY-MM-DD-xxxxxxxx)",
@@ -2490,7 +2543,7 @@ class Checker:
             )
             return
         if os.path.islink(path):
-            self.error(
+            self.report(
                 "session-symlink",
                 path,
                 "session folder is a symbolic link",
@@ -2498,7 +2551,7 @@ class Checker:
             )
             return
         if month is not None and month != archive_month(name):
-            self.error(
+            self.report(
                 "archive-month",
                 path,
                 f"archived under {month}, created {name[:7]}",
@@ -2511,7 +2564,7 @@ class Checker:
         newest = self.check_history(history_path)
         behind = history_behind(state, newest)
         if behind is not None:
-            self.warning(
+            self.report(
                 "history-behind",
                 history_path,
                 f"state.json is at version {behind[0]}, its newest event at version "
@@ -2527,19 +2580,19 @@ class Checker:
             size = len(raw)
             state = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
-            self.error("state-invalid", path, "state.json is missing", "restore it from git")
+            self.report("state-invalid", path, "state.json is missing", "restore it from git")
             return None
         except OSError as exc:
             if os.path.islink(path):
-                self.error("session-symlink", path, "state file is a symbolic link", "replace it")
+                self.report("session-symlink", path, "state file is a symbolic link", "replace it")
             else:
-                self.error("state-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
+                self.report("state-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
             return None
         except (UnicodeDecodeError, ValueError) as exc:
-            self.error("state-invalid", path, f"not valid JSON ({exc})", "restore it from git")
+            self.report("state-invalid", path, f"not valid JSON ({exc})", "restore it from git")
             return None
         if not isinstance(state, dict):
-            self.error(
+            self.report(
                 "state-invalid",
                 path,
                 "state.json is not a JSON object",
@@ -2547,7 +2600,7 @@ class Checker:
             )
             return None
         if size > STATE_WARN_BYTES:
-            self.warning(
+            self.report(
                 "state-size",
                 path,
                 f"state.json is {size} bytes (over 10 KB)",
@@ -2555,7 +2608,7 @@ class Checker:
             )
         for problem in state_problems(state, name):
             rule, message = problem
-            self.error(rule, path, message, "fix the field, or restore the file from git")
+            self.report(rule, path, message, "fix the field, or restore the file from git")
         return state
 
     def check_history(self, path: str) -> int | None:
@@ -2563,7 +2616,7 @@ class Checker:
         try:
             data = read_bytes(path)
         except FileNotFoundError:
-            self.error(
+            self.report(
                 "history-invalid",
                 path,
                 "history.jsonl is missing",
@@ -2572,9 +2625,9 @@ class Checker:
             return None
         except OSError as exc:
             if os.path.islink(path):
-                self.error("session-symlink", path, "history is a symbolic link", "replace it")
+                self.report("session-symlink", path, "history is a symbolic link", "replace it")
             else:
-                self.error("history-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
+                self.report("history-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
             return None
         lines = data.split(b"\n")
         torn_tail = lines.pop()  # b"" when the file ends with a newline
@@ -2592,7 +2645,7 @@ class Checker:
             if ok:
                 events.append(event)
             else:
-                self.error(
+                self.report(
                     "history-invalid",
                     path,
                     "line is not a JSON object with timestamp and event",
@@ -2600,7 +2653,7 @@ class Checker:
                     number,
                 )
         if torn_tail:
-            self.warning(
+            self.report(
                 "history-torn",
                 path,
                 "last line is torn (a writer was killed)",
@@ -2611,7 +2664,7 @@ class Checker:
 
     def check_handoff(self, path: str) -> None:
         if not os.path.isfile(os.path.join(path, SESSION_MD)):
-            self.error(
+            self.report(
                 "handoff-session-md",
                 os.path.join(path, SESSION_MD),
                 "a handoff session has no Session.md",
@@ -2622,7 +2675,7 @@ class Checker:
             parse_handoff(read_bytes(handoff_path, HANDOFF_MAX_BYTES + 1), "")
         except (StmError, OSError) as exc:
             message = getattr(exc, "message", str(exc)).replace("handoff  ", "handoff ")
-            self.error(
+            self.report(
                 "handoff-invalid", handoff_path, message, "restore the original handoff from git"
             )
 
@@ -2769,20 +2822,68 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
     return f"recorded a 'recovered' event at version {behind[0]}"
 
 
-FIXERS = {
-    "temp-file": fix_temp_file,
-    "log-torn": fix_torn_tail,
-    "history-torn": fix_torn_tail,
-    "history-behind": fix_history_behind,
-    "heading-missing": fix_heading,
-    "git-attributes": fix_git_file,
-    "git-ignore": fix_git_file,
+class Rule:
+    """One check rule: id, severity, the fix advice it gives, and the function that
+    `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
+    the same ids and severities (a test compares them)."""
+
+    __slots__ = ("id", "severity", "fix", "fixer")
+
+    def __init__(self, rule_id: str, severity: str, fix: str, fixer=None):
+        self.id, self.severity, self.fix, self.fixer = rule_id, severity, fix, fixer
+
+
+FIX_RUN = "run `stm check --fix`"
+FIX_GIT = "restore it from git"
+
+# Every rule check knows; a new rule is one row here and one in the spec's table.
+RULES = {
+    rule.id: rule
+    for rule in (
+        # .stacks/ (spec/memory-layers.md)
+        Rule("layer-missing", "error", "run `stm init`"),
+        Rule("layer-symlink", "error", "replace it with a real file or folder"),
+        Rule("identity-template", "error", "write who the agent is into it"),
+        Rule("session-template", "error", "write where work stands into it"),
+        Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
+        Rule("ref-empty", "error", "write it, or delete it"),
+        Rule("ref-title", "error", "add a '# Title' line"),
+        Rule("log-name", "error", "rename it to the UTC date of its entries"),
+        Rule("log-entry", "error", FIX_GIT),
+        Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it", fix_torn_tail),
+        Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
+        Rule("secret", "error", "remove it and rotate the credential (git history keeps it)"),
+        Rule("temp-file", "warning", FIX_RUN + " to remove it", fix_temp_file),
+        Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
+        Rule("git-ignore", "warning", FIX_RUN + " to add it", fix_git_file),
+        # .state/ (spec/state-layout.md)
+        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
+        Rule("session-id", "error", "move it out of .state/sessions/"),
+        Rule("session-symlink", "error", "replace it with a real file or folder"),
+        Rule("state-invalid", "error", FIX_GIT),
+        Rule("state-field", "error", "fix the field, or restore the file from git"),
+        Rule("state-timestamp", "error", "fix the field, or restore the file from git"),
+        Rule("state-phase", "error", "fix the field, or restore the file from git"),
+        Rule("state-size", "warning", "keep big inputs in context/ and reference them by path"),
+        Rule("history-invalid", "error", "restore the file from git"),
+        Rule("history-torn", "warning", FIX_RUN + ", or the next update cuts it", fix_torn_tail),
+        Rule(
+            "history-behind",
+            "warning",
+            FIX_RUN + " to record a `recovered` event",
+            fix_history_behind,
+        ),
+        Rule("archive-month", "error", "move it to the history month its id names"),
+        # handoffs (spec/handoff.md)
+        Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
+        Rule("handoff-invalid", "error", "restore the original handoff from git"),
+    )
 }
 
 
 def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
     """Repair what is safe to repair, holding both locks: nobody is mid-write then."""
-    fixable = [f for f in findings if f.rule in FIXERS]
+    fixable = [f for f in findings if RULES[f.rule].fixer is not None]
     if not fixable:
         return []
     done = []
@@ -2792,7 +2893,7 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
             if os.path.isdir(store.state):
                 locks.enter_context(store.state_lock())
         for finding in fixable:
-            action = FIXERS[finding.rule](store, finding, dry_run)
+            action = RULES[finding.rule].fixer(store, finding, dry_run)
             if action:
                 done.append((finding, action))
     return done
@@ -2909,7 +3010,7 @@ def backup_name(path: str) -> str:
     return candidate
 
 
-def install_file(store: Store, path: str, content: str, force: bool, report: list) -> None:
+def install_file(store: Store, path: str, content: str, *, force: bool, report: list) -> None:
     """Create `path` from `content`; with force, rewrite it and keep a backup first."""
     refuse_symlink(path, "file")
     data = content.encode("utf-8")
@@ -2946,15 +3047,17 @@ def cmd_init(args) -> int:
     if make_dir(store.stacks):
         report.append(("created", store.rel(store.stacks) + "/", ""))
     with store.stacks_lock():
-        install_file(store, store.agent_path, AGENT_TEMPLATE, args.force, report)
-        install_file(store, store.memory_path, MEMORY_TEMPLATE, args.force, report)
-        install_dir(store, store.refs_dir, report)
-        install_dir(store, store.logs_dir, report)
+        for layer in LAYERS:
+            path = store.layer_path(layer)
+            if layer.kind == "file":
+                install_file(store, path, layer.template, force=args.force, report=report)
+            else:
+                install_dir(store, path, report)
         for name, text in (
             (".gitattributes", STACKS_GITATTRIBUTES),
             (".gitignore", STACKS_GITIGNORE),
         ):
-            install_file(store, store.layer(name), text, args.force, report)
+            install_file(store, store.layer(name), text, force=args.force, report=report)
     refuse_symlink(store.state, "state folder")
     with store.state_lock():
         for name, text in (
@@ -2962,7 +3065,8 @@ def cmd_init(args) -> int:
             (".gitignore", STATE_GITIGNORE),
             (".gitattributes", STATE_GITATTRIBUTES),
         ):
-            install_file(store, os.path.join(store.state, name), text, args.force, report)
+            path = os.path.join(store.state, name)
+            install_file(store, path, text, force=args.force, report=report)
         install_dir(store, store.sessions_dir, report)
         install_dir(store, store.history_dir, report)
     if args.json:
@@ -3003,8 +3107,10 @@ def boot_json(parts: BootParts, text: str) -> dict:
         "budget": BOOT_BUDGET_TOKENS,
         "text": text,
         "sections": {
-            "identity": {"text": parts.identity, "tokens": estimate_tokens(parts.identity)},
-            "session": {"text": parts.session, "tokens": estimate_tokens(parts.session)},
+            **{
+                name: {"text": text, "tokens": estimate_tokens(text)}
+                for name, text in parts.texts.items()
+            },
             "workflow": None
             if parts.workflow is None
             else {"text": parts.workflow, "tokens": estimate_tokens(parts.workflow)},
@@ -3083,38 +3189,63 @@ def without_template_guidance(message: str) -> str:
     return "\n".join(line for line in message.split("\n") if line.strip() not in guidance)
 
 
-def cmd_log(args) -> int:
-    if args.template:
-        sys.stdout.write(SESSION_LOG_TEMPLATE)
-        return EXIT_OK
-    message = without_template_guidance(read_message(args))
+def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
+    """A log message fit to store, or a refusal: not empty, more than the session-log
+    template, and (unless allowed) nothing that looks like a credential."""
+    message = without_template_guidance(message)
+    if not message.strip():
+        raise usage_error("log message is empty; nothing written")
     if not content_beyond_template(message, SESSION_LOG_TEMPLATE):
         raise usage_error(
             "log entry holds no text of its own (only the session-log template's headings "
             "or comments); fill it in; nothing written"
         )
-    if not args.allow_secret:
+    if not allow_secret:
         refuse_secrets(message, "--allow-secret")
-    store = store_from_args(args)
+    return message
+
+
+def append_log(store: Store, message: str, *, allow_secret: bool = False) -> dict:
+    """The `log` operation: check a normalised message and append it under the lock.
+    Returns the entry's path, timestamp and author."""
+    message = checked_log_message(message, allow_secret=allow_secret)
     now = utc_now()
     with store.stacks_lock():
         append_log_entry(store, message, now)
+    path = store.log_path(iso(now)[:10])
+    return {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
+
+
+def cmd_log(args) -> int:
+    if args.template:
+        sys.stdout.write(SESSION_LOG_TEMPLATE)
+        return EXIT_OK
+    message = checked_log_message(read_message(args), allow_secret=args.allow_secret)
+    store = store_from_args(args)
+    entry = append_log(store, message, allow_secret=args.allow_secret)
     if args.json:
-        path = store.log_path(iso(now)[:10])
-        print_json(
-            {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
-        )
+        print_json(entry)
     return EXIT_OK
+
+
+def check_store(
+    store: Store, *, fix: bool = False, dry_run: bool = False
+) -> tuple[list[Finding], list]:
+    """The `check` operation: every rule's findings, and with fix (or dry_run) the
+    repairs made (or that would be made) as (finding, action) pairs. After real repairs
+    the findings are those of a second run."""
+    findings = Checker(store).run()
+    fixed = []
+    if fix or dry_run:
+        fixed = fix_findings(store, findings, dry_run=dry_run)
+        if fixed and not dry_run:
+            findings = Checker(store).run()
+    return findings, fixed
 
 
 def cmd_check(args) -> int:
     store = store_from_args(args)
-    findings = Checker(store).run()
-    fixed = []
-    if args.fix or args.dry_run:
-        fixed = fix_findings(store, findings, dry_run=args.dry_run)
-        if fixed and not args.dry_run:
-            findings = Checker(store).run()
+    findings, fixed = check_store(store, fix=args.fix, dry_run=args.dry_run)
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
     failed = errors > 0 or (args.strict and warnings > 0)
@@ -3157,11 +3288,16 @@ def file_facts(path: str, now: float) -> dict:
     }
 
 
-def dir_facts(paths: list[str], now: float) -> dict:
-    sizes = [os.lstat(p) for p in paths]
+def dir_facts(folder: str, paths: list[str], now: float) -> dict:
+    """Sizes and newest change of the files `paths` in `folder` (a real folder or not)."""
+    sizes = []
+    for path in paths:
+        with contextlib.suppress(OSError):  # removed meanwhile
+            sizes.append(os.lstat(path))
     total = sum(s.st_size for s in sizes)
     newest = max((s.st_mtime for s in sizes), default=None)
-    facts = {"exists": True, "files": len(paths), "bytes": total, "tokens": (total + 3) // 4}
+    exists = os.path.isdir(folder) and not os.path.islink(folder)
+    facts = {"exists": exists, "files": len(sizes), "bytes": total, "tokens": (total + 3) // 4}
     if newest is not None:
         facts["modified"] = iso(newest)
         facts["age_days"] = round((now - newest) / 86400, 1)
@@ -3251,37 +3387,31 @@ def unfilled_templates(store: Store) -> list[str]:
     """A warning for AGENT.md / MEMORY.md still holding only their templates (check's
     identity-template and session-template errors): boot would give the agent nothing."""
     warnings = []
-    for path, template, what in (
-        (store.agent_path, AGENT_TEMPLATE, "who the agent is"),
-        (store.memory_path, MEMORY_TEMPLATE, "where work stands"),
-    ):
+    for layer in TEMPLATE_LAYERS:
+        path = store.layer_path(layer)
         try:
             text = read_text(path)
         except OSError:
             continue  # missing or unreadable: reported as such
-        if not content_beyond_template(text, template):
-            warnings.append(f"{store.rel(path)} holds only its template; write {what} into it")
+        if not content_beyond_template(text, layer.template):
+            warnings.append(
+                f"{store.rel(path)} holds only its template; write {layer.purpose} into it"
+            )
     return warnings
 
 
 def gather_status(store: Store) -> dict:
     now = utc_now()
-    ref_paths = list(iter_ref_files(store.refs_dir))
-    try:
-        log_names = sorted(n for n in os.listdir(store.logs_dir) if LOG_NAME_RE.match(n))
-    except OSError:
-        log_names = []
-    if os.path.islink(store.logs_dir):
-        log_names = []
-    logs = dir_facts([os.path.join(store.logs_dir, n) for n in log_names], now)
-    logs["first"] = log_names[0][:-3] if log_names else None
-    logs["last"] = log_names[-1][:-3] if log_names else None
-    layers = {
-        "identity": file_facts(store.agent_path, now),
-        "session": file_facts(store.memory_path, now),
-        "refs": dir_facts(ref_paths, now),
-        "logs": logs,
-    }
+    log_names = log_file_names(store)
+    layers = {}
+    for layer in LAYERS:
+        path = store.layer_path(layer)
+        if layer.kind == "file":
+            layers[layer.name] = file_facts(path, now)
+        else:
+            layers[layer.name] = dir_facts(path, list(layer_files(store, layer)), now)
+    layers["logs"]["first"] = log_names[0][:-3] if log_names else None
+    layers["logs"]["last"] = log_names[-1][:-3] if log_names else None
     warnings = [
         f"{name} layer is missing; run `stm init`"
         for name, facts in layers.items()
@@ -3349,33 +3479,51 @@ def clean_text(value: str, flag: str, limit: int = 500) -> str:
     return text
 
 
-def cmd_session_new(args) -> int:
-    store = store_from_args(args)
-    phases = parse_phase_list(args.phases) if args.phases is not None else None
-    phase = check_phase_name(args.phase, "--phase") if args.phase is not None else None
+def new_session(
+    store: Store,
+    *,
+    name: str | None = None,
+    phases: list[str] | None = None,
+    phase: str | None = None,
+    switch: bool = True,
+) -> tuple[SessionRef, dict]:
+    """The `session new` operation: create a session (and point this checkout at it
+    unless switch is False), all or nothing. Returns its ref and state."""
+    if phases is not None:
+        phases = check_phase_list(phases)
+    phase = check_phase_name(phase, "--phase") if phase is not None else None
     phase = phase or (phases[0] if phases else "init")
     if phases and phase not in phases:
         raise usage_error(f"--phase {phase!r} is not one of --phases {','.join(phases)}")
-    name = clean_text(args.name, "--name", 200) if args.name is not None else None
+    name = clean_text(name, "--name", 200) if name is not None else None
     now = utc_now()
     with store.state_lock(), Rollback() as rollback:
         session_id = unused_session_id(store, now)
         state = new_state(session_id, iso(now), name, phase, phases, store.user)
         ref = create_session(store, state, rollback)
-        if not args.no_switch:
+        if switch:
             switch_pointer(store, session_id, rollback)
+    return ref, state
+
+
+def cmd_session_new(args) -> int:
+    store = store_from_args(args)
+    phases = parse_phase_list(args.phases) if args.phases is not None else None
+    ref, state = new_session(
+        store, name=args.name, phases=phases, phase=args.phase, switch=not args.no_switch
+    )
     if not args.no_switch:
-        warn_about_pin(session_id)
+        warn_about_pin(store, ref.id)
     if args.json:
-        current = current_id_quietly(store) == session_id
+        current = current_id_quietly(store) == ref.id
         print_json(session_summary(store, ref, state, current=current))
     else:
-        out(session_id)
+        out(ref.id)
     return EXIT_OK
 
 
-def warn_about_pin(session_id: str) -> None:
-    token = os.environ.get("STM_SESSION", "").strip()
+def warn_about_pin(store: Store, session_id: str) -> None:
+    token = store.settings.session
     if token:
         warn(
             f"the pointer now names {session_id}, but STM_SESSION={token} still decides "
@@ -3424,7 +3572,7 @@ def cmd_session_switch(args) -> int:
         )
     with store.state_lock():
         write_pointer(store, ref.id)
-    warn_about_pin(ref.id)
+    warn_about_pin(store, ref.id)
     if args.json:
         current = current_id_quietly(store) == ref.id
         print_json(session_summary(store, ref, load_state(ref), current=current))
@@ -3433,21 +3581,22 @@ def cmd_session_switch(args) -> int:
     return EXIT_OK
 
 
-def cmd_session_archive(args) -> int:
-    store = store_from_args(args)
-    ref = require_session(store, args.id)
+def archive_session(
+    store: Store, token: str | None = None, *, expect_version: int | None = None
+) -> tuple[SessionRef, dict, bool]:
+    """The `session archive` operation: mark the session archived and move it to
+    history/YYYY-MM/ in one rename, clearing the pointer if it pointed there. Returns
+    (archived ref, state, moved); moved is False when it was archived already."""
+    ref = require_session(store, token)
     if ref.archived:
-        warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
-        out(ref.id)
-        return EXIT_OK
+        return ref, load_state(ref), False
     with store.state_lock(), Rollback() as rollback:
         ref = locate_session(store, ref.id) or ref
         if ref.archived:
-            out(ref.id)
-            return EXIT_OK
+            return ref, load_state(ref), False
         state = load_state(ref)
         pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
-        check_expected_version(ref, state, args.expect_version)
+        check_expected_version(ref, state, expect_version)
         destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
         make_dir_undoable(destination_dir, rollback)
         require_inside(destination_dir, store.state, "history folder")
@@ -3458,21 +3607,28 @@ def cmd_session_archive(args) -> int:
         state["updated_at"] = state["archived_at"] = iso_now()
         rollback.add(restorer(ref.state_path))
         save_state(ref, state)
-        rollback.add(
-            append_event(ref, make_event(store, "archived", state, to=store.rel(destination)))
-        )
+        event = make_event(store, "archived", state, to=store.rel(destination))
+        rollback.add(append_event(ref, event))
         os.rename(ref.path, destination)  # one rename: the session is never half-moved
         rollback.add(lambda: os.rename(destination, ref.path))
         fsync_dir(destination_dir)
         fsync_dir(os.path.dirname(ref.path))
         if pointed == ref.id:
             switch_pointer(store, None, rollback)
+    return SessionRef(ref.id, destination, True), state, True
+
+
+def cmd_session_archive(args) -> int:
+    store = store_from_args(args)
+    ref, state, moved = archive_session(store, args.id, expect_version=args.expect_version)
     if args.json:
-        archived = SessionRef(ref.id, destination, True)
-        print_json(session_summary(store, archived, state, current=False))
+        print_json(session_summary(store, ref, state, current=False))
         return EXIT_OK
     out(ref.id)
-    warn(f"archived to {store.rel(destination)}")
+    if moved:
+        print(f"stm: archived to {store.rel(ref.path)}", file=sys.stderr)
+    else:
+        warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
     return EXIT_OK
 
 
@@ -3559,10 +3715,13 @@ def cmd_session_show(args) -> int:
     return EXIT_OK
 
 
-def cmd_session_phase(args) -> int:
-    store = store_from_args(args)
-    phase = check_phase_name(args.name, "phase")
-    ref = require_session(store, args.session)
+def set_phase(
+    store: Store, phase: str, *, session: str | None = None, expect_version: int | None = None
+) -> tuple[SessionRef, dict, bool]:
+    """The `session phase` operation: close the current phase_history entry and open one
+    for `phase`. Returns (ref, state, changed); the same phase again changes nothing."""
+    phase = check_phase_name(phase, "phase")
+    ref = require_session(store, session)
 
     def mutate(state: dict):
         valid = state.get("valid_phases")
@@ -3581,8 +3740,16 @@ def cmd_session_phase(args) -> int:
         state["phase"] = phase
         return "phase_change", {"from": old, "to": phase}
 
-    state, changed = update_session(store, ref, mutate, args.expect_version)
-    report_update(args, store, ref, state, changed, f"phase {phase}")
+    state, changed = update_session(store, ref, mutate, expect_version)
+    return ref, state, changed
+
+
+def cmd_session_phase(args) -> int:
+    store = store_from_args(args)
+    ref, state, changed = set_phase(
+        store, args.name, session=args.session, expect_version=args.expect_version
+    )
+    report_update(args, store, ref, state, changed, f"phase {args.name}")
     return EXIT_OK
 
 
@@ -3597,23 +3764,36 @@ def report_update(args, store, ref, state, changed: bool, what: str) -> None:
         out(f"{ref.id}: {what}; nothing changed (version {state['version']})")
 
 
-def cmd_session_checkpoint(args) -> int:
-    store = store_from_args(args)
-    done = clean_text(args.done, "--done") if args.done is not None else None
-    pending = [clean_text(p, "--pending") for p in args.pending] if args.pending else None
-    if args.clear_pending:
+def checkpoint_session(
+    store: Store,
+    *,
+    session: str | None = None,
+    done: str | None = None,
+    pending: list[str] | None = None,
+    clear_pending: bool = False,
+    resume: str | None = None,
+    note: str | None = None,
+    interrupted: bool = False,
+    expect_version: int | None = None,
+) -> tuple[SessionRef, dict, bool]:
+    """The `session checkpoint` operation (spec/state-layout.md): record the step done,
+    the pending steps, how to resume and a recovery note. Returns (ref, state, changed);
+    repeating a call changes nothing."""
+    done = clean_text(done, "--done") if done is not None else None
+    pending = [clean_text(p, "--pending") for p in pending] if pending else None
+    if clear_pending:
         if pending:
             raise usage_error("--clear-pending and --pending do not go together")
         pending = []
-    resume = clean_text(args.resume, "--resume", 1000) if args.resume is not None else None
-    note = clean_text(args.note, "--note", 2000) if args.note is not None else None
-    interrupted = args.interrupted
+    resume = clean_text(resume, "--resume", 1000) if resume is not None else None
+    note = clean_text(note, "--note", 2000) if note is not None else None
     if done is None and pending is None and resume is None and note is None and not interrupted:
         raise usage_error(
             "checkpoint needs --done, --pending, --clear-pending, --resume, --note or --interrupted"
         )
-    ref = require_session(store, args.session)
+    ref = require_session(store, session)
     now = iso_now()
+    author = store.settings.author
 
     def mutate(state: dict):
         checkpoint = dict(state.get("checkpoint") or {})
@@ -3635,7 +3815,7 @@ def cmd_session_checkpoint(args) -> int:
             recovery.setdefault("interrupted_at", now)
         elif done is not None:
             recovery.pop("interrupted_at", None)
-        recovery["last_agent"] = store.settings.author
+        recovery["last_agent"] = author
         if done:
             recovery["last_action"] = f"checkpoint: done {done}"
         else:
@@ -3644,7 +3824,23 @@ def cmd_session_checkpoint(args) -> int:
         details = {"done": done, "pending": pending, "resume": resume, "note": note}
         return "checkpoint", {**details, "interrupted": interrupted or None}
 
-    state, changed = update_session(store, ref, mutate, args.expect_version)
+    state, changed = update_session(store, ref, mutate, expect_version)
+    return ref, state, changed
+
+
+def cmd_session_checkpoint(args) -> int:
+    store = store_from_args(args)
+    ref, state, changed = checkpoint_session(
+        store,
+        session=args.session,
+        done=args.done,
+        pending=args.pending,
+        clear_pending=args.clear_pending,
+        resume=args.resume,
+        note=args.note,
+        interrupted=args.interrupted,
+        expect_version=args.expect_version,
+    )
     report_update(args, store, ref, state, changed, "checkpoint saved" if changed else "checkpoint")
     return EXIT_OK
 
@@ -3761,7 +3957,7 @@ def cmd_compose_handoff(args) -> int:
             result = compose_handoff(store, handoff, raw, not args.no_switch)
             ref, state = result["ref"], result["state"]
     if created and not args.no_switch:
-        warn_about_pin(ref.id)
+        warn_about_pin(store, ref.id)
     if args.output:
         write_output_file(args.output, read_text(os.path.join(ref.path, SESSION_MD)))
     if args.json:
@@ -3866,34 +4062,59 @@ def read_note_text(args) -> str:
     note = read_free_text(words, "note", words == ["-"] or not words)
     if not note.strip() and not args.replace:
         raise usage_error("note is empty; nothing written")
-    breaking = section_breaking_line(note) if args.replace else None
+    if args.replace:
+        refuse_breaking_body(note)
+    return note
+
+
+def clean_section_name(section: str) -> str:
+    """A `## ` heading name as given: one line, controls visible, not itself a heading."""
+    name = " ".join(escape_controls(section).split())
+    if not name or name.startswith("#"):
+        raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
+    return name
+
+
+def refuse_breaking_body(note: str) -> None:
+    """A --replace body with a `#`/`##` line would end its section and start another."""
+    breaking = section_breaking_line(note)
     if breaking is not None:  # (a bullet's later lines are indented: they cannot break out)
         number, line = breaking
         raise usage_error(
             f"line {number} of the new body is a heading ({line[:40]!r}), which would end "
             "the section; use `###` for a sub-heading, or note each section on its own"
         )
-    return note
 
 
-def cmd_note(args) -> int:
-    section = " ".join(escape_controls(args.section).split())
-    if not section or section.startswith("#"):
-        raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
-    note = read_note_text(args)
-    if not args.allow_secret:
+def add_memory_note(
+    store: Store,
+    section: str,
+    note: str,
+    *,
+    replace: bool = False,
+    identity: bool = False,
+    allow_secret: bool = False,
+) -> dict:
+    """The `note` operation: add a bullet to (or replace the body of) `## section` in
+    MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
+    the lock and read the result back. Returns the path, section and whether it replaced."""
+    section = clean_section_name(section)
+    if not note.strip() and not replace:
+        raise usage_error("note is empty; nothing written")
+    if replace:
+        refuse_breaking_body(note)
+    if not allow_secret:
         refuse_secrets(note, "--allow-secret")
-    store = store_from_args(args)
-    path = store.agent_path if args.identity else store.memory_path
+    path = store.agent_path if identity else store.memory_path
     refuse_symlink(path, "memory file")
     with store.stacks_lock():
         try:
             before = read_text(path)
         except FileNotFoundError:
             raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
-        anchor = None if args.identity else "Last Updated"
-        after = add_note(before.replace("\r\n", "\n"), section, note, args.replace, anchor)
-        if not args.identity:
+        anchor = None if identity else "Last Updated"
+        after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
+        if not identity:
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
@@ -3901,42 +4122,43 @@ def cmd_note(args) -> int:
         if not note_landed(read_text(path), section, note):
             atomic_write(path, before.encode("utf-8"))
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
+    return {"path": store.rel(path), "section": section, "replaced": bool(replace)}
+
+
+def cmd_note(args) -> int:
+    section = clean_section_name(args.section)
+    note = read_note_text(args)
+    if not args.allow_secret:
+        refuse_secrets(note, "--allow-secret")
+    store = store_from_args(args)
+    result = add_memory_note(
+        store,
+        section,
+        note,
+        replace=args.replace,
+        identity=args.identity,
+        allow_secret=args.allow_secret,
+    )
     if args.json:
-        print_json(
-            {
-                "path": store.rel(path),
-                "section": section,
-                "replaced": bool(args.replace),
-            }
-        )
+        print_json(result)
     return EXIT_OK
 
 
-SEARCH_LAYERS = ("identity", "session", "refs", "logs", "sessions")
+def search_layers() -> tuple[str, ...]:
+    """What `search --layer` takes: every layer, then the sessions."""
+    return (*(layer.name for layer in LAYERS), "sessions")
+
+
 SEARCH_CHUNK = 1 << 20  # bytes read at a time
 
 
 def search_files(store: Store, layers, since: str | None):
     """(layer, path) to search, in order: identity, session, refs, logs newest first,
     sessions newest first. --since applies to the dated layers (logs and sessions)."""
-    if "identity" in layers:
-        yield "identity", store.agent_path
-    if "session" in layers:
-        yield "session", store.memory_path
-    if "refs" in layers:
-        for path in iter_ref_files(store.refs_dir):
-            yield "refs", path
-    if "logs" in layers and not os.path.islink(store.logs_dir):
-        try:
-            names = sorted(
-                (n for n in os.listdir(store.logs_dir) if LOG_NAME_RE.match(n)), reverse=True
-            )
-        except OSError:
-            names = []
-        for name in names:
-            if since and name[:10] < since:
-                break
-            yield "logs", os.path.join(store.logs_dir, name)
+    for layer in LAYERS:
+        if layer.name in layers:
+            for path in layer_files(store, layer, newest_first=True, since=since):
+                yield layer.name, path
     if "sessions" in layers:
         found = iter_active_sessions(store) + iter_archived_sessions(store)
         for session_id, folder in sorted(found, reverse=True):
@@ -3986,14 +4208,27 @@ def search_matcher(pattern: str, regex: bool):
     return lambda line: needle in line.casefold()
 
 
-def cmd_search(args) -> int:
-    store = store_from_args(args)
-    if args.since is not None and parse_iso(args.since, date_only_ok=True) is None:
-        raise usage_error(f"--since {args.since!r} is not a date (YYYY-MM-DD)")
-    since = args.since[:10] if args.since else None
-    matches = search_matcher(args.pattern, args.regex)
-    layers = (args.layer,) if args.layer else SEARCH_LAYERS
-    found = []
+def search_memory(
+    store: Store,
+    pattern: str,
+    *,
+    layer: str | None = None,
+    since: str | None = None,
+    regex: bool = False,
+):
+    """The `search` operation: yield each matching line as {path, line, text, layer},
+    in search_files' order, reading files as it goes (a caller may stop at any time).
+    Bad arguments are refused before the first file is opened."""
+    if since is not None and parse_iso(since, date_only_ok=True) is None:
+        raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD)")
+    if layer is not None and layer not in search_layers():
+        raise usage_error(f"--layer {layer!r} is not one of {', '.join(search_layers())}")
+    matches = search_matcher(pattern, regex)
+    layers = (layer,) if layer else search_layers()
+    return _search_hits(store, matches, layers, since[:10] if since else None)
+
+
+def _search_hits(store: Store, matches, layers, since):
     for layer, path in search_files(store, layers, since):
         try:
             lines = open_lines(path)
@@ -4001,12 +4236,19 @@ def cmd_search(args) -> int:
             continue  # missing optional files (Session.md), links: nothing to search
         for number, line in lines:
             if matches(line):
-                hit = {"path": store.rel(path), "line": number, "text": line, "layer": layer}
-                if args.json:
-                    found.append(hit)
-                else:
-                    out(f"{hit['path']}:{number}: {line}")
-                    found.append(None)
+                yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+
+
+def cmd_search(args) -> int:
+    store = store_from_args(args)
+    hits = search_memory(store, args.pattern, layer=args.layer, since=args.since, regex=args.regex)
+    found = []
+    for hit in hits:
+        if args.json:
+            found.append(hit)
+        else:
+            out(f"{hit['path']}:{hit['line']}: {hit['text']}")
+            found.append(None)
     if args.json:
         print_json({"pattern": args.pattern, "matches": found})
     return EXIT_OK if found else EXIT_FAIL
@@ -4188,6 +4430,53 @@ def cmd_setup_claude(args) -> int:
     return EXIT_OK
 
 
+def agents_block_span(text: str, source: str) -> tuple[int, int] | None:
+    """(start, end) of the stm block in an instructions file, end just past its end
+    marker; None when there is none. A begin marker without its end marker (or markers
+    out of order, or twice) is refused with its line: guessing where the block ends could
+    remove the user's own text."""
+    begins = [m.start() for m in re.finditer(re.escape(AGENTS_BEGIN), text)]
+    ends = [m.start() for m in re.finditer(re.escape(AGENTS_END), text)]
+    if not begins and not ends:
+        return None
+    if len(begins) == 1 and len(ends) == 1 and begins[0] < ends[0]:
+        return begins[0], ends[0] + len(AGENTS_END)
+    where = (begins or ends)[0]
+    if len(begins) == 1 and len(ends) == 1:
+        where = ends[0]
+    line = text.count("\n", 0, where) + 1
+    raise StmError(
+        f"{source}:{line}: the stm block's markers are unbalanced ({len(begins)} "
+        f"`{AGENTS_BEGIN}`, {len(ends)} `{AGENTS_END}`); fix the file by hand, nothing changed"
+    )
+
+
+def insert_agents_block(text: str, block: str, source: str = "AGENTS.md") -> str | None:
+    """`text` with the stm block added at the end, or put in place of an older block;
+    None when the same block is already there."""
+    span = agents_block_span(text, source)
+    if span is not None:
+        start, end = span
+        if text[start : end + 1] == block:
+            return None
+        return text[:start] + block + text[end:].lstrip("\n")
+    prefix = text if not text or text.endswith("\n") else text + "\n"
+    return prefix + ("\n" if prefix else "") + block
+
+
+def remove_agents_block(text: str, source: str = "AGENTS.md") -> str | None:
+    """`text` without the stm block (and the blank line install put before it); None
+    when there is no block."""
+    span = agents_block_span(text, source)
+    if span is None:
+        return None
+    before, after = text[: span[0]], text[span[1] :]
+    after = after[1:] if after.startswith("\n") else after
+    if before.endswith("\n\n"):
+        before = before[:-1]  # the blank line install put before the block
+    return before + after
+
+
 def cmd_setup_agents_md(args) -> int:
     root = project_root(args)
     path = args.file or os.path.join(root, "AGENTS.md")
@@ -4201,28 +4490,18 @@ def cmd_setup_agents_md(args) -> int:
         raise usage_error(f"--file {path} is a directory; name a file such as AGENTS.md")
     refuse_symlink(path, "instructions file")
     text = read_text(path) if os.path.exists(path) else ""
-    start, end = text.find(AGENTS_BEGIN), text.find(AGENTS_END)
-    present = start >= 0 and end > start
     if args.install:
-        if present and text[start : end + len(AGENTS_END) + 1] == block:
+        new = insert_agents_block(text, block, shown)
+        if new is None:
             out(f"already installed: {shown} (nothing changed)")
             return EXIT_OK
-        if present:
-            new = text[:start] + block + text[end + len(AGENTS_END) :].lstrip("\n")
-        else:
-            prefix = text if not text or text.endswith("\n") else text + "\n"
-            new = prefix + ("\n" if prefix else "") + block
         atomic_write(path, new.encode("utf-8"))
         out(f"installed: the stm block in {shown}")
         return EXIT_OK
-    if not present:
+    new = remove_agents_block(text, shown)
+    if new is None:
         out(f"not installed: {shown} (nothing changed)")
         return EXIT_OK
-    before, after = text[:start], text[end + len(AGENTS_END) :]
-    after = after[1:] if after.startswith("\n") else after
-    if before.endswith("\n\n"):
-        before = before[:-1]  # the blank line install put before the block
-    new = before + after
     if new.strip():
         atomic_write(path, new.encode("utf-8"))
     else:
@@ -4582,7 +4861,7 @@ def options_note(p) -> None:
 
 def options_search(p) -> None:
     p.add_argument("pattern", metavar="PATTERN", help="text to find (case-insensitive)")
-    p.add_argument("--layer", choices=SEARCH_LAYERS, help="search only this layer")
+    p.add_argument("--layer", choices=search_layers(), help="search only this layer")
     p.add_argument("--since", metavar="DATE", help="logs and sessions from DATE (YYYY-MM-DD) on")
     p.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -4726,35 +5005,35 @@ def options_update(p) -> None:
 COMMANDS = (
     (
         "init",
-        "cmd_init",
+        cmd_init,
         "create .stacks/ and .state/ from the templates",
         "stm init",
         options_init,
     ),
     (
         "boot",
-        "cmd_boot",
+        cmd_boot,
         "print identity, session memory, active workflow and refs index",
         "stm boot --max-tokens 1500",
         options_boot,
     ),
     (
         "log",
-        "cmd_log",
+        cmd_log,
         "append an entry to today's log",
         'stm log "fixed the parser; see refs/parser.md"',
         options_log,
     ),
     (
         "check",
-        "cmd_check",
+        cmd_check,
         "validate the memory; exit 1 on errors",
         "stm check --strict",
         options_check,
     ),
     (
         "status",
-        "cmd_status",
+        cmd_status,
         "sizes, ages, budget, sessions and staleness",
         "stm status --json",
         options_json,
@@ -4768,21 +5047,21 @@ COMMANDS = (
     ),
     (
         "compose-handoff",
-        "cmd_compose_handoff",
+        cmd_compose_handoff,
         "turn a handoff JSON into a resumable session with a Session.md",
         "stm compose-handoff handoff.json",
         options_compose_handoff,
     ),
     (
         "note",
-        "cmd_note",
+        cmd_note,
         "add a bullet to a MEMORY.md section (or replace it), safely",
         'stm note "Next Steps" "port the expression grammar"',
         options_note,
     ),
     (
         "search",
-        "cmd_search",
+        cmd_search,
         "search memory, newest logs first (exit 1 when nothing matched)",
         "stm search parser --layer logs --since 2026-11-01",
         options_search,
@@ -4796,21 +5075,21 @@ COMMANDS = (
     ),
     (
         "export",
-        "cmd_export",
+        cmd_export,
         "write the memory to one zip file",
         "stm export -o memory.zip --include-state",
         options_export,
     ),
     (
         "import",
-        "cmd_import",
+        cmd_import,
         "restore memory from a zip made by stm export",
         "stm import memory.zip --dry-run",
         options_import,
     ),
     (
         "commit",
-        "cmd_commit",
+        cmd_commit,
         "commit the memory directories, and only them, with git",
         'stm commit -m "memory: parser work"',
         options_commit,
@@ -4820,49 +5099,49 @@ COMMANDS = (
 SESSION_VERBS = (
     (
         "new",
-        "cmd_session_new",
+        cmd_session_new,
         "start a session and make it current",
         "stm session new --name 'port parser' --phases plan,build,ship",
         options_session_new,
     ),
     (
         "switch",
-        "cmd_session_switch",
+        cmd_session_switch,
         "make a session current",
         "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
         options_session_switch,
     ),
     (
         "archive",
-        "cmd_session_archive",
+        cmd_session_archive,
         "move a session to history/YYYY-MM/ (read-only from then on)",
         "stm session archive            (the current session)",
         options_session_archive,
     ),
     (
         "list",
-        "cmd_session_list",
+        cmd_session_list,
         "list sessions (* marks the current one)",
         "stm session list --all",
         options_session_list,
     ),
     (
         "show",
-        "cmd_session_show",
+        cmd_session_show,
         "show a session's state and recent events",
         "stm session show --json",
         options_session_show,
     ),
     (
         "phase",
-        "cmd_session_phase",
+        cmd_session_phase,
         "move the session to another phase",
         "stm session phase build",
         options_session_phase,
     ),
     (
         "checkpoint",
-        "cmd_session_checkpoint",
+        cmd_session_checkpoint,
         "record progress so a crashed or replaced agent can resume",
         "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
         options_session_checkpoint,
@@ -4909,14 +5188,14 @@ def help_formatter():
 SETUP_VERBS = (
     (
         "claude",
-        "cmd_setup_claude",
+        cmd_setup_claude,
         "Claude Code: a SessionStart hook that runs `stm boot` on startup, resume, clear, compact",
         "stm setup claude --install",
         options_setup_claude,
     ),
     (
         "agents-md",
-        "cmd_setup_agents_md",
+        cmd_setup_agents_md,
         "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
         "stm setup agents-md --install --file CLAUDE.md",
         options_setup_agents_md,
@@ -4941,7 +5220,7 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
             allow_abbrev=False,
         )
         if options is not None:
-            parser.set_defaults(handler=globals()[handler])
+            parser.set_defaults(handler=handler)
             options(parser)
         else:  # session, setup: a second level of verbs
             verbs = parser.add_subparsers(dest=f"{name}_command", metavar="VERB")
@@ -5077,7 +5356,11 @@ def run_command(argv: list[str]) -> int:
         return EXIT_USAGE
     if _signals["received"] is not None:  # lost on the way here: do not start the work
         raise _signal_exception(_signals["received"])
-    code = handler(args)
+    try:
+        code = handler(args)
+    except StmError as exc:
+        exc.prog = exc.prog or command_prog(args)
+        raise
     sys.stdout.flush()
     return code
 
@@ -5092,7 +5375,7 @@ def main(argv=None) -> int:
         code = run_command(argv)
     except StmError as exc:
         if _signals["received"] is None:  # else the signal is the cause: say that
-            print(f"stm: error: {escape_controls(exc.message)}", file=sys.stderr)
+            print(exc.line(), file=sys.stderr)
         code = exc.code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED

@@ -166,12 +166,14 @@ def test_a_signal_whose_exception_was_swallowed_still_sets_the_exit_code(store, 
     recorded signal still makes main exit 143 (found by the signals-during-writes test:
     a worker kept running after SIGTERM)."""
 
-    def swallowing_boot(args):
+    real_store_from_args = stm.store_from_args
+
+    def swallowing_store_from_args(args, **kwargs):  # the first thing boot does
         with contextlib.suppress(BaseException):
             stm._on_signal(signal.SIGTERM, None)  # as if SIGTERM arrived in a __del__
-        return 0
+        return real_store_from_args(args, **kwargs)
 
-    monkeypatch.setattr(stm, "cmd_boot", swallowing_boot)
+    monkeypatch.setattr(stm, "store_from_args", swallowing_store_from_args)
     result = run("boot")
     assert result.code == 143
     assert "terminated" in result.err
@@ -198,12 +200,12 @@ def test_a_ctrl_c_lost_while_the_command_line_is_parsed_still_exits_130(store, r
 
 
 def test_an_error_after_a_lost_signal_reports_the_signal_only(store, run, monkeypatch):
-    def failing_boot(args):
+    def failing_store_from_args(args, **kwargs):  # the first thing boot does
         with contextlib.suppress(BaseException):
             signal.raise_signal(signal.SIGTERM)
         raise stm.StmError("a lock wait that the signal cut short")
 
-    monkeypatch.setattr(stm, "cmd_boot", failing_boot)
+    monkeypatch.setattr(stm, "store_from_args", failing_store_from_args)
     result = run("boot")
     assert result.code == 143
     assert result.err == "stm: terminated; nothing half-written was left behind\n"
