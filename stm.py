@@ -174,6 +174,12 @@ STACKS_GITATTRIBUTES = """\
 # Logs are append-only: two branches that both logged merge by keeping both sides.
 # eol=lf: a checkout with core.autocrlf must not turn their framing lines into CRLF.
 logs/*.md merge=union eol=lf
+# Memory, identity and refs merge section by section (`stm merge-file`) in a clone that
+# ran `stm setup git --install`; without it git merges them as plain text.
+MEMORY.md merge=stm
+AGENT.md merge=stm
+refs/*.md merge=stm
+refs/**/*.md merge=stm
 """
 
 STACKS_GITIGNORE = """\
@@ -2065,6 +2071,431 @@ def handoff_key(handoff: dict) -> str:
     return dumps_json([handoff["task_id"], handoff["from_agent"], handoff["created_at"]], None)
 
 
+# ==== Formats: three-way merge ===============================================
+#
+# `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
+# (spec/merge.md). Pure functions over text: split each version into a preamble and
+# `## ` sections, merge section by section by what the section holds (Last Updated, a
+# fact block, a bullet list, else prose line by line), and never drop a line: what
+# cannot be placed stands between conflict markers.
+
+MD_FENCE_RE = LazyRegex(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+MD_BULLET_RE = LazyRegex(r"^[-*] ")
+MD_FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")
+MD_LAST_UPDATED = "last updated"
+
+
+class MdSection(tuple):
+    """One `## ` section of a version: its heading line as written, whether a blank line
+    follows the heading (facts files have none), and its body without edge blank lines.
+    (A tuple subclass, not a NamedTuple: `typing` costs every boot a millisecond.)"""
+
+    __slots__ = ()
+
+    def __new__(cls, heading: str, gap: bool, body: list[str]):
+        return super().__new__(cls, (heading, gap, body))
+
+    heading = property(lambda self: self[0])
+    gap = property(lambda self: self[1])
+    body = property(lambda self: self[2])
+
+
+def md_lines(text: str) -> list[str]:
+    """`text` as LF lines without their ends: BOM dropped, CRLF read as LF.
+
+    str.splitlines() is not used: it also splits on form feeds and U+2028, which are text.
+    """
+    text = text[1:] if text.startswith("\ufeff") else text
+    lines = text.replace("\r\n", "\n").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def md_fence_flags(lines: list[str]) -> list[bool]:
+    """Per line, True when it opens, closes or sits inside a code fence (``` or ~~~): a
+    `## ` or conflict-marker line there is text. A fence closes only on a bare run of
+    the same character at least as long as the one that opened it."""
+    flags, fence = [], ""
+    for line in lines:
+        match = MD_FENCE_RE.match(line)
+        flags.append(bool(fence or match))
+        if fence:
+            run = match[1] if match else ""
+            if run[:1] == fence[0] and len(run) >= len(fence) and not match[2].strip():
+                fence = ""
+        elif match and not (match[1][0] == "`" and "`" in match[2]):
+            fence = match[1]  # a backtick info string holding a backtick is no fence
+    return flags
+
+
+def split_md_sections(text: str) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
+    """(preamble lines, [(name, heading line, body lines)]), cut at `## ` headings outside
+    code fences. Lossless: joining preamble, then each heading and body, gives the text."""
+    lines = md_lines(text)
+    preamble: list[str] = []
+    sections: list[tuple[str, str, list[str]]] = []
+    fenced = md_fence_flags(lines)
+    for index, line in enumerate(lines):
+        if not fenced[index] and line.startswith("## "):
+            sections.append((line[3:].strip(), line, []))
+        elif sections:
+            sections[-1][2].append(line)
+        else:
+            preamble.append(line)
+    return preamble, sections
+
+
+def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
+    """1-based numbers of the lines outside code fences that are conflict markers:
+    `<<<<<<< label`, a bare `=======`, `>>>>>>> label` (bare `<<<<<<<`/`>>>>>>>` too)."""
+    lines = md_lines(text)
+    fenced = md_fence_flags(lines)
+    opener, closer = "<" * marker_size, ">" * marker_size
+    return [
+        index + 1
+        for index, line in enumerate(lines)
+        if not fenced[index]
+        and (
+            line.startswith((opener + " ", closer + " "))
+            or line.rstrip() in (opener, "=" * marker_size, closer)
+        )
+    ]
+
+
+def md_strip_blank(lines: list[str]) -> list[str]:
+    """`lines` without leading and trailing blank lines (layout is re-made on output)."""
+    start, end = 0, len(lines)
+    while start < end and not lines[start].strip():
+        start += 1
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    return lines[start:end]
+
+
+def md_keyed_sections(sections: list[tuple[str, str, list[str]]]) -> dict[tuple, MdSection]:
+    """Sections keyed by (case-folded name, n): the n-th section of that name, so a
+    duplicated heading matches its counterpart by position instead of being lost."""
+    keyed: dict[tuple, MdSection] = {}
+    seen: dict[str, int] = {}
+    for name, heading, body in sections:
+        fold = name.casefold()
+        seen[fold] = seen.get(fold, -1) + 1
+        gap = not body or not body[0].strip()
+        keyed[(fold, seen[fold])] = MdSection(heading, gap, md_strip_blank(body))
+    return keyed
+
+
+def md_parse_timestamp(text: str) -> float | None:
+    """Epoch seconds of an ISO date or date-time (a time without a zone is UTC)."""
+    return parse_iso(text.strip(), date_only_ok=True)
+
+
+def md_later_stamp_body(ours: list[str], theirs: list[str]) -> list[str] | None:
+    """The `## Last Updated` body with the later timestamp, or None when a body lacks
+    exactly one timestamp line or the bodies differ in anything but that line (then the
+    prose rule decides, so no other text is dropped)."""
+    found = []
+    for body in (ours, theirs):
+        stamps = [i for i, line in enumerate(body) if md_parse_timestamp(line) is not None]
+        if len(stamps) != 1:
+            return None
+        found.append(stamps[0])
+    at_ours, at_theirs = found
+    if ours[:at_ours] + ours[at_ours + 1 :] != theirs[:at_theirs] + theirs[at_theirs + 1 :]:
+        return None
+    later = md_parse_timestamp(theirs[at_theirs]) > md_parse_timestamp(ours[at_ours])
+    return theirs if later else ours
+
+
+def md_parse_fact_body(lines: list[str]) -> tuple[str, list[tuple[str, str, list[str]]]] | None:
+    """(current value, [(timestamp, value, continuation lines)]) of a refs/facts.md block,
+    or None when the body holds anything else or no History entry (it merges as prose)."""
+    current, entries, in_history = None, [], False
+    for line in lines:
+        if not line.strip():
+            continue
+        if line.startswith("**Current:**") and current is None and not in_history:
+            current = line[len("**Current:**") :].strip()
+        elif line.strip() == "**History:**" and not in_history:
+            in_history = True
+        elif in_history and MD_FACT_ENTRY_RE.match(line):
+            entries.append((*MD_FACT_ENTRY_RE.match(line).groups(), []))
+        elif in_history and entries and line[:1] in " \t":
+            entries[-1][2].append(line)  # a `  - *Correction: ...*` stays with its entry
+        else:
+            return None
+    return (current, entries) if current is not None and entries else None
+
+
+def merge_md_facts(ours: tuple, theirs: tuple) -> list[str]:
+    """Union of both Histories (an entry is its timestamp and value; corrections from
+    either side are kept under it), newest first; Current is the newest entry's value."""
+    merged: dict[tuple[str, str], list[str]] = {}
+    for stamp, value, extra in ours[1] + theirs[1]:
+        kept = merged.setdefault((stamp, value), [])
+        kept.extend(line for line in extra if line not in kept)
+    # Stable sort: entries with equal (or unparsable) times keep ours-then-theirs order.
+    order = sorted(
+        merged, key=lambda entry: md_parse_timestamp(entry[0]) or float("-inf"), reverse=True
+    )
+    current = order[0][1]
+    history = [line for entry in order for line in (f"- {entry[0]}: {entry[1]}", *merged[entry])]
+    return [f"**Current:** {current}".rstrip(), "", "**History:**", *history]
+
+
+def md_bullet_units(lines: list[str]) -> list[tuple[tuple[str, ...], bool]] | None:
+    """A list body as units (lines, blank line follows): each bullet with its indented
+    continuation lines, and each HTML comment; None if any other text is in the body."""
+    units: list[list] = []
+    in_comment = False
+    for line in lines:
+        if in_comment:
+            units[-1][0].append(line)
+            in_comment = "-->" not in line
+        elif not line.strip():
+            if units:
+                units[-1][1] = True
+        elif line[:1] in " \t" and units and MD_BULLET_RE.match(units[-1][0][0]):
+            units[-1][0] += [""] * units[-1][1] + [line]  # a loose bullet keeps its blank
+            units[-1][1] = False
+        elif MD_BULLET_RE.match(line) or line.lstrip().startswith("<!--"):
+            units.append([[line], False])
+            in_comment = line.lstrip().startswith("<!--") and "-->" not in line
+        else:
+            return None
+    return [(tuple(lines), gap) for lines, gap in units]
+
+
+def md_unit_keys(units: list[tuple[tuple[str, ...], bool]]) -> list[tuple]:
+    """Identity of each unit: (its lines, n) for the n-th copy of identical lines."""
+    seen: dict[tuple[str, ...], int] = {}
+    keys = []
+    for lines, _ in units:
+        seen[lines] = seen.get(lines, -1) + 1
+        keys.append((lines, seen[lines]))
+    return keys
+
+
+def merge_md_bullets(base: list, ours: list, theirs: list) -> list[str]:
+    """Three-way merge of bullet units: removed on either side means removed, added on
+    either side means added once; base units keep their order. A run of THEIRS' new units
+    goes in before the unit that follows it in THEIRS, above OURS' new units there, so
+    two `stm note`s read newest first (theirs, then ours)."""
+    base_keys, ours_keys, theirs_keys = (md_unit_keys(units) for units in (base, ours, theirs))
+    blank_after = {}
+    for keys, units in ((base_keys, base), (theirs_keys, theirs), (ours_keys, ours)):
+        blank_after.update((key, units[i][1]) for i, key in enumerate(keys))  # ours wins
+    in_base, in_theirs = set(base_keys), set(theirs_keys)
+    order = [key for key in ours_keys if key in in_theirs or key not in in_base]
+    ours_new = {key for key in order if key not in in_base and key not in in_theirs}
+    placed = set(order)
+    start = 0
+    while start < len(theirs_keys):
+        end = start
+        while end < len(theirs_keys) and not (
+            theirs_keys[end] in placed or theirs_keys[end] in in_base
+        ):
+            end += 1
+        if end == start:  # shared, or from base and removed by ours
+            start += 1
+            continue
+        run = theirs_keys[start:end]
+        after = next((key for key in theirs_keys[end:] if key in placed), None)
+        if after is not None:
+            at = order.index(after)
+            while at > 0 and order[at - 1] in ours_new:
+                at -= 1
+        else:  # nothing placed follows: go right after the unit before the run, or on top
+            before = next((key for key in reversed(theirs_keys[:start]) if key in placed), None)
+            at = order.index(before) + 1 if before is not None else 0
+        order[at:at] = run
+        placed.update(run)
+        start = end
+    lines: list[str] = []
+    for key in order:
+        lines += [*key[0], ""] if blank_after[key] else key[0]
+    return md_strip_blank(lines)
+
+
+def md_change_hunks(base: list[str], other: list[str]) -> list[tuple[int, int, int, int]]:
+    """(base start, base end, other start, other end) of every change from base to other."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(None, base, other, autojunk=False)
+    return [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
+def md_hunk_region(base: list[str], other: list[str], lo: int, hi: int, hunks: list) -> list:
+    """What `other` has in place of base[lo:hi], given its hunks inside that range: outside
+    its hunks a side equals base, so the region's ends map across by plain offsets."""
+    if not hunks:
+        return base[lo:hi]
+    first, last = hunks[0], hunks[-1]
+    return other[first[2] - (first[0] - lo) : last[3] + (hi - last[1])]
+
+
+def md_conflict_lines(ours: list, theirs: list, marker_size: int, labels: tuple) -> list[str]:
+    """Both sides between conflict markers (the 2-way form git writes by default)."""
+    return [
+        f"{'<' * marker_size} {labels[0]}",
+        *ours,
+        "=" * marker_size,
+        *theirs,
+        f"{'>' * marker_size} {labels[2]}",
+    ]
+
+
+def merge_md_prose(
+    base: list[str], ours: list[str], theirs: list[str], marker_size: int, labels: tuple
+) -> tuple[list[str], bool]:
+    """Line-level diff3: non-overlapping changes from both sides are applied, identical
+    ones once; overlapping changes, and insertions at one point, become conflicts."""
+    if not base and ours and theirs:
+        # Added on both sides: the lines they share act as base, so only the places
+        # where they differ can conflict.
+        import difflib
+
+        matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
+        base = [line for a, _, size in matcher.get_matching_blocks() for line in ours[a : a + size]]
+    hunks = sorted(
+        [(hunk, 0) for hunk in md_change_hunks(base, ours)]
+        + [(hunk, 1) for hunk in md_change_hunks(base, theirs)]
+    )
+    groups: list[list] = []  # [lo, hi, [(hunk, side)]]
+    for hunk, side in hunks:
+        lo, hi = hunk[0], hunk[1]
+        # Hunks conflict when they overlap, or when both insert at the same point (the
+        # order of the insertions is unknown); merely touching hunks apply one after other.
+        if groups and (lo < groups[-1][1] or lo == hi == groups[-1][0] == groups[-1][1]):
+            groups[-1][1] = max(groups[-1][1], hi)
+            groups[-1][2].append((hunk, side))
+        else:
+            groups.append([lo, hi, [(hunk, side)]])
+    out: list[str] = []
+    conflicted, done = False, 0
+    for lo, hi, members in groups:
+        out += base[done:lo]
+        mine, yours = (
+            md_hunk_region(base, seq, lo, hi, [hunk for hunk, side in members if side == n])
+            for n, seq in ((0, ours), (1, theirs))
+        )
+        if mine == yours or yours == base[lo:hi]:
+            out += mine
+        elif mine == base[lo:hi]:
+            out += yours
+        else:
+            out += md_conflict_lines(mine, yours, marker_size, labels)
+            conflicted = True
+        done = hi
+    out += base[done:]
+    if conflicted and any(md_fence_flags(base + ours + theirs)):
+        # Markers inside a code fence would be invisible to md_has_conflict_markers; a
+        # whole-body conflict keeps every marker outside fences.
+        out = md_conflict_lines(ours, theirs, marker_size, labels)
+    return out, not conflicted
+
+
+def merge_md_body(
+    name: str,
+    base: list[str],
+    ours: list[str],
+    theirs: list[str],
+    marker_size: int = 7,
+    labels: tuple = ("ours", "base", "theirs"),
+) -> tuple[list[str], bool]:
+    """Merge one section body (edge blank lines stripped) by the rule its content calls
+    for: Last Updated, fact block, bullet list, else prose. Returns (lines, clean)."""
+    if ours == theirs or theirs == base:
+        return ours, True
+    if ours == base:
+        return theirs, True
+    if name == MD_LAST_UPDATED:
+        later = md_later_stamp_body(ours, theirs)
+        if later is not None:
+            return later, True
+    ours_facts, theirs_facts = md_parse_fact_body(ours), md_parse_fact_body(theirs)
+    if ours_facts and theirs_facts:
+        return merge_md_facts(ours_facts, theirs_facts), True
+    units = [md_bullet_units(body) for body in (base, ours, theirs)]
+    if None not in units:
+        return merge_md_bullets(*units), True
+    return merge_md_prose(base, ours, theirs, marker_size, labels)
+
+
+def merge_md_section_order(ours_keys: list, theirs_keys: list, kept: set) -> list:
+    """OURS' order; a kept section only THEIRS has goes after its nearest THEIRS
+    predecessor already placed (else before its successor, else at the end). `## Last
+    Updated` stays last if either side had it last."""
+    order = [key for key in ours_keys if key in kept]
+    for index, key in enumerate(theirs_keys):
+        if key not in kept or key in order:
+            continue
+        before = next((k for k in reversed(theirs_keys[:index]) if k in order), None)
+        after = next((k for k in theirs_keys[index + 1 :] if k in order), None)
+        if before is not None:
+            order.insert(order.index(before) + 1, key)
+        else:
+            order.insert(order.index(after) if after is not None else len(order), key)
+    last = (MD_LAST_UPDATED, 0)
+    if last in order and last in ours_keys[-1:] + theirs_keys[-1:]:
+        order.remove(last)
+        order.append(last)
+    return order
+
+
+def merge_markdown(
+    base: str,
+    ours: str,
+    theirs: str,
+    marker_size: int = 7,
+    labels: tuple[str, str, str] = ("ours", "base", "theirs"),
+) -> tuple[str, bool]:
+    """Three-way merge of an stm Markdown file: (merged text, clean). Never drops text:
+    what cannot be placed stands between conflict markers and clean is False. Line ends
+    and BOM follow OURS."""
+    (base_pre, base_secs), (ours_pre, ours_secs), (theirs_pre, theirs_secs) = (
+        split_md_sections(text) for text in (base, ours, theirs)
+    )
+    preamble, clean = merge_md_prose(
+        *(md_strip_blank(pre) for pre in (base_pre, ours_pre, theirs_pre)), marker_size, labels
+    )
+    old, mine, yours = (md_keyed_sections(secs) for secs in (base_secs, ours_secs, theirs_secs))
+    merged: dict[tuple, MdSection] = {}
+    for key in dict.fromkeys([*mine, *yours]):
+        if key in mine and key in yours:
+            was = old.get(key, MdSection("", True, []))
+            body, body_clean = merge_md_body(
+                key[0], was.body, mine[key].body, yours[key].body, marker_size, labels
+            )
+            clean = clean and body_clean
+            # Headings match case-insensitively; a one-sided re-spelling wins.
+            heading = mine[key].heading
+            if heading == was.heading:
+                heading = yours[key].heading
+            merged[key] = MdSection(heading, mine[key].gap, body)
+        else:
+            # On one side only: an addition, or the other side deleted it. A deletion wins
+            # over an unchanged section; a changed one is kept so no change is lost.
+            kept = mine.get(key) or yours[key]
+            if key not in old or kept.body != old[key].body:
+                merged[key] = kept
+    out, headings = list(preamble), []
+    for key in merge_md_section_order(list(mine), list(yours), set(merged)):
+        heading, gap, body = merged[key]
+        out += [""] * bool(out) + [heading] + [""] * (gap and bool(body)) + body
+        headings.append(heading)
+    text = "".join(line + "\n" for line in out)
+    if [heading for _, heading, _ in split_md_sections(text)[1]] != headings or (
+        not clean and not md_has_conflict_markers(text, marker_size)
+    ):
+        # An unclosed code fence, once moved above other sections, swallows their headings
+        # and hides markers: then one conflict over the whole file is the honest answer.
+        out = md_conflict_lines(md_lines(ours), md_lines(theirs), marker_size, labels)
+        text, clean = "".join(line + "\n" for line in out), False
+    if "\r\n" in ours:
+        text = text.replace("\n", "\r\n")
+    return ("\ufeff" + text if ours.startswith("\ufeff") else text), clean
+
+
 # ==== Boot ===================================================================
 
 
@@ -2321,6 +2752,31 @@ class Checker:
                     else "lock, temp or pointer files could be committed"
                 )
                 self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
+        self.check_merge_driver()
+
+    def check_merge_driver(self) -> None:
+        """The attributes name the `stm` merge driver, but this clone has not installed
+        it: git then merges MEMORY.md as plain text and two notes conflict. Not said on CI
+        (CI=...), where checkouts never merge."""
+        import shutil
+
+        path = self.store.layer(".gitattributes")
+        if os.environ.get("CI") or os.path.islink(path) or shutil.which("git") is None:
+            return
+        try:
+            if "merge=stm" not in read_text(path):
+                return
+        except OSError:
+            return
+        root = os.path.dirname(self.store.stacks)
+        inside = git(root, "rev-parse", "--is-inside-work-tree")
+        if inside.returncode == 0 and installed_git_driver(root) is None:
+            self.report(
+                "merge-driver",
+                path,
+                "names the `stm` merge driver, which this clone has not installed: "
+                "two notes to MEMORY.md would conflict",
+            )
 
     # Stacks -----------------------------------------------------------------
 
@@ -2856,6 +3312,7 @@ RULES = {
         Rule("temp-file", "warning", FIX_RUN + " to remove it", fix_temp_file),
         Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
         Rule("git-ignore", "warning", FIX_RUN + " to add it", fix_git_file),
+        Rule("merge-driver", "warning", "run `stm setup git --install` once in this clone"),
         # .state/ (spec/state-layout.md)
         Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
         Rule("session-id", "error", "move it out of .state/sessions/"),
@@ -4699,6 +5156,109 @@ def git(root: str, *args: str):
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
+MERGE_MARKER_MAX = 100
+
+
+def merge_file(
+    base_path: str, ours_path: str, theirs_path: str, *, marker_size: int = 7, label=None
+) -> bool:
+    """The `merge-file` operation: merge three versions of an stm Markdown file and write
+    the result over OURS atomically (git's merge-driver contract). Returns True when
+    clean; False when conflict markers were written. Bytes that are not UTF-8 pass
+    through unchanged (surrogateescape), so no input byte is lost."""
+    if not 1 <= marker_size <= MERGE_MARKER_MAX:
+        raise usage_error(f"--marker-size {marker_size}: give 1 to {MERGE_MARKER_MAX}")
+    texts = []
+    for flag, path in (("BASE", base_path), ("OURS", ours_path), ("THEIRS", theirs_path)):
+        if not os.path.isfile(path):
+            raise usage_error(f"merge-file: {flag} {path} is not a file")
+        texts.append(read_bytes(path).decode("utf-8", "surrogateescape"))
+    suffix = f" ({label})" if label else ""
+    labels = (f"ours{suffix}", f"base{suffix}", f"theirs{suffix}")
+    merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
+    atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
+    return clean
+
+
+def cmd_merge_file(args) -> int:
+    clean = merge_file(
+        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path
+    )
+    if not clean:
+        where = args.path or args.ours
+        print(f"stm: conflict in {where}: markers written where both sides differ", file=sys.stderr)
+    return EXIT_OK if clean else EXIT_FAIL
+
+
+GIT_DRIVER_NAME = "stm: section-aware merge of stm Markdown (spec/merge.md)"
+
+
+def git_driver_command() -> str:
+    """The merge driver line: the installed `stm`, else this stm.py by absolute path (git
+    runs drivers from the work tree's top, and worktrees share the config), quoted."""
+    import shlex
+    import shutil
+
+    if shutil.which("stm"):
+        program = "stm"
+    else:
+        python = "python3" if shutil.which("python3") else sys.executable
+        program = f"{shlex.quote(python)} {shlex.quote(os.path.abspath(__file__))}"
+    return f"{program} merge-file %O %A %B --marker-size %L --path %P"
+
+
+def git_work_tree(root: str) -> str:
+    """The top of the git work tree holding `root`; refuses when there is none."""
+    import shutil
+
+    if shutil.which("git") is None:
+        raise StmError("git is not installed (or not on PATH); `stm setup git` needs it")
+    top = git(root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise StmError(f"{root} is not inside a git work tree; run `git init` first")
+    return top.stdout.strip()
+
+
+def installed_git_driver(root: str) -> str | None:
+    """merge.stm.driver as git sees it from `root` (repository, worktree or submodule)."""
+    found = git(root, "config", "--get", "merge.stm.driver")
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def cmd_setup_git(args) -> int:
+    root = project_root(args)
+    driver = args.command or git_driver_command()
+    if not (args.install or args.check or args.remove):  # --print, the default
+        import shlex
+
+        out(f"git config --local merge.stm.name {shlex.quote(GIT_DRIVER_NAME)}")
+        out(f"git config --local merge.stm.driver {shlex.quote(driver)}")
+        return EXIT_OK
+    top = git_work_tree(root)
+    current = installed_git_driver(top)
+    if args.check:
+        out(f"installed: merge.stm.driver = {current}" if current else "not installed")
+        return EXIT_OK if current else EXIT_FAIL
+    if args.install:
+        if current == driver:
+            out("already installed: merge.stm in this clone's git config (nothing changed)")
+            return EXIT_OK
+        for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
+            done = git(top, "config", "--local", key, value)
+            if done.returncode != 0:
+                raise StmError(f"git config {key} failed: {done.stderr.strip()}")
+        out(f"installed: merge.stm.driver = {driver}")
+        return EXIT_OK
+    if current is None and git(top, "config", "--get-regexp", r"^merge\.stm\.").returncode:
+        out("not installed (nothing changed)")
+        return EXIT_OK
+    done = git(top, "config", "--local", "--remove-section", "merge.stm")
+    if done.returncode != 0:
+        raise StmError(f"git config --remove-section merge.stm failed: {done.stderr.strip()}")
+    out("removed: merge.stm from this clone's git config")
+    return EXIT_OK
+
+
 def cmd_commit(args) -> int:
     import shutil
 
@@ -4904,6 +5464,40 @@ def options_setup_agents_md(p) -> None:
     )
 
 
+def options_merge_file(p) -> None:
+    p.add_argument("base", metavar="BASE", help="the common ancestor (git's %%O)")
+    p.add_argument("ours", metavar="OURS", help="our version; the result replaces it (%%A)")
+    p.add_argument("theirs", metavar="THEIRS", help="their version (%%B)")
+    p.add_argument(
+        "--marker-size",
+        type=int,
+        default=7,
+        metavar="N",
+        help="conflict marker length (git's %%L; default %(default)s)",
+    )
+    p.add_argument("--path", metavar="P", help="the file's path in the repository (%%P)")
+
+
+def options_setup_git(p) -> None:
+    actions = p.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="show the git config lines (the default)",
+    )
+    actions.add_argument(
+        "--install", action="store_true", help="write the driver into this clone's git config"
+    )
+    actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
+    actions.add_argument("--remove", action="store_true", help="take the driver out")
+    p.add_argument(
+        "--command",
+        metavar="CMD",
+        help="the driver line (default: `stm merge-file %%O %%A %%B ...`, or this stm.py)",
+    )
+
+
 def options_export(p) -> None:
     p.add_argument(
         "-o",
@@ -5069,9 +5663,16 @@ COMMANDS = (
     (
         "setup",
         None,
-        "wire stm into agent tools: claude, agents-md",
+        "wire stm into agent tools and git: claude, agents-md, git",
         "stm setup claude --install",
         None,
+    ),
+    (
+        "merge-file",
+        cmd_merge_file,
+        "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
+        "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
+        options_merge_file,
     ),
     (
         "export",
@@ -5199,6 +5800,13 @@ SETUP_VERBS = (
         "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
         "stm setup agents-md --install --file CLAUDE.md",
         options_setup_agents_md,
+    ),
+    (
+        "git",
+        cmd_setup_git,
+        "git: the merge driver that merges MEMORY.md, AGENT.md and refs section by section",
+        "stm setup git --install   (once per clone)",
+        options_setup_git,
     ),
 )
 

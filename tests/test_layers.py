@@ -708,7 +708,11 @@ def test_check_git_files_rules_and_fix(store, run):
 
 
 def test_check_git_files_accept_equivalent_lines(store, run):
-    (store / ".stacks" / ".gitattributes").write_text("/logs/*.md  -diff eol=lf merge=union\n")
+    merge_lines = "MEMORY.md merge=stm\nAGENT.md merge=stm\n/refs/*.md merge=stm\n"
+    merge_lines += "refs/**/*.md   merge=stm\n"
+    (store / ".stacks" / ".gitattributes").write_text(
+        "/logs/*.md  -diff eol=lf merge=union\n" + merge_lines
+    )
     (store / ".stacks" / ".gitignore").write_text("/.stm.lock\n*.tmp\n")
     assert run("check", "--strict").code == 0
     for lacking in ("logs/*.md -diff eol=lf\n", "logs/*.md merge=union\n"):  # no union; CRLF
