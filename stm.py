@@ -2497,6 +2497,33 @@ def merge_markdown(
 
 
 # ==== Boot ===================================================================
+#
+# What an agent reads first (spec/memory-layers.md, "boot"). The order is what it must
+# act on first: notices (conflicts, staleness, waiting work), identity, the active
+# workflow or the sessions waiting for this clone, session memory, the refs index. A
+# budget (--max-tokens, --max-chars) is met by cutting in the opposite order: refs
+# summaries, the refs index, the oldest bullets of each memory section, memory sections
+# from the bottom, the workflow, identity; and finally, always, a hard cut, so the
+# output never exceeds the budget. Every cut leaves a line saying what was left out.
+
+BOOT_WAITING_MAX = 10  # sessions listed when none is current
+BOOT_SCAN_SESSIONS_MAX = 200  # newest active sessions read for that list
+HOOK_MAX_CHARS = 9500  # under Claude Code's 10,000-character cut of hook output
+
+
+def command_name() -> str:
+    """How the user runs stm, for hints: `stm` when installed (or imported), else
+    `python3 path/to/stm.py` when this file was run as a script."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if argv0.endswith(".py") and os.path.basename(argv0) == "stm.py":
+        return f"python3 {display_path(os.path.abspath(argv0))}"
+    return "stm"
+
+
+def as_invoked(text: str) -> str:
+    """`text` with each `stm …` command hint written the way stm was invoked."""
+    name = command_name()
+    return text if name == "stm" else text.replace("`stm ", f"`{name} ")
 
 
 class BootParts:
@@ -2504,15 +2531,16 @@ class BootParts:
 
     def __init__(self, store: Store):
         self.store = store
-        self.problems: list[str] = []
+        self.problems: list[str] = []  # for stderr
+        self.notices: list[str] = []  # for the top of the boot text itself
+        self.raw: dict[str, str] = {}
         # The layers loaded whole, by name (LAYERS rows with at_boot "full"), in order.
-        self.texts = {
-            layer.name: self._layer(store.layer_path(layer))
-            for layer in LAYERS
-            if layer.at_boot == "full"
-        }
-        self.workflow = self._workflow()
+        self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
+        self.workflow: str | None = None
+        self.waiting: list[str] = []
+        self._workflow()
         self.refs = self._refs()
+        self._memory_notices()
 
     @property
     def identity(self) -> str:
@@ -2522,7 +2550,8 @@ class BootParts:
     def session(self) -> str:
         return self.texts["session"]
 
-    def _layer(self, path: str) -> str:
+    def _layer(self, layer: Layer) -> str:
+        path = self.store.layer_path(layer)
         try:
             text = read_text(path)
         except FileNotFoundError:
@@ -2532,18 +2561,48 @@ class BootParts:
             self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
             return f"(unreadable: {self.store.rel(path)})"
         text = text.replace("\r\n", "\n")  # saved by a Windows editor: CR is not content
+        self.raw[layer.name] = text
+        self._conflict_notice(path, text)
         return demote_headings(strip_comments(escape_controls(text)), 2)
 
-    def _workflow(self) -> str | None:
+    def _conflict_notice(self, path: str, text: str, fix: str | None = None) -> None:
+        lines = md_has_conflict_markers(text)
+        if lines:
+            shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
+            fix = fix or "resolve them (keep what both sides meant), then run `stm check`"
+            self.notices.append(
+                f"{self.store.rel(path)} has unresolved merge conflict markers "
+                f"(lines {shown}): {fix}"
+            )
+
+    def _workflow(self) -> None:
+        store = self.store
         try:
-            ref = current_session(self.store)
-            if ref is None:
-                return None
+            ref = current_session(store)
+        except StmError as exc:
+            self.problems.append(exc.message)
+            ref = None
+        if ref is not None and ref.archived:
+            self.problems.append(f"the current session {ref.id} is archived")
+            ref = None
+        if ref is None:
+            self.waiting = waiting_sessions(store)
+            return
+        try:
             state = load_state(ref)
         except StmError as exc:
             self.problems.append(exc.message)
-            return None
-        return render_workflow(self.store, ref, state)
+            with contextlib.suppress(OSError):
+                self._conflict_notice(
+                    ref.state_path,
+                    read_text(ref.state_path, 65536),
+                    "run `stm check --fix` to rebuild it from its history",
+                )
+            return
+        session_md = os.path.join(ref.path, SESSION_MD)
+        with contextlib.suppress(OSError):
+            self._conflict_notice(session_md, read_text(session_md, 1 << 20))
+        self.workflow = render_workflow(store, ref, state)
 
     def _refs(self) -> list[RefInfo]:
         refs = []
@@ -2554,32 +2613,98 @@ class BootParts:
                 self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
         return refs
 
+    def _memory_notices(self) -> None:
+        text = self.raw.get("session")
+        stamp = memory_stamp(text) if text is not None else None
+        if stamp is None:
+            return
+        days = int((utc_now() - stamp) // 86400)
+        if days > MEMORY_STALE_DAYS:
+            self.notices.append(
+                f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
+                "check it against the log (`stm search`) before trusting it"
+            )
 
-def render_workflow(store: Store, ref: SessionRef, state: dict) -> str:
+
+def waiting_sessions(store: Store) -> list[str]:
+    """Boot's lines for the active sessions in .state/sessions/ when this clone has no
+    current one (a fresh clone: the pointer is local): handoffs addressed to this user
+    first, then the newest; each with the command that adopts it."""
+    rows = []
+    user = (store.settings.user or "").strip().lower()
+    for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
+        try:
+            state = load_state(SessionRef(sid, path, False))
+        except StmError:
+            continue  # check reports it
+        to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
+        updated = str(state.get("updated_at", ""))
+        rows.append((not to_me, "task_id" not in state, updated, sid, state))
+    rows.sort(key=lambda row: (row[0], row[1], _descending(row[2]), row[3]))
+    lines = [session_line(sid, state, adopt=True) for *_, sid, state in rows[:BOOT_WAITING_MAX]]
+    if len(rows) > BOOT_WAITING_MAX:
+        lines.append(f"- ... and {len(rows) - BOOT_WAITING_MAX} more: `stm session list`")
+    return lines
+
+
+def _descending(text: str) -> str:
+    """A sort key that orders ISO timestamps newest first."""
+    return "".join(chr(0x10FFFF - ord(c)) for c in text)
+
+
+def session_line(sid: str, state: dict, *, adopt: bool) -> str:
+    """One session as a line: id, name, phase, last activity, handoff fields."""
+    line = f"- `{sid}`"
+    if state.get("name"):
+        line += f" — {one_line(state['name'], 80)}"
+    line += f"; phase {one_line(state.get('phase', '?'), 40)}"
+    touched = parse_iso(str(state.get("updated_at", "")), need_zone=True)
+    if touched is not None:
+        line += f"; last activity {human_age(utc_now() - touched)} ago"
+    if state.get("task_id"):
+        line += (
+            f"; HANDOFF task {one_line(state['task_id'], 80)} from "
+            f"{one_line(state.get('from_agent', '?'), 60)}"
+        )
+        if state.get("to_agent"):
+            line += f" to {one_line(state['to_agent'], 60)}"
+    if state.get("finished_at"):
+        line += "; finished"
+    if adopt:
+        line += f" — adopt: `stm session switch {sid}`"
+    return line
+
+
+def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 20) -> str:
     now = utc_now()
     folder = store.rel(ref.path)
     lines = [f"- Session: `{one_line(state.get('session_id', ref.id))}`"]
     if state.get("name"):
         lines[0] += f" — {one_line(state['name'])}"
     phase = one_line(state.get("phase", "?"))
-    history = state.get("phase_history") or []
+    history = state.get("phase_history") if isinstance(state.get("phase_history"), list) else []
     entered = history[-1].get("entered_at") if history and isinstance(history[-1], dict) else None
-    since = parse_iso(entered or state.get("created_at") or "", need_zone=True)
+    since = parse_iso(str(entered or state.get("created_at") or ""), need_zone=True)
     phase_line = f"- Phase: {phase}" + (f" (for {human_age(now - since)})" if since else "")
     valid = state.get("valid_phases")
     if isinstance(valid, list) and valid:
         phase_line += " — phases: " + " → ".join(one_line(p, 64) for p in valid)
     lines.append(phase_line)
+    lines.append(last_activity_line(state, now))
     if state.get("task_id"):
         sender = one_line(state.get("from_agent", "?"))
         lines.append(
             f"- Handoff: task {one_line(state['task_id'])} from {sender}, status "
             f"{one_line(state.get('handoff_status', '?'))}; full text: {folder}/{SESSION_MD}"
         )
-    lines += render_checkpoint(state)
+    lines += render_checkpoint(state, steps=steps)
     context = state.get("context")
     if isinstance(context, dict):
-        safe = sorted(p for p in context.values() if context_path_problem(p) is None)
+        safe = sorted(
+            p
+            for p in context.values()
+            if context_path_problem(p) is None and context_file_inside(ref, p)
+        )
         if safe:
             shown = ", ".join(f"{folder}/{one_line(p, 200)}" for p in safe)
             lines.append(f"- Context files: {shown}")  # unsafe ones: check reports them
@@ -2587,18 +2712,49 @@ def render_workflow(store: Store, ref: SessionRef, state: dict) -> str:
     return "\n".join(lines)
 
 
-def render_checkpoint(state: dict) -> list[str]:
+def last_activity_line(state: dict, now: float) -> str:
+    """When the session was last touched, so a crashed session can be told from a
+    running one."""
+    touched = parse_iso(str(state.get("updated_at", "")), need_zone=True)
+    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
+    action = recovery.get("last_action") or "update"
+    if touched is None:
+        return "- Last activity: unknown"
+    return f"- Last activity: {one_line(action, 80)}, {human_age(now - touched)} ago"
+
+
+def context_file_inside(ref: SessionRef, rel: str) -> bool:
+    """A context path that, resolved, stays inside its session folder and passes
+    through no symlink: boot tells an agent to read it."""
+    path = os.path.join(ref.path, *rel.split("/"))
+    walk = ref.path
+    for part in rel.split("/"):
+        walk = os.path.join(walk, part)
+        if os.path.islink(walk):
+            return False
+    real, root = os.path.realpath(path), os.path.realpath(ref.path)
+    return real.startswith(root + os.sep)
+
+
+def render_checkpoint(state: dict, *, steps: int = 20) -> list[str]:
     lines = []
     checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
     recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
+    finished = state.get("finished_at")
     if checkpoint.get("last_completed_step"):
         lines.append(f"- Last completed step: {one_line(checkpoint['last_completed_step'])}")
+    if finished:
+        lines.append(
+            f"- Finished at {one_line(finished)}: nothing to resume; archive it with "
+            "`stm session archive`"
+        )
+        return lines
     pending = checkpoint.get("pending_steps")
     if isinstance(pending, list) and pending:
         lines.append("- Pending steps:")
-        lines += [f"  {n}. {one_line(step)}" for n, step in enumerate(pending[:20], 1)]
-        if len(pending) > 20:
-            lines.append(f"  ... and {len(pending) - 20} more (stm session show)")
+        lines += [f"  {n}. {one_line(step)}" for n, step in enumerate(pending[:steps], 1)]
+        if len(pending) > steps:
+            lines.append(f"  ... and {len(pending) - steps} more (`stm session show`)")
     if checkpoint.get("resume_instruction"):
         lines.append(f"- Resume: {one_line(checkpoint['resume_instruction'], 500)}")
     if recovery.get("recovery_notes"):
@@ -2617,35 +2773,180 @@ def render_refs(refs: list[RefInfo], mode: str) -> str:
     lines = []
     for ref in refs:
         title = one_line(ref.title or "(untitled)", 120)
-        line = f"- {ref.path} — {title}"
+        line = f"- {one_line(ref.path, 200)} — {title}"
         if mode == "full" and ref.summary:
             line += f": {one_line(ref.summary, 160)}"
         lines.append(line)
     return "\n".join(lines)
 
 
-def render_boot(parts: BootParts, refs_mode: str) -> str:
-    """The boot document; refs_mode is 'full', 'titles' or 'none'."""
+class BootCut:
+    """How much of each part a render leaves out; BootCut() leaves out nothing."""
+
+    __slots__ = ("refs", "memory_bullets", "memory_sections", "workflow", "identity", "limit")
+
+    def __init__(self):
+        self.refs = "full"  # "full", "titles" or "none"
+        self.memory_bullets = 0  # oldest bullets left out, taken round the sections
+        self.memory_sections = 0  # sections left out from the bottom (-1: all memory)
+        self.workflow = "full"  # "full", "short" (3 steps), "none"
+        self.identity = 0  # identity sections left out from the bottom (-1: all)
+        self.limit = ""  # the flag that asked for the cut, for the notices
+
+
+def md_blocks(text: str) -> tuple[list[str], list[list]]:
+    """Boot-rendered layer text as (preamble lines, [[heading, [units]]]); a unit is a
+    list of lines: one bullet with its continuation, or one other line. Headings are
+    the demoted `##` (`####`); fenced lines are never headings or bullets."""
+    lines = text.split("\n")
+    preamble: list[str] = []
+    sections: list[list] = []
+    fenced = False
+    for line in lines:
+        is_fence = bool(FENCE_RE.match(line))
+        if not fenced and line.startswith("#### "):
+            sections.append([line, []])
+        elif sections:
+            units = sections[-1][1]
+            indented = line.startswith((" ", "\t")) or fenced
+            if units and indented and is_bullet_unit(units[-1]):
+                units[-1].append(line)
+            else:
+                units.append([line])
+        else:
+            preamble.append(line)
+        if is_fence:
+            fenced = not fenced
+    return preamble, sections
+
+
+def is_bullet_unit(unit: list[str]) -> bool:
+    return unit[0].startswith(("- ", "* "))
+
+
+def cut_memory(text: str, bullets: int, sections: int) -> tuple[str, list[str]]:
+    """Session memory without its `bullets` oldest bullets (the bottom ones of each
+    section, taken from the section with the most left, in turn) and without its last
+    `sections` sections; returns the text and what was left out."""
+    preamble, blocks = md_blocks(text)
+    left_out = []
+    removed: dict[int, int] = {}
+    for _ in range(bullets):
+        counts = [sum(is_bullet_unit(u) for u in units) for _, units in blocks]
+        index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
+        if index is None or counts[index] == 0:
+            break
+        units = blocks[index][1]
+        last = max(i for i, unit in enumerate(units) if is_bullet_unit(unit))
+        del units[last]
+        removed[index] = removed.get(index, 0) + 1
+    for index in sorted(removed):
+        left_out.append(f"{removed[index]} older bullet(s) of {blocks[index][0][5:].strip()}")
+    if sections:
+        keep = len(blocks) - sections if sections > 0 else 0
+        names = [heading[5:].strip() for heading, _ in blocks[keep:]]
+        blocks = blocks[:keep]
+        if names:
+            left_out.append("the section(s) " + ", ".join(names))
+    lines = list(preamble)
+    for heading, units in blocks:
+        lines.append(heading)
+        for unit in units:
+            lines += unit
+    return "\n".join(lines).strip("\n"), left_out
+
+
+def cut_sections(text: str, sections: int) -> tuple[str, list[str]]:
+    """`text` without its last `sections` `####` sections (-1: everything)."""
+    if sections < 0:
+        return "", ["all of it"]
+    return cut_memory(text, 0, sections)
+
+
+def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None = None) -> str:
+    """The boot document under `cut` (BootCut(): everything; refs_mode alone: the refs
+    index at that detail)."""
+    if cut is None:
+        cut = BootCut()
+        cut.refs = refs_mode
     store = parts.store
-    sections = [
-        (f"{layer.title} ({store.rel(store.layer_path(layer))})", parts.texts[layer.name])
-        for layer in LAYERS
-        if layer.at_boot == "full"
-    ]
-    if parts.workflow is not None:
-        sections.append(("Active workflow", parts.workflow))
-    if refs_mode != "none":
+    notices = [as_invoked(notice) for notice in parts.notices]
+    sections = []
+    identity_path = store.rel(store.agent_path)
+    identity, gone = parts.identity, []
+    if cut.identity:
+        identity, gone = cut_sections(parts.identity, cut.identity)
+    if gone:
+        notices.append(
+            f"identity cut to fit {cut.limit} (left out: {'; '.join(gone)}): read "
+            f"{identity_path} in full"
+        )
+    sections.append((f"Identity ({identity_path})", identity))
+    if parts.workflow is not None and cut.workflow != "none":
+        workflow = parts.workflow
+        if cut.workflow == "short":
+            workflow = cut_workflow(workflow)
+        sections.append(("Active workflow", as_invoked(workflow)))
+    elif parts.workflow is not None:
+        notices.append(
+            as_invoked(
+                f"the active workflow was left out to fit {cut.limit}: run `stm session show`"
+            )
+        )
+    if parts.waiting and cut.workflow != "none":
+        sections.append(
+            (
+                "Sessions waiting (no session is current in this clone)",
+                as_invoked("\n".join(parts.waiting)),
+            )
+        )
+    elif parts.waiting:
+        notices.append(
+            as_invoked(
+                f"{len(parts.waiting)} waiting session(s) left out to fit {cut.limit}: "
+                "run `stm session list`"
+            )
+        )
+    memory_path = store.rel(store.memory_path)
+    if cut.memory_sections < 0:
+        notices.append(
+            as_invoked(
+                f"session memory left out to fit {cut.limit}: read {memory_path}, "
+                "or run `stm boot --no-limit`"
+            )
+        )
+    else:
+        memory, gone = cut_memory(parts.session, cut.memory_bullets, cut.memory_sections)
+        if gone:
+            memory += as_invoked(
+                f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
+                "or run `stm boot --no-limit`)"
+            )
+        sections.append((f"Session memory ({memory_path})", memory))
+    for layer in LAYERS[2:]:  # rows added after identity and session memory
+        if layer.at_boot == "full":
+            title = f"{layer.title} ({store.rel(store.layer_path(layer))})"
+            sections.append((title, parts.texts[layer.name]))
+    if cut.refs != "none":
         sections.append(
             (
                 f"Reference index ({store.rel(store.refs_dir)}/, read a file when you need it)",
-                render_refs(parts.refs, refs_mode),
+                render_refs(parts.refs, cut.refs),
             )
         )
-    body = "".join(f"\n## {title}\n\n{text}\n" for title, text in sections)
-    body += (
+    body = ""
+    if notices:
+        body += "\n## Notices\n\n" + "\n".join(f"- {n}" for n in notices) + "\n"
+    body += "".join(f"\n## {title}\n\n{text}\n" for title, text in sections)
+    body += as_invoked(
         f"\n---\nLogs ({store.rel(store.logs_dir)}/) are not loaded: search them when the "
-        "above is not enough. Record work with `stm log`.\n"
+        "above is not enough (`stm search TEXT`). Save the state of a multi-step task with "
+        "`stm session checkpoint`; record work with `stm log`.\n"
     )
+    return with_boot_header(body)
+
+
+def with_boot_header(body: str) -> str:
     stamp = iso_now()
     tokens = estimate_tokens(body)
     for _ in range(3):  # the header's own length counts; settle on a fixed point
@@ -2654,36 +2955,144 @@ def render_boot(parts: BootParts, refs_mode: str) -> str:
     return f"# stm memory boot · generated {stamp} · ~{tokens} tokens\n" + body
 
 
-def boot_text(parts: BootParts, max_tokens: int | None, no_refs: bool) -> str:
-    """Render within the budget, degrading the refs index first; warn on stderr."""
-    modes = ["none"] if no_refs else ["full", "titles", "none"]
-    if max_tokens is None:
-        text = render_boot(parts, modes[0])
+def cut_workflow(workflow: str) -> str:
+    """The workflow with at most 3 pending steps listed."""
+    lines, kept, step = workflow.split("\n"), [], 0
+    for line in lines:
+        if line.startswith("  ") and line.strip()[:1].isdigit():
+            step += 1
+            if step > 3:
+                continue
+        kept.append(line)
+    if step > 3:
+        more = f"  ... and {step - 3} more (`stm session show`)"
+        kept.insert(kept.index("- Pending steps:") + 4, more)
+    return "\n".join(kept)
+
+
+def boot_limit_label(max_tokens: int | None, max_chars: int | None) -> str:
+    labels = []
+    if max_tokens is not None:
+        labels.append(f"--max-tokens {max_tokens}")
+    if max_chars is not None:
+        labels.append(f"--max-chars {max_chars}")
+    return " and ".join(labels)
+
+
+def boot_cuts(parts: BootParts, cut: BootCut):
+    """The cuts in the order boot tries them, each a change to `cut` (spec: boot budget):
+    refs detail, refs index, the oldest memory bullets, memory sections, the workflow,
+    identity. Counts are tried with a binary search by the caller (see fit_boot)."""
+    yield "refs", "titles"
+    yield "refs", "none"
+    _, memory = md_blocks(parts.session)
+    bullets = sum(is_bullet_unit(u) for _, units in memory for u in units)
+    yield "memory_bullets", bullets
+    yield "memory_sections", len(memory)
+    yield "memory_sections", -1
+    yield "workflow", "short"
+    yield "workflow", "none"
+    yield "identity", len(md_blocks(parts.identity)[1])
+    yield "identity", -1
+
+
+def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
+    """Apply boot_cuts until the text fits; counts (bullets, sections) are searched for
+    the smallest that fits, so no more is cut than needed."""
+    text = render_boot(parts, cut=cut)
+    for field, value in boot_cuts(parts, cut):
+        if fits(text):
+            break
+        if field == "refs" and cut.refs == "none":
+            continue
+        if isinstance(value, int) and value > 0:
+            low, high = max(getattr(cut, field), 0) + 1, value
+            setattr(cut, field, high)
+            if not fits(render_boot(parts, cut=cut)):
+                text = render_boot(parts, cut=cut)
+                continue
+            while low < high:  # the smallest count that fits
+                middle = (low + high) // 2
+                setattr(cut, field, middle)
+                if fits(render_boot(parts, cut=cut)):
+                    high = middle
+                else:
+                    low = middle + 1
+            setattr(cut, field, high)
+        else:
+            setattr(cut, field, value)
+        text = render_boot(parts, cut=cut)
+    return text, cut
+
+
+def hard_cut(text: str, limit_chars: int, label: str) -> str:
+    """The last resort: the text cut at a line end to `limit_chars`, with a line saying
+    so when it fits; the result is never longer than the limit."""
+    notice = as_invoked(f"\n(boot cut here to fit {label}: run `stm boot --no-limit`)\n")
+    room = limit_chars - len(notice)
+    if room <= 0:
+        return text[:limit_chars]
+    end = text.rfind("\n", 0, room)
+    return text[: end if end > 0 else room] + notice
+
+
+def boot_document(
+    parts: BootParts,
+    *,
+    max_tokens: int | None = None,
+    max_chars: int | None = None,
+    no_refs: bool = False,
+) -> tuple[str, list[str]]:
+    """The `boot` operation: the boot text within the budget, and warnings for stderr.
+    With no limit everything is printed (over BOOT_BUDGET_TOKENS: a warning)."""
+    warnings = list(parts.problems)
+    cut = BootCut()
+    cut.refs = "none" if no_refs else "full"
+    if max_tokens is None and max_chars is None:
+        text = render_boot(parts, cut=cut)
         tokens = estimate_tokens(text)
         if tokens > BOOT_BUDGET_TOKENS:
-            warn(
+            warnings.append(
                 f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS}-token budget; "
-                "shorten MEMORY.md or AGENT.md, or pass --max-tokens N to trim the refs index"
+                "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
             )
-        return text
-    for mode in modes:
-        text = render_boot(parts, mode)
-        if estimate_tokens(text) <= max_tokens:
-            break
-    left_out = {
-        "full": None,
-        "titles": "refs index shortened to titles (summaries left out)",
-        "none": "refs index left out",
-    }[mode]
-    if left_out and not no_refs:
-        warn(f"boot: {left_out} to fit --max-tokens {max_tokens}")
-    tokens = estimate_tokens(text)
-    if tokens > max_tokens:
-        warn(
-            f"boot is ~{tokens} tokens, over --max-tokens {max_tokens} even without refs; "
-            "identity, session memory and the active workflow are never cut: shorten them"
+        return text, warnings
+    limit_chars = min(
+        max_chars if max_chars is not None else float("inf"),
+        max_tokens * 4 if max_tokens is not None else float("inf"),
+    )
+    cut.limit = boot_limit_label(max_tokens, max_chars)
+
+    def fits(text: str) -> bool:
+        return len(text) <= limit_chars
+
+    text, cut = fit_boot(parts, cut, fits)
+    if not fits(text):
+        text = hard_cut(text, int(limit_chars), cut.limit)
+        warnings.append(f"boot was cut at {int(limit_chars)} characters to fit {cut.limit}")
+    warnings += boot_cut_warnings(parts, cut, no_refs)
+    return text, warnings
+
+
+def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str]:
+    said = []
+    if cut.refs == "titles":
+        said.append("refs index shortened to titles (summaries left out)")
+    elif cut.refs == "none" and not no_refs:
+        said.append("refs index left out")
+    if cut.memory_bullets:
+        said.append(f"{cut.memory_bullets} older memory bullet(s) left out")
+    if cut.memory_sections:
+        said.append("session memory sections left out")
+    if cut.workflow != "full" and (parts.workflow is not None or parts.waiting):
+        said.append(
+            "the active workflow shortened"
+            if cut.workflow == "short"
+            else "the active workflow left out"
         )
-    return text
+    if cut.identity:
+        said.append("identity cut")
+    return [f"boot: {what} to fit {cut.limit}" for what in said]
 
 
 # ==== Check ==================================================================
@@ -2915,13 +3324,22 @@ class Checker:
     def check_budget(self) -> None:
         if not os.path.isfile(self.store.agent_path):
             return
-        tokens = estimate_tokens(render_boot(BootParts(self.store), "full"))
+        text = render_boot(BootParts(self.store), "full")
+        tokens = estimate_tokens(text)
         if tokens > BOOT_BUDGET_TOKENS:
             self.report(
                 "boot-budget",
                 self.store.stacks,
                 f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS} budget",
                 "shorten MEMORY.md; move stable knowledge into refs/",
+            )
+        if len(text) > HOOK_MAX_CHARS:
+            self.report(
+                "boot-budget",
+                self.store.stacks,
+                f"boot is {len(text)} characters, over the {HOOK_MAX_CHARS} a session hook "
+                "passes whole (`stm setup claude` cuts it there: the oldest memory goes first)",
+                "shorten MEMORY.md (`stm log` what is history, then `stm note --replace`)",
             )
 
     def check_temp_files(self, directory: str) -> None:
@@ -3543,12 +3961,14 @@ def cmd_init(args) -> int:
 
 def cmd_boot(args) -> int:
     store = store_from_args(args)
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise usage_error("--max-tokens must be a positive number of tokens")
+    for flag, value in (("--max-tokens", args.max_tokens), ("--max-chars", args.max_chars)):
+        if value is not None and value < 1:
+            raise usage_error(f"{flag} must be a positive number")
     parts = BootParts(store)
-    for problem in parts.problems:
-        warn(problem)
-    text = boot_text(parts, args.max_tokens, args.no_refs)
+    limits = {} if args.no_limit else {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
+    text, warnings = boot_document(parts, no_refs=args.no_refs, **limits)
+    for warning in warnings:
+        warn(warning)
     if args.json:
         print_json(boot_json(parts, text))
     elif args.output:
@@ -3571,6 +3991,8 @@ def boot_json(parts: BootParts, text: str) -> dict:
             "workflow": None
             if parts.workflow is None
             else {"text": parts.workflow, "tokens": estimate_tokens(parts.workflow)},
+            "waiting": parts.waiting,
+            "notices": parts.notices,
             "refs": [{"path": r.path, "title": r.title, "summary": r.summary} for r in parts.refs],
         },
     }
@@ -5361,8 +5783,21 @@ def options_boot(p) -> None:
         "--max-tokens",
         type=int,
         metavar="N",
-        help=f"fit in N tokens by trimming the refs index (default budget "
-        f"{BOOT_BUDGET_TOKENS}: over it, boot only warns)",
+        help=f"print at most N tokens (characters / 4), cutting refs, then the oldest memory "
+        f"bullets, then the workflow, identity last (without it: no cut; over the "
+        f"{BOOT_BUDGET_TOKENS}-token budget boot warns)",
+    )
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        metavar="N",
+        help=f"print at most N characters, cut as --max-tokens cuts (a hook: "
+        f"{HOOK_MAX_CHARS}, under Claude Code's 10,000-character limit)",
+    )
+    p.add_argument(
+        "--no-limit",
+        action="store_true",
+        help="ignore --max-tokens and --max-chars: print everything (what a cut boot points to)",
     )
     p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
 

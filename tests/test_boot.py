@@ -1,0 +1,178 @@
+"""Boot inside a hook's limits: the order an agent acts in, cuts that keep what matters,
+notices in the text itself, and the work waiting in a fresh clone."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import IDENTITY, run_stm
+
+STAMP = re.compile(r"generated \S+ · ~\d+ tokens")
+
+
+def same_but_time(a: str, b: str) -> bool:
+    return STAMP.sub("", a) == STAMP.sub("", b)
+
+
+def long_memory(weeks: int = 20) -> str:
+    """A memory after `weeks` of notes: many bullets in several sections, newest first."""
+    lines = ["# Session Memory", "", "## Status", "", "Parser port in progress.", ""]
+    for section in ("Observations", "Open Questions", "Next Steps"):
+        lines += [f"## {section}", ""]
+        lines += [
+            f"- {section} note from week {w}: {'detail ' * 8}" for w in range(weeks * 3, 0, -1)
+        ]
+        lines.append("")
+    lines += ["## Last Updated", "", "2026-11-22", ""]
+    return "\n".join(lines)
+
+
+def test_max_chars_boundary_is_exact(store, run):
+    full = run("boot").out
+    at = run("boot", "--max-chars", str(len(full)))
+    assert at.code == 0 and same_but_time(at.out, full) and at.err == ""
+    under = run("boot", "--max-chars", str(len(full) - 1))
+    assert under.code == 0
+    assert len(under.out) <= len(full) - 1
+    assert "to fit --max-chars" in under.err
+
+
+@pytest.mark.parametrize("limit", [9500, 4000, 1500, 300, 40, 1])
+def test_max_chars_is_never_exceeded(store, run, limit):
+    (store / ".stacks" / "MEMORY.md").write_text(long_memory())
+    run("session", "new", "--name", "port parser")
+    result = run("boot", "--max-chars", str(limit))
+    assert result.code == 0
+    assert len(result.out) <= limit
+
+
+def test_a_twenty_week_memory_keeps_identity_and_the_whole_workflow(store, run):
+    (store / ".stacks" / "MEMORY.md").write_text(long_memory(20))
+    run("session", "new", "--name", "port parser", "--phases", "plan,build,ship")
+    run(
+        "session",
+        "checkpoint",
+        "--done",
+        "plan",
+        "--pending",
+        "port lexer",
+        "--pending",
+        "port grammar",
+        "--resume",
+        "run pytest -k parser",
+    )
+    full = run("boot", "--no-limit").out
+    assert len(full) > 15000
+    result = run("boot", "--max-chars", "9500")
+    out = result.out
+    assert len(out) <= 9500
+    assert "Maintainer of the parser project" in out  # identity whole
+    for line in ("port lexer", "port grammar", "run pytest -k parser", "Phase: plan"):
+        assert line in out
+    assert out.index("## Active workflow") < out.index("## Session memory")
+    # the newest bullets stay, the oldest go, and the cut says so and how to read it all
+    assert "Next Steps note from week 60:" in out
+    assert "Next Steps note from week 1:" not in out
+    assert "(left out to fit --max-chars 9500: " in out
+    assert re.search(r"\d+ older bullet\(s\) of Next Steps", out)
+    assert "`stm boot --no-limit`" in out or "stm.py boot --no-limit`" in out
+
+
+def test_oldest_bullets_go_first_in_every_section(store, run):
+    (store / ".stacks" / "MEMORY.md").write_text(long_memory(5))
+    full = run("boot", "--no-limit").out
+    out = run("boot", "--max-chars", str(len(full) - 400)).out
+    for section in ("Observations", "Open Questions", "Next Steps"):
+        assert f"{section} note from week 15:" in out  # the newest of each stays
+    assert "Status" in out and "Parser port in progress." in out  # prose untouched
+
+
+def test_no_limit_overrides_the_caps(store, run):
+    (store / ".stacks" / "MEMORY.md").write_text(long_memory())
+    full = run("boot").out
+    result = run("boot", "--max-chars", "500", "--no-limit")
+    assert same_but_time(result.out, full)
+
+
+def test_max_chars_must_be_positive(store, run):
+    result = run("boot", "--max-chars", "0")
+    assert result.code == 2
+    assert "--max-chars must be a positive number" in result.err
+
+
+def test_conflict_markers_are_announced_at_the_top(store, run):
+    memory = store / ".stacks" / "MEMORY.md"
+    text = memory.read_text().replace(
+        "Port the expression grammar.",
+        "<<<<<<< HEAD\nPort the expression grammar.\n=======\nPort the lexer.\n>>>>>>> other",
+    )
+    memory.write_text(text)
+    out = run("boot").out
+    notices = out.split("## Identity")[0]
+    assert "## Notices" in notices
+    assert ".stacks/MEMORY.md has unresolved merge conflict markers (lines" in notices
+    assert "stm check" in notices
+
+
+def test_a_stale_memory_is_announced_in_the_text(store, run):
+    memory = store / ".stacks" / "MEMORY.md"
+    memory.write_text(memory.read_text().replace("2026-11-22", "2020-01-01"))
+    out = run("boot").out
+    assert "session memory was last updated 2020-01-01" in out.split("## Identity")[0]
+
+
+def test_a_fresh_clone_sees_the_sessions_waiting_with_their_adopt_command(store, run, monkeypatch):
+    plain = run("session", "new", "--name", "plain work", "--no-switch").out.strip()
+    handoff = {
+        "task_id": "T-9",
+        "from_agent": "planner",
+        "to_agent": "alice",
+        "task": "Port the grammar",
+        "status": "ready",
+        "created_at": "2026-11-22T10:00:00Z",
+    }
+    handed = run("compose-handoff", "-", "--no-switch", "--json", stdin=json.dumps(handoff))
+    handed_id = json.loads(handed.out)["session_id"]
+    assert (
+        not (store / ".state" / "current-session.json").exists()
+        or json.loads((store / ".state" / "current-session.json").read_text())["active_session"]
+        is None
+    )
+    monkeypatch.setenv("STM_USER", "alice")
+    out = run("boot").out
+    assert "## Sessions waiting" in out and "## Active workflow" not in out
+    waiting = out.split("## Sessions waiting")[1].split("\n## ")[0]
+    lines = [line for line in waiting.splitlines() if line.startswith("- ")]
+    assert handed_id in lines[0]  # addressed to this user: first
+    assert "HANDOFF task T-9 from planner to alice" in lines[0]
+    assert f"adopt: `stm session switch {handed_id}`" in lines[0]
+    assert plain in lines[1] and "plain work" in lines[1]
+
+
+def test_the_workflow_says_when_it_was_last_touched(store, run):
+    run("session", "new", "--name", "x")
+    run("session", "checkpoint", "--done", "a step")
+    out = run("boot").out
+    assert re.search(r"- Last activity: checkpoint: done a step, \d+m ago", out)
+
+
+def test_hints_name_the_command_as_it_was_run(store):
+    result = run_stm("boot", cwd=store)
+    assert result.returncode == 0
+    assert "stm.py search TEXT`" in result.stdout  # run as a file: python3 path/stm.py
+    assert "`stm search" not in result.stdout
+
+
+def test_check_warns_when_boot_is_over_the_hook_cap(store, run):
+    (store / ".stacks" / "MEMORY.md").write_text(long_memory())
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert any(f["rule"] == "boot-budget" and "9500" in f["message"] for f in found), found
+
+
+def test_identity_is_cut_last_and_says_so(store, run):
+    (store / ".stacks" / "AGENT.md").write_text(IDENTITY + "\n## Extra\n\n" + "long " * 400)
+    result = run("boot", "--max-chars", "800")
+    assert len(result.out) <= 800
+    assert "identity cut to fit --max-chars 800" in result.out
