@@ -2378,10 +2378,13 @@ def merge_md_prose(
             md_hunk_region(base, seq, lo, hi, [hunk for hunk, side in members if side == n])
             for n, seq in ((0, ours), (1, theirs))
         )
+        inserted = md_inserted_bullets(lo, hi, mine, yours)
         if mine == yours or yours == base[lo:hi]:
             out += mine
         elif mine == base[lo:hi]:
             out += yours
+        elif inserted is not None:
+            out += inserted
         else:
             out += md_conflict_lines(mine, yours, marker_size, labels)
             conflicted = True
@@ -2392,6 +2395,21 @@ def merge_md_prose(
         # whole-body conflict keeps every marker outside fences.
         out = md_conflict_lines(ours, theirs, marker_size, labels)
     return out, not conflicted
+
+
+def md_inserted_bullets(lo: int, hi: int, mine: list[str], yours: list[str]) -> list | None:
+    """Both sides inserted only bullets at the same point (two `stm note`s above a
+    section's prose): theirs' then ours', each once, as merge_md_bullets orders them.
+    None when it is anything else (a real conflict)."""
+    if lo != hi:
+        return None
+    ours_units, theirs_units = md_bullet_units(mine), md_bullet_units(yours)
+    if not ours_units or not theirs_units:
+        return None
+    if any(not MD_BULLET_RE.match(lines[0]) for lines, _ in ours_units + theirs_units):
+        return None
+    merged = [line for line in merge_md_bullets([], ours_units, theirs_units) if line.strip()]
+    return merged + ([""] if not mine[-1].strip() or not yours[-1].strip() else [])
 
 
 def merge_md_body(
@@ -2992,8 +3010,7 @@ def boot_cuts(parts: BootParts, cut: BootCut):
     yield "memory_sections", -1
     yield "workflow", "short"
     yield "workflow", "none"
-    yield "identity", len(md_blocks(parts.identity)[1])
-    yield "identity", -1
+    yield "identity", len(md_blocks(parts.identity)[1])  # then the hard cut: its top stays
 
 
 def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
@@ -3026,14 +3043,18 @@ def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
 
 
 def hard_cut(text: str, limit_chars: int, label: str) -> str:
-    """The last resort: the text cut at a line end to `limit_chars`, with a line saying
-    so when it fits; the result is never longer than the limit."""
+    """The last resort: the boot text cut at a line end, with a line saying so, its header
+    counting the tokens of what is left; never longer than `limit_chars`."""
+    body = text.split("\n", 1)[1] if "\n" in text else ""
     notice = as_invoked(f"\n(boot cut here to fit {label}: run `stm boot --no-limit`)\n")
-    room = limit_chars - len(notice)
-    if room <= 0:
-        return text[:limit_chars]
-    end = text.rfind("\n", 0, room)
-    return text[: end if end > 0 else room] + notice
+    room = limit_chars - len(with_boot_header("")) - len(notice)
+    while room > 0:
+        end = body.rfind("\n", 0, room)
+        cut = with_boot_header(body[: end if end > 0 else room] + notice)
+        if len(cut) <= limit_chars:
+            return cut
+        room -= len(cut) - limit_chars
+    return with_boot_header("")[:limit_chars]
 
 
 def boot_document(
@@ -5715,6 +5736,538 @@ def cmd_commit(args) -> int:
     return EXIT_OK
 
 
+# ==== MCP server ==============================================================
+#
+# `stm mcp`: the same operations as the CLI, as Model Context Protocol tools, resources
+# and a prompt, over newline-delimited JSON-RPC 2.0 on stdin/stdout (spec/mcp.md). Two
+# eras on one server: a request whose params._meta carries
+# io.modelcontextprotocol/protocolVersion is served statelessly (revision 2026-07-28);
+# anything else is the initialize-based legacy protocol (2025-11-25 .. 2024-11-05).
+# Nothing is cached between calls: every call reads the files as they are now, and every
+# write takes the same locks as the CLI. stdout carries protocol messages only.
+
+MCP_MODERN = "2026-07-28"
+MCP_LEGACY = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+MCP_META_VERSION = "io.modelcontextprotocol/protocolVersion"
+MCP_META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+MCP_META_CLIENT = "io.modelcontextprotocol/clientInfo"
+MCP_META_SERVER = "io.modelcontextprotocol/serverInfo"
+MCP_PARSE_ERROR, MCP_INVALID_REQUEST, MCP_NO_METHOD = -32700, -32600, -32601
+MCP_INVALID_PARAMS, MCP_INTERNAL, MCP_UNSUPPORTED_VERSION = -32602, -32603, -32022
+MCP_LEGACY_NOT_FOUND = -32002  # resource not found before 2026-07-28 (then -32602)
+MCP_MAX_LINE = 4 * 1024 * 1024
+MCP_LIST_TTL_MS = 3_600_000  # tools, prompts, templates: fixed for this stm version
+MCP_CACHEABLE = (
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+)
+MCP_FRESH = ("resources/list", "resources/read")  # from files that change under the client
+MCP_INSTRUCTIONS = (
+    "Project memory (stm). At the start of a session call the `boot` tool (or read "
+    "stm://boot) and read all of it. Record what you did with `log` and keep the letter to "
+    "the next session current with `note` before you stop; save the state of multi-step "
+    "work with `session_checkpoint`."
+)
+
+
+class McpError(Exception):
+    """A JSON-RPC error answer: code, message, optional data."""
+
+    def __init__(self, code: int, message: str, data=None):
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+def mcp_schema(required: dict, optional: dict) -> dict:
+    """An input schema: `type: object`, every property listed, the required named."""
+    schema = {"type": "object", "properties": {**required, **optional}}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+_STR = {"type": "string"}
+_INT = {"type": "integer", "minimum": 1}
+_BOOL = {"type": "boolean"}
+_STRS = {"type": "array", "items": {"type": "string"}}
+MCP_SEARCH_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "matches": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": _STR,
+                    "line": {"type": "integer"},
+                    "text": _STR,
+                    "layer": _STR,
+                },
+                "required": ["path", "line", "text", "layer"],
+            },
+        },
+        "truncated": _BOOL,
+    },
+    "required": ["matches"],
+}
+
+
+def mcp_tool_boot(store: Store, args: dict):
+    text, _ = boot_document(
+        BootParts(store), max_tokens=args.get("max_tokens"), max_chars=args.get("max_chars")
+    )
+    return text, None
+
+
+def mcp_tool_log(store: Store, args: dict):
+    entry = append_log(store, normalise_message(args["text"]))
+    return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
+
+
+def mcp_tool_note(store: Store, args: dict):
+    result = add_memory_note(
+        store, args["section"], normalise_message(args["text"]), replace=args.get("replace", False)
+    )
+    verb = "replaced" if result["replaced"] else "noted under"
+    return f"{verb} '## {result['section']}' in {result['path']}", result
+
+
+def mcp_tool_search(store: Store, args: dict):
+    limit = args.get("limit", 50)
+    hits = search_memory(
+        store,
+        args["query"],
+        layer=args.get("layer"),
+        since=args.get("since"),
+        regex=args.get("regex", False),
+    )
+    matches = []
+    for hit in hits:
+        if len(matches) == limit:
+            return mcp_search_result(matches, truncated=True)
+        matches.append(hit)
+    return mcp_search_result(matches, truncated=False)
+
+
+def mcp_search_result(matches: list, *, truncated: bool):
+    lines = [f"{m['path']}:{m['line']}: {escape_controls(m['text'])}" for m in matches]
+    if truncated:
+        lines.append(f"(more matches: raise limit above {len(matches)})")
+    text = "\n".join(lines) if lines else "no match"
+    return text, {"matches": matches, "truncated": truncated}
+
+
+def mcp_tool_status(store: Store, args: dict):
+    status = gather_status(store)
+    lines = [f"verdict: {status['verdict']}", *(f"warning: {w}" for w in status["warnings"])]
+    return "\n".join(lines), status
+
+
+def mcp_tool_read_ref(store: Store, args: dict):
+    path = ref_path(store, args["path"])
+    return read_text(path), None
+
+
+def mcp_tool_session_new(store: Store, args: dict):
+    ref, state = new_session(store, name=args["name"], phases=args.get("phases"))
+    return f"session {ref.id} started and current", session_summary(store, ref, state, True)
+
+
+def mcp_tool_session_phase(store: Store, args: dict):
+    ref, state, changed = set_phase(store, args["phase"], session=args.get("session"))
+    return mcp_update_result(store, ref, state, changed, f"phase {args['phase']}")
+
+
+def mcp_tool_session_checkpoint(store: Store, args: dict):
+    ref, state, changed = checkpoint_session(
+        store,
+        session=args.get("session"),
+        done=args.get("done"),
+        pending=args.get("pending"),
+        resume=args.get("resume"),
+        interrupted=args.get("interrupted", False),
+    )
+    return mcp_update_result(store, ref, state, changed, "checkpoint saved")
+
+
+def mcp_update_result(store, ref, state, changed: bool, what: str):
+    summary = session_summary(store, ref, state, current_id_quietly(store) == ref.id)
+    summary["changed"] = changed
+    said = what if changed else f"{what}; nothing changed"
+    return f"{ref.id}: {said} (version {state['version']})", summary
+
+
+# (name, description, required arguments, optional arguments, handler, output schema)
+MCP_TOOLS = (
+    (
+        "boot",
+        "The project memory to start from: identity, workflow, session memory, refs index.",
+        {},
+        {"max_tokens": _INT, "max_chars": _INT},
+        mcp_tool_boot,
+        None,
+    ),
+    ("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
+    (
+        "note",
+        "Add a bullet to a MEMORY.md section (replace: rewrite its body).",
+        {"section": _STR, "text": _STR},
+        {"replace": _BOOL},
+        mcp_tool_note,
+        None,
+    ),
+    (
+        "search",
+        "Search memory, newest logs first.",
+        {"query": _STR},
+        {
+            "layer": {"type": "string", "enum": list(search_layers())},
+            "since": _STR,
+            "regex": _BOOL,
+            "limit": _INT,
+        },
+        mcp_tool_search,
+        MCP_SEARCH_OUTPUT,
+    ),
+    ("status", "Sizes, staleness, sessions and warnings.", {}, {}, mcp_tool_status, None),
+    (
+        "read_ref",
+        "Read one file under .stacks/refs/ (e.g. guide.md).",
+        {"path": _STR},
+        {},
+        mcp_tool_read_ref,
+        None,
+    ),
+    (
+        "session_new",
+        "Start a workflow session and make it current.",
+        {"name": _STR},
+        {"phases": _STRS},
+        mcp_tool_session_new,
+        None,
+    ),
+    (
+        "session_phase",
+        "Move a session to another phase.",
+        {"phase": _STR},
+        {"session": _STR},
+        mcp_tool_session_phase,
+        None,
+    ),
+    (
+        "session_checkpoint",
+        "Record progress so another agent can resume.",
+        {},
+        {"done": _STR, "pending": _STRS, "resume": _STR, "interrupted": _BOOL, "session": _STR},
+        mcp_tool_session_checkpoint,
+        None,
+    ),
+)
+MCP_TOOL_BY_NAME = {tool[0]: tool for tool in MCP_TOOLS}
+
+
+def mcp_tool_list() -> list[dict]:
+    tools = []
+    for name, description, required, optional, _, output in MCP_TOOLS:
+        tool = {"name": name, "description": description}
+        tool["inputSchema"] = mcp_schema(required, optional)
+        if output is not None:
+            tool["outputSchema"] = output
+        tools.append(tool)
+    return tools
+
+
+def mcp_check_arguments(name: str, arguments: dict) -> None:
+    """Arguments against the tool's schema: a wrong one is a tool error (isError)."""
+    _, _, required, optional, _, _ = MCP_TOOL_BY_NAME[name]
+    schemas = {**required, **optional}
+    for key in required:
+        if key not in arguments:
+            raise usage_error(f"{name}: argument {key!r} is required")
+    for key, value in arguments.items():
+        schema = schemas.get(key)
+        if schema is None:
+            raise usage_error(f"{name}: unknown argument {key!r}")
+        kind = schema["type"]
+        ok = {
+            "string": isinstance(value, str),
+            "boolean": isinstance(value, bool),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "array": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        }[kind]
+        if ok and kind == "integer":
+            ok = value >= schema.get("minimum", value)
+        if ok and "enum" in schema:
+            ok = value in schema["enum"]
+        if not ok:
+            raise usage_error(f"{name}: argument {key!r} must be {mcp_kind_name(schema)}")
+
+
+def mcp_kind_name(schema: dict) -> str:
+    if "enum" in schema:
+        return "one of " + ", ".join(schema["enum"])
+    return {
+        "string": "a string",
+        "boolean": "true or false",
+        "integer": "a positive integer",
+        "array": "a list of strings",
+    }[schema["type"]]
+
+
+def ref_path(store: Store, name: str) -> str:
+    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
+    on the way, a regular file; anything else is refused."""
+    parts = name.replace("\\", "/").split("/")
+    if parts[:1] == [REFS_DIR]:
+        parts = parts[1:]
+    if not parts or name.startswith("/"):
+        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
+    for part in parts:
+        check_component(part, f"ref {name!r}: component")
+    path = os.path.join(store.refs_dir, *parts)
+    walk = store.refs_dir
+    for part in [None, *parts]:
+        walk = walk if part is None else os.path.join(walk, part)
+        refuse_symlink(walk, "ref path")
+    require_inside(path, store.refs_dir, "ref")
+    if not os.path.isfile(path):
+        raise StmError(f"no ref {name!r} in {store.rel(store.refs_dir)}/")
+    return path
+
+
+def mcp_resources(store: Store) -> list[dict]:
+    resources = [
+        {"uri": "stm://boot", "name": "boot", "description": "What an agent starts from"},
+        {"uri": "stm://identity", "name": "identity", "description": store.rel(store.agent_path)},
+        {"uri": "stm://memory", "name": "memory", "description": store.rel(store.memory_path)},
+    ]
+    for path in iter_ref_files(store.refs_dir):
+        if os.path.islink(path):
+            continue
+        rel = os.path.relpath(path, store.refs_dir).replace(os.sep, "/")
+        resources.append({"uri": f"stm://refs/{rel}", "name": f"refs/{rel}"})
+    for resource in resources:
+        resource["mimeType"] = "text/markdown"
+    return resources
+
+
+def mcp_read_resource(store: Store, uri: str, not_found: int) -> dict:
+    fixed = {"stm://identity": store.agent_path, "stm://memory": store.memory_path}
+    try:
+        if uri == "stm://boot":
+            text, _ = boot_document(BootParts(store))
+        elif uri in fixed:
+            text = read_text(fixed[uri])
+        elif uri.startswith("stm://refs/"):
+            text = read_text(ref_path(store, uri[len("stm://refs/") :]))
+        else:
+            raise StmError("no such resource")
+    except (StmError, OSError) as exc:
+        raise McpError(not_found, "Resource not found", {"uri": uri}) from exc
+    return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}
+
+
+class McpServer:
+    """One stdio server. `store_options` are open_store's (stacks, state, user); the store
+    is opened anew for every call, so nothing read earlier can be stale."""
+
+    def __init__(self, **store_options):
+        self.store_options = store_options
+        self.legacy_client = None  # clientInfo.name from initialize (legacy era only)
+
+    def store(self, client_name: str | None) -> Store:
+        settings = Settings()
+        if client_name and not settings.user:
+            settings.author = client_name  # log author: STM_USER, else the client's name
+        return open_store(settings=settings, **self.store_options)
+
+    def serve(self, stdin, stdout) -> int:
+        """Answer each request line until end of input; returns the exit code."""
+        while True:
+            line = stdin.readline(MCP_MAX_LINE + 1)
+            if not line:
+                return EXIT_OK
+            if len(line) > MCP_MAX_LINE and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):  # drop the rest of the message
+                    line = stdin.readline(MCP_MAX_LINE)
+                answer = mcp_error_message(None, MCP_INVALID_REQUEST, "message too large")
+            else:
+                if not line.strip():
+                    continue
+                answer = self.answer(line)
+            if answer is not None:
+                stdout.write(json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode())
+                stdout.write(b"\n")
+                stdout.flush()
+
+    def answer(self, line: bytes) -> dict | None:
+        """The response to one message, or None for a notification."""
+        try:
+            message = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return mcp_error_message(None, MCP_PARSE_ERROR, "Parse error: invalid JSON")
+        if not isinstance(message, dict):
+            return mcp_error_message(None, MCP_INVALID_REQUEST, "Invalid Request: not an object")
+        if "id" not in message:
+            return None  # a notification (notifications/cancelled too): never answered
+        request_id = message["id"]
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+            return mcp_error_message(None, MCP_INVALID_REQUEST, "Invalid Request: bad id")
+        if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+            return mcp_error_message(
+                request_id, MCP_INVALID_REQUEST, "Invalid Request: needs jsonrpc 2.0 and a method"
+            )
+        try:
+            return {"jsonrpc": "2.0", "id": request_id, "result": self.dispatch(message)}
+        except McpError as exc:
+            return mcp_error_message(request_id, exc.code, exc.message, exc.data)
+        except (KeyboardInterrupt, Terminated):
+            raise
+        except Exception as exc:  # a bug must not kill the server: answer, say it on stderr
+            warn(f"mcp: internal error in {message['method']}: {exc!r}")
+            return mcp_error_message(request_id, MCP_INTERNAL, f"Internal error: {exc}")
+
+    def dispatch(self, message: dict) -> dict:
+        method, params = message["method"], message.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise McpError(MCP_INVALID_PARAMS, "Invalid params: params must be an object")
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        if MCP_META_VERSION in meta:
+            return self.modern(method, params, meta)
+        return self.legacy(method, params)
+
+    def modern(self, method: str, params: dict, meta: dict) -> dict:
+        version = meta[MCP_META_VERSION]
+        if version != MCP_MODERN:
+            raise McpError(
+                MCP_UNSUPPORTED_VERSION,
+                "Unsupported protocol version",
+                {"supported": [MCP_MODERN, *MCP_LEGACY], "requested": version},
+            )
+        if not isinstance(meta.get(MCP_META_CAPABILITIES), dict):
+            raise McpError(
+                MCP_INVALID_PARAMS, f"Invalid params: _meta needs {MCP_META_CAPABILITIES}"
+            )
+        client = meta.get(MCP_META_CLIENT)
+        name = client.get("name") if isinstance(client, dict) else None
+        if method == "server/discover":
+            result = {
+                "supportedVersions": [MCP_MODERN],
+                "capabilities": mcp_capabilities(),
+                "instructions": MCP_INSTRUCTIONS,
+            }
+        else:
+            result = self.common(method, params, name if isinstance(name, str) else None, True)
+        result["resultType"] = "complete"
+        result.setdefault("_meta", {})[MCP_META_SERVER] = mcp_server_info()
+        if method in MCP_CACHEABLE:
+            result["ttlMs"] = 0 if method in MCP_FRESH else MCP_LIST_TTL_MS
+            result["cacheScope"] = "private"
+        return result
+
+    def legacy(self, method: str, params: dict) -> dict:
+        if method == "initialize":
+            requested = params.get("protocolVersion")
+            client = params.get("clientInfo")
+            name = client.get("name") if isinstance(client, dict) else None
+            self.legacy_client = name if isinstance(name, str) else None
+            return {
+                "protocolVersion": requested if requested in MCP_LEGACY else MCP_LEGACY[0],
+                "capabilities": mcp_capabilities(),
+                "serverInfo": mcp_server_info(),
+                "instructions": MCP_INSTRUCTIONS,
+            }
+        if method == "ping":
+            return {}
+        return self.common(method, params, self.legacy_client, False)
+
+    def common(self, method: str, params: dict, client: str | None, modern: bool) -> dict:
+        """The methods both eras share."""
+        if method == "tools/list":
+            return {"tools": mcp_tool_list()}
+        if method == "tools/call":
+            return self.call_tool(params, client)
+        if method == "resources/list":
+            return {"resources": mcp_resources(self.store(client))}
+        if method == "resources/templates/list":
+            return {"resourceTemplates": []}
+        if method == "resources/read":
+            uri = params.get("uri")
+            if not isinstance(uri, str):
+                raise McpError(MCP_INVALID_PARAMS, "Invalid params: uri must be a string")
+            not_found = MCP_INVALID_PARAMS if modern else MCP_LEGACY_NOT_FOUND
+            return mcp_read_resource(self.store(client), uri, not_found)
+        if method == "prompts/list":
+            return {"prompts": [{"name": "boot", "description": "Load the project memory"}]}
+        if method == "prompts/get":
+            if params.get("name") != "boot":
+                raise McpError(MCP_INVALID_PARAMS, f"Unknown prompt: {params.get('name')!r}")
+            text, _ = boot_document(BootParts(self.store(client)))
+            message = {"role": "user", "content": {"type": "text", "text": text}}
+            return {"description": "The project memory (stm boot)", "messages": [message]}
+        raise McpError(MCP_NO_METHOD, f"Method not found: {method}")
+
+    def call_tool(self, params: dict, client: str | None) -> dict:
+        name, arguments = params.get("name"), params.get("arguments", {})
+        if not isinstance(name, str) or name not in MCP_TOOL_BY_NAME:
+            raise McpError(MCP_INVALID_PARAMS, f"Unknown tool: {name!r}")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise McpError(MCP_INVALID_PARAMS, "Invalid params: arguments must be an object")
+        try:
+            mcp_check_arguments(name, arguments)
+            text, structured = MCP_TOOL_BY_NAME[name][4](self.store(client), arguments)
+        except StmError as exc:  # the CLI's own message, as a tool error
+            return {"content": [{"type": "text", "text": exc.line()}], "isError": True}
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            message = f"stm: error: {where}{exc.strerror or exc}"
+            return {"content": [{"type": "text", "text": message}], "isError": True}
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+        if structured is not None:
+            result["structuredContent"] = structured
+        return result
+
+
+def mcp_capabilities() -> dict:
+    return {"tools": {}, "resources": {}, "prompts": {}}
+
+
+def mcp_server_info() -> dict:
+    return {"name": "stm", "version": __version__}
+
+
+def mcp_error_message(request_id, code: int, message: str, data=None) -> dict:
+    error = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def cmd_mcp(args) -> int:
+    """Serve until stdin closes. Diagnostics go to stderr; stdout carries only protocol
+    messages, so anything an operation prints is sent to stderr meanwhile."""
+    options = {
+        "stacks": getattr(args, "dir", None),
+        "state": getattr(args, "state_dir", None),
+        "user": getattr(args, "user", None),
+    }
+    store_from_args(args)  # refuse a missing store now, not at the first call
+    stdout = sys.stdout.buffer
+    real_stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        return McpServer(**options).serve(sys.stdin.buffer, stdout)
+    finally:
+        sys.stdout = real_stdout
+
+
 # ==== Command line ===========================================================
 
 EXIT_CODES_HELP = """\
@@ -5933,6 +6486,10 @@ def options_setup_git(p) -> None:
     )
 
 
+def options_mcp(p) -> None:
+    p.set_defaults()  # --dir, --state-dir and --user are the global options
+
+
 def options_export(p) -> None:
     p.add_argument(
         "-o",
@@ -6108,6 +6665,13 @@ COMMANDS = (
         "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
         "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
         options_merge_file,
+    ),
+    (
+        "mcp",
+        cmd_mcp,
+        "serve memory as MCP tools over stdio (revisions 2026-07-28 and 2024-11-05..2025-11-25)",
+        "stm mcp --dir .stacks   (run by an agent client; see `stm setup mcp`)",
+        options_mcp,
     ),
     (
         "export",

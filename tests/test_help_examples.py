@@ -50,7 +50,7 @@ def test_help_example_runs(store, run, monkeypatch, path):
     example = example_of(path).replace("2026-11-22-3f9a0c1d", sid)
     argv = shlex.split(example)
     assert argv[0] == "stm"
-    result = run(*argv[1:])
+    result = run(*argv[1:], stdin="" if argv[1] == "mcp" else None)  # mcp: ends at EOF
     assert result.code == 0, (example, result)
     if "--json" in argv:
         assert json.loads(result.out)["schema_version"] == 1
