@@ -5186,15 +5186,18 @@ def default_boot_command(root: str) -> str:
     `python3 -m stm` (cached bytecode: cheaper than running the file as a script)."""
     import shutil
 
+    cap = f"boot --max-chars {HOOK_MAX_CHARS}"
     if shutil.which("stm"):
-        return "stm boot"
+        return f"stm {cap}"
     folder = os.path.dirname(os.path.abspath(__file__))
     rel = os.path.relpath(folder, root)
     if rel == ".":
         folder = "$CLAUDE_PROJECT_DIR"
     elif not rel.startswith(".."):
         folder = f"$CLAUDE_PROJECT_DIR/{rel}"
-    return f'PYTHONPATH="{folder}" python3 -m stm boot'
+    # The bytecode cache goes to the user's cache folder, not __pycache__/ in the project.
+    cache = "${XDG_CACHE_HOME:-$HOME/.cache}/stm"
+    return f'PYTHONPYCACHEPREFIX="{cache}" PYTHONPATH="{folder}" python3 -m stm {cap}'
 
 
 def default_stm_command(root: str) -> str:
@@ -5254,6 +5257,21 @@ def settings_text(data: dict) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # the user's key order kept
 
 
+SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove deletes it
+
+
+def refuse_links_below(root: str, path: str) -> None:
+    """Refuse `path` when it, or any folder between `root` and it, is a symbolic link:
+    setup writes and deletes there, and a cloned repository chooses what links point to."""
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return  # a path the user named outside the project: only its last part is checked
+    walk = root
+    for part in rel.split(os.sep):
+        walk = os.path.join(walk, part)
+        refuse_symlink(walk, "path")
+
+
 def write_settings(path: str, data: dict) -> None:
     make_dir(os.path.dirname(path))
     atomic_write(path, settings_text(data).encode("utf-8"))
@@ -5275,28 +5293,26 @@ def remove_stm_hooks(data: dict, command: str) -> None:
         del data["hooks"]
 
 
-def matching_backup(path: str, data: dict) -> bytes | None:
-    """The newest backup of `path` whose content equals `data`: restoring its bytes puts
-    the user's own formatting back exactly."""
-    folder, name = os.path.split(path)
+def matching_backup(backup: str, data: dict) -> bytes | None:
+    """The backup's bytes when its content equals `data`: restoring them puts the user's
+    own formatting back exactly."""
     try:
-        names = sorted((n for n in os.listdir(folder) if n.startswith(name + ".")), reverse=True)
+        raw = read_bytes(backup)
     except OSError:
         return None
-    for backup in names:
-        if backup.endswith(".bak"):
-            raw = read_bytes(os.path.join(folder, backup))
-            with contextlib.suppress(ValueError, UnicodeDecodeError):
-                if json.loads(raw.decode("utf-8")) == data:
-                    return raw
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        if json.loads(raw.decode("utf-8")) == data:
+            return raw
     return None
 
 
 def cmd_setup_claude(args) -> int:
     root = project_root(args)
     path = os.path.join(root, ".claude", "settings.json")
+    refuse_links_below(root, path)
     command = args.command or default_boot_command(root)
     shown = os.path.relpath(path)
+    backup = path + SETUP_BACKUP_SUFFIX
     if not (args.install or args.check or args.remove):  # --print, the default
         sys.stdout.write(settings_text({"hooks": {"SessionStart": [hook_entry(command)]}}))
         return EXIT_OK
@@ -5311,21 +5327,25 @@ def cmd_setup_claude(args) -> int:
             return EXIT_OK
         data.setdefault("hooks", {}).setdefault("SessionStart", []).append(hook_entry(command))
         if raw is not None:
-            atomic_write(backup_name(path), raw)
+            atomic_write(backup, raw)  # one backup, replaced by the next install
         write_settings(path, data)
         out(f"installed: {shown} runs `{command}` on {CLAUDE_MATCHER.replace('|', ', ')}")
+        if raw is not None:
+            out(f"the previous settings are kept in {os.path.relpath(backup)}")
         return EXIT_OK
     if not count:
         out(f"not installed: {shown} (nothing changed)")
         return EXIT_OK
     remove_stm_hooks(data, command)
-    original = matching_backup(path, data)
+    original = matching_backup(backup, data)
     if original is not None:
         atomic_write(path, original)
     elif data:
         write_settings(path, data)
     else:
         os.unlink(path)  # stm created it; nothing of the user's is in it
+    if os.path.lexists(backup) and not os.path.islink(backup):
+        os.unlink(backup)  # no stm litter left behind
     out(f"removed: the stm boot hook from {shown}")
     return EXIT_OK
 

@@ -386,14 +386,17 @@ def test_setup_claude_install_merges_and_remove_restores_exactly(store, run):
     commands = [h["command"] for e in data["hooks"]["SessionStart"] for h in e["hooks"]]
     assert commands == ["echo hi", "stm boot"]
     assert list(data) == ["permissions", "hooks", "model"]  # the user's order kept
-    backups = list(path.parent.glob("settings.json.*.bak"))
-    assert [b.read_text() for b in backups] == [EXISTING_SETTINGS]
+    backups = sorted(p.name for p in path.parent.iterdir() if p.name != "settings.json")
+    assert backups == ["settings.json.stm-backup"]  # one backup, and the output says where
+    assert (path.parent / backups[0]).read_text() == EXISTING_SETTINGS
+    assert ".claude/settings.json.stm-backup" in result.out
     again = run("setup", "claude", "--install", "--command", "stm boot")
     assert again.code == 0 and "already installed" in again.out
     assert len(json.loads(path.read_text())["hooks"]["SessionStart"]) == 2
     assert run("setup", "claude", "--check", "--command", "stm boot").code == 0
     assert run("setup", "claude", "--remove", "--command", "stm boot").code == 0
     assert path.read_text() == EXISTING_SETTINGS
+    assert sorted(p.name for p in path.parent.iterdir()) == ["settings.json"]  # no litter
 
 
 def test_setup_claude_without_settings_creates_then_removes_the_file(store, run):
@@ -418,9 +421,33 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     data = json.loads(run("setup", "claude").out)
     command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    assert command.startswith('PYTHONPATH="') and command.endswith('" python3 -m stm boot')
-    folder = command.split('"')[1]
+    assert command.endswith('" python3 -m stm boot --max-chars 9500')  # under the hook cut
+    folder = command.split('PYTHONPATH="')[1].split('"')[0]
     assert os.path.exists(os.path.join(folder, "stm.py"))  # it names this checkout
+
+
+def test_the_hook_command_leaves_no_pycache_in_the_project(store, run, monkeypatch, tmp_path):
+    """`python3 -m stm` writes bytecode; the hook sends it to the user's cache folder."""
+    import shutil as real_shutil
+    import subprocess
+
+    copy = store / "tools" / "stm.py"
+    copy.parent.mkdir()
+    real_shutil.copy(stm.__file__, copy)
+    monkeypatch.setattr(stm, "__file__", str(copy))
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    data = json.loads(run("setup", "claude").out)
+    command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    env = {**os.environ, "CLAUDE_PROJECT_DIR": str(store), "HOME": str(tmp_path / "home")}
+    env.pop("XDG_CACHE_HOME", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # write bytecode, as on a user's machine
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=store, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "## Identity" in done.stdout
+    assert not list(store.rglob("__pycache__"))
+    assert list((tmp_path / "home" / ".cache" / "stm").rglob("*.pyc"))  # cached there
 
 
 # ---- setup agents-md ----------------------------------------------------------------
