@@ -5350,6 +5350,115 @@ def cmd_setup_claude(args) -> int:
     return EXIT_OK
 
 
+# (config file, key holding the servers, whether entries carry "type") per client;
+# codex keeps its servers in ~/.codex/config.toml (TOML): printed, never written.
+MCP_CLIENT_FILES = {
+    "claude": (".mcp.json", "mcpServers", True),
+    "cursor": (os.path.join(".cursor", "mcp.json"), "mcpServers", False),
+    "vscode": (os.path.join(".vscode", "mcp.json"), "servers", True),
+    "codex": (None, "mcp_servers", False),
+}
+
+
+def mcp_server_entry(root: str, client: str) -> dict:
+    """How a client starts `stm mcp` in the project at `root`: the installed command,
+    else this stm.py by its path from the project root (clients start servers there)."""
+    import shutil
+
+    if shutil.which("stm"):
+        command, args = "stm", ["mcp"]
+    else:
+        path = os.path.abspath(__file__)
+        rel = os.path.relpath(path, root)
+        command, args = "python3", [path if rel.startswith("..") else rel, "mcp"]
+    entry = {"type": "stdio"} if MCP_CLIENT_FILES[client][2] else {}
+    entry.update({"command": command, "args": args})
+    user = os.environ.get("STM_USER")
+    if user:  # clients pass servers few variables: name the author explicitly
+        entry["env"] = {"STM_USER": user}
+    return entry
+
+
+def toml_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def codex_snippet(entry: dict) -> str:
+    lines = ["[mcp_servers.stm]", f"command = {toml_string(entry['command'])}"]
+    lines.append("args = [" + ", ".join(toml_string(a) for a in entry["args"]) + "]")
+    if entry.get("env"):
+        env = ", ".join(f"{k} = {toml_string(v)}" for k, v in entry["env"].items())
+        lines.append(f"env = {{ {env} }}")
+    return "\n".join(lines) + "\n"
+
+
+def load_json_config(path: str) -> tuple[dict, bytes | None]:
+    """A client's JSON config as an object (absent: {}); refuses invalid JSON or a
+    non-object, with nothing changed."""
+    if not os.path.lexists(path):
+        return {}, None
+    refuse_symlink(path, "config file")
+    if not os.path.isfile(path):
+        raise StmError(f"{path} is not a regular file; nothing changed")
+    raw = read_bytes(path)
+    try:
+        data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
+    if not isinstance(data, dict):
+        raise StmError(f"{path}: expected a JSON object; nothing changed")
+    return data, raw
+
+
+def cmd_setup_mcp(args) -> int:
+    root = project_root(args)
+    client = args.client
+    relative, key, _ = MCP_CLIENT_FILES[client]
+    entry = mcp_server_entry(root, client)
+    if relative is None or not (args.install or args.check or args.remove):
+        if relative is None:
+            if args.install or args.check or args.remove:
+                raise usage_error(
+                    "--client codex keeps its servers in ~/.codex/config.toml: stm prints the "
+                    "snippet to add there (run without --install)"
+                )
+            sys.stdout.write(codex_snippet(entry))
+        else:
+            sys.stdout.write(settings_text({key: {"stm": entry}}))
+        return EXIT_OK
+    path = os.path.join(root, relative)
+    refuse_links_below(root, path)
+    shown = os.path.relpath(path)
+    data, raw = load_json_config(path)
+    servers = data.get(key)
+    if servers is not None and not isinstance(servers, dict):
+        raise StmError(f"{path}: {key!r} is not an object; nothing changed")
+    current = (servers or {}).get("stm")
+    if args.check:
+        out(f"{'installed' if current == entry else 'not installed'}: {shown}")
+        return EXIT_OK if current == entry else EXIT_FAIL
+    if args.install:
+        if current == entry:
+            out(f"already installed: {shown} (nothing changed)")
+            return EXIT_OK
+        data.setdefault(key, {})["stm"] = entry
+        write_settings(path, data)
+        out(f"installed: the stm server in {shown} ({entry['command']} {' '.join(entry['args'])})")
+        return EXIT_OK
+    if current is None:
+        out(f"not installed: {shown} (nothing changed)")
+        return EXIT_OK
+    del data[key]["stm"]
+    if not data[key]:
+        del data[key]
+    if data:
+        write_settings(path, data)
+    else:
+        os.unlink(path)  # it held only what stm wrote
+    out(f"removed: the stm server from {shown}")
+    return EXIT_OK
+
+
 def agents_block_span(text: str, source: str) -> tuple[int, int] | None:
     """(start, end) of the stm block in an instructions file, end just past its end
     marker; None when there is none. A begin marker without its end marker (or markers
@@ -6486,6 +6595,25 @@ def options_merge_file(p) -> None:
     p.add_argument("--path", metavar="P", help="the file's path in the repository (%%P)")
 
 
+def options_setup_mcp(p) -> None:
+    actions = p.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--print", dest="print_only", action="store_true", help="show the config (the default)"
+    )
+    actions.add_argument(
+        "--install", action="store_true", help="merge the stm server into the client's config"
+    )
+    actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
+    actions.add_argument("--remove", action="store_true", help="take the stm server out")
+    p.add_argument(
+        "--client",
+        choices=tuple(MCP_CLIENT_FILES),
+        default="claude",
+        help="claude: .mcp.json; cursor: .cursor/mcp.json; vscode: .vscode/mcp.json; "
+        "codex: print the config.toml snippet (default: %(default)s)",
+    )
+
+
 def options_setup_git(p) -> None:
     actions = p.add_mutually_exclusive_group()
     actions.add_argument(
@@ -6675,7 +6803,7 @@ COMMANDS = (
     (
         "setup",
         None,
-        "wire stm into agent tools and git: claude, agents-md, git",
+        "wire stm into agent tools and git: claude, agents-md, mcp, git",
         "stm setup claude --install",
         None,
     ),
@@ -6819,6 +6947,13 @@ SETUP_VERBS = (
         "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
         "stm setup agents-md --install --file CLAUDE.md",
         options_setup_agents_md,
+    ),
+    (
+        "mcp",
+        cmd_setup_mcp,
+        "MCP clients (Claude Code, Cursor, VS Code, Codex): run `stm mcp` as a server",
+        "stm setup mcp --install --client cursor",
+        options_setup_mcp,
     ),
     (
         "git",
