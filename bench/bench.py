@@ -213,6 +213,9 @@ def run_once(argv: list[str], cwd: str, env: dict) -> tuple[float, int, int]:
 # command import it, so they use the cached bytecode in __pycache__.
 SCRIPT = [sys.executable, STM_PY]
 MODULE = [sys.executable, "-m", "stm"]
+# -S: no site module, so nothing the environment installed (site-packages .pth files,
+# editable-install finders) is imported: what stm itself costs over a clean interpreter.
+NO_SITE = [sys.executable, "-S", "-m", "stm"]
 
 
 def commands(ids: dict) -> list[tuple[str, object]]:
@@ -220,6 +223,7 @@ def commands(ids: dict) -> list[tuple[str, object]]:
     return [
         ("boot", ["boot"]),
         ("boot (python3 -m stm)", ["boot"]),
+        ("boot (python3 -S -m stm)", ["boot"]),
         ("boot --no-refs", ["boot", "--no-refs"]),
         ("log", lambda n: ["log", f"bench entry {n}: measured one more time"]),
         ("session new", lambda n: ["session", "new", "--no-switch", "--name", f"bench {n}"]),
@@ -245,12 +249,13 @@ def summary(values: list[float]) -> dict:
 
 
 def measure(label, argv, small, large, env, runs, warmups) -> dict:
-    base_argv = [sys.executable, "-c", "pass"]
+    no_site = "python3 -S" in label
+    base_argv = [sys.executable, *(["-S"] if no_site else []), "-c", "pass"]
     base, small_t, large_t, peaks, failures = [], [], [], [], 0
     for n in range(warmups + runs):
         args = argv(n) if callable(argv) else argv
         b = run_once(base_argv, small, env)
-        launcher = MODULE if "python3 -m stm" in label else SCRIPT
+        launcher = NO_SITE if no_site else MODULE if "python3 -m stm" in label else SCRIPT
         s = run_once([*launcher, *args], small, env)
         la = run_once([*launcher, *args], large, env)
         failures += (s[2] != 0) + (la[2] != 0)
@@ -290,6 +295,66 @@ def importtime(argv: list[str], cwd: str, env: dict) -> dict:
     return {"total_us": sum(modules.values()), "modules": modules}
 
 
+MCP_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+}
+
+
+def mcp_calls() -> list[tuple[str, object]]:
+    """(label, tools/call params or a function of the call number returning them)."""
+    return [
+        ("boot", {"name": "boot", "arguments": {}}),
+        ("search", {"name": "search", "arguments": {"query": "rollout", "limit": 20}}),
+        ("log", lambda n: {"name": "log", "arguments": {"text": f"mcp bench entry {n}"}}),
+    ]
+
+
+def mcp_roundtrips(store: str, env: dict, runs: int, warmups: int) -> dict:
+    """Median round-trip of each tool call through one running `python3 -m stm mcp`
+    (stateless 2026-07-28 requests over stdio), in seconds."""
+    proc = subprocess.Popen(
+        [*MODULE, "mcp"],
+        cwd=store,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    timings = {}
+    try:
+        for label, params in mcp_calls():
+            times = []
+            for n in range(warmups + runs):
+                request = params(n) if callable(params) else params
+                message = {"jsonrpc": "2.0", "id": n, "method": "tools/call"}
+                message["params"] = {**request, "_meta": MCP_META}
+                start = time.perf_counter()
+                proc.stdin.write(json.dumps(message).encode() + b"\n")
+                proc.stdin.flush()
+                answer = json.loads(proc.stdout.readline())
+                elapsed = time.perf_counter() - start
+                if answer.get("result", {}).get("isError") is not False:
+                    raise RuntimeError(f"mcp {label} failed: {answer}")
+                if n >= warmups:
+                    times.append(elapsed)
+            timings[label] = summary(times)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    return timings
+
+
+def mcp_results(small: str, large: str, env: dict, runs: int, warmups: int) -> dict:
+    base = [run_once([sys.executable, "-c", "pass"], small, env)[0] for _ in range(runs)]
+    rows = {"baseline_s": summary(base)}
+    for name, store in (("small", small), ("large", large)):
+        rows[name] = mcp_roundtrips(store, env, runs * 3, warmups)
+    return rows
+
+
 # ---- reporting ---------------------------------------------------------------------------
 
 FLAT = {"boot", "log", "session new", "session switch <id>", "session phase"}
@@ -307,6 +372,8 @@ def targets(results: dict) -> list[dict]:
     target("boot small / python3 -c pass", rows["boot"]["small_over_baseline"], 1.3, "x")
     cached = rows["boot (python3 -m stm)"]["small_over_baseline"]
     target("boot (python3 -m stm) small / python3 -c pass", cached, 1.3, "x")
+    clean = rows["boot (python3 -S -m stm)"]["small_over_baseline"]
+    target("boot (python3 -S -m stm) small / python3 -S -c pass", clean, 1.3, "x")
     for label in sorted(FLAT):
         target(f"{label}: large / small", rows[label]["large_over_small"], 1.10, "x")
     target("status on large", rows["status"]["large_s"]["median"], 0.5, "s")
@@ -314,6 +381,10 @@ def targets(results: dict) -> list[dict]:
     target("session list --all on large", rows["session list --all"]["large_s"]["median"], 3.0, "s")
     peak = max(r["peak_rss_mib_large"] for r in results["commands"])
     target("peak memory, any command, large", peak, 50.0, "MiB")
+    mcp = results.get("mcp")
+    if mcp:
+        boot = mcp["small"]["boot"]["median"] / mcp["baseline_s"]["median"]
+        target("mcp boot call (small) / python3 -c pass", boot, 0.2, "x")
     return found
 
 
@@ -342,6 +413,21 @@ def markdown(results: dict) -> str:
             f"| {t['target']} | {t['value']:.2f}{t['unit']} | {t['limit']:g}{t['unit']} "
             f"| {'yes' if t['met'] else '**no**'} |"
         )
+    mcp = results.get("mcp")
+    if mcp:
+        lines += [
+            "",
+            "Through one running `stm mcp` (median round-trip of a tools/call; baseline "
+            f"`python3 -c pass` {mcp['baseline_s']['median'] * 1000:.1f} ms):",
+            "",
+            "| tool | small | large |",
+            "|---|---:|---:|",
+        ]
+        for label, _ in mcp_calls():
+            lines.append(
+                f"| `{label}` | {mcp['small'][label]['median'] * 1000:.1f} ms "
+                f"| {mcp['large'][label]['median'] * 1000:.1f} ms |"
+            )
     imp = results["importtime"]
     lines += [
         "",
@@ -398,6 +484,13 @@ def main(argv=None) -> int:
                 f"{row['large_s']['median'] * 1000:7.1f} ms",
                 file=sys.stderr,
             )
+        results["mcp"] = mcp_results(small, large, env, runs, warmups)
+        for name in ("small", "large"):
+            times = ", ".join(
+                f"{label} {row['median'] * 1000:.1f} ms"
+                for label, row in results["mcp"][name].items()
+            )
+            print(f"  mcp ({name}): {times}", file=sys.stderr)
         results["importtime"] = {
             "boot": importtime([STM_PY, "boot"], small, env),
             "baseline": importtime(["-c", "pass"], small, env),
