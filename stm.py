@@ -348,7 +348,7 @@ class StmError(Exception):
     def line(self) -> str:
         """The one line for stderr. Usage errors have argparse's form, naming the command
         and its --help, so every usage error reads alike wherever it was found."""
-        message = escape_controls(self.message)
+        message = escape_controls(as_invoked(self.message))
         if self.code == EXIT_USAGE and self.prog:
             return f"{self.prog}: error: {message}; see `{self.prog} --help`"
         return f"stm: error: {message}"
@@ -955,8 +955,28 @@ def escape_controls(text: str) -> str:
     return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def command_name() -> str:
+    """How the user runs stm, for hints: `python3 path/to/stm.py` when this file was run
+    as a script, `python3 -m stm` when run as a module, else `stm` (the installed command,
+    or stm imported by another program)."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if not main_file or os.path.abspath(main_file) != os.path.abspath(__file__):
+        return "stm"
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "stm":
+        return "python3 -m stm"
+    return f"python3 {display_path(os.path.abspath(main_file))}"
+
+
+def as_invoked(text: str) -> str:
+    """`text` with each `stm …` command hint written the way stm was invoked."""
+    name = command_name()
+    return text if name == "stm" else text.replace("`stm ", f"`{name} ")
+
+
 def warn(message: str) -> None:
-    print(f"stm: warning: {escape_controls(message)}", file=sys.stderr)
+    print(f"stm: warning: {escape_controls(as_invoked(message))}", file=sys.stderr)
 
 
 def display_path(path: str) -> str:
@@ -1091,16 +1111,50 @@ class Store:
 
 
 def find_stacks(start: str) -> str | None:
-    """The nearest .stacks/ from `start` upward, like git finds .git."""
+    """The nearest .stacks/ from `start` upward, like git finds .git, but never above the
+    repository that holds `start` (the first folder with a .git), and never one owned by
+    another user: a .stacks/ planted in /tmp or a shared parent folder would otherwise
+    steer every agent below it (the class of git's CVE-2022-24765). --dir overrides."""
     current = os.path.abspath(start)
+    boundary = None
     while True:
         candidate = os.path.join(current, STACKS_DIRNAME)
         if os.path.isdir(candidate):
+            refuse_foreign_stacks(candidate, boundary)
             return candidate
+        if boundary is None and os.path.lexists(os.path.join(current, ".git")):
+            boundary = current  # look on, only to say why a .stacks/ above is not used
         parent = os.path.dirname(current)
         if parent == current:
             return None
         current = parent
+
+
+def refuse_foreign_stacks(candidate: str, boundary: str | None) -> None:
+    if boundary is not None:
+        raise StmError(
+            f"no {STACKS_DIRNAME}/ in the repository at {boundary}; the one at {candidate} "
+            f"is above the repository and is not used: run `stm init` here, or pass "
+            f"--dir {candidate} if it is yours"
+        )
+    owner = getattr(os, "getuid", None)
+    if owner is not None and os.stat(candidate).st_uid != owner():
+        raise StmError(
+            f"{candidate} belongs to another user and is not used; pass --dir {candidate} "
+            "if you trust it, or run `stm init` in your project"
+        )
+
+
+def stacks_inside(path: str) -> str:
+    """--dir names the stacks directory; given a project root that holds `.stacks/` (and
+    is not itself a stacks directory), its `.stacks/` is meant."""
+    inner = os.path.join(path, STACKS_DIRNAME)
+    own = (AGENT_FILE, MEMORY_FILE, REFS_DIR, LOGS_DIR)
+    if os.path.basename(os.path.normpath(path)) == STACKS_DIRNAME or not os.path.isdir(inner):
+        return path
+    if any(os.path.lexists(os.path.join(path, name)) for name in own):
+        return path
+    return inner
 
 
 def refuse_non_directory(flag: str, path: str) -> None:
@@ -1131,6 +1185,7 @@ def open_store(
     settings = settings if settings is not None else Settings()
     if stacks:
         refuse_non_directory("--dir", stacks)
+        stacks = stacks_inside(stacks)
         if not for_init and not os.path.isdir(stacks):
             raise StmError(
                 f"--dir {stacks}: no such directory; create it with `stm init --dir {stacks}`"
@@ -2529,21 +2584,6 @@ BOOT_SCAN_SESSIONS_MAX = 200  # newest active sessions read for that list
 HOOK_MAX_CHARS = 9500  # under Claude Code's 10,000-character cut of hook output
 
 
-def command_name() -> str:
-    """How the user runs stm, for hints: `stm` when installed (or imported), else
-    `python3 path/to/stm.py` when this file was run as a script."""
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    if argv0.endswith(".py") and os.path.basename(argv0) == "stm.py":
-        return f"python3 {display_path(os.path.abspath(argv0))}"
-    return "stm"
-
-
-def as_invoked(text: str) -> str:
-    """`text` with each `stm …` command hint written the way stm was invoked."""
-    name = command_name()
-    return text if name == "stm" else text.replace("`stm ", f"`{name} ")
-
-
 class BootParts:
     """What boot shows, read once; rendered at different levels of detail."""
 
@@ -3738,8 +3778,8 @@ RULES = {
         # .stacks/ (spec/memory-layers.md)
         Rule("layer-missing", "error", "run `stm init`"),
         Rule("layer-symlink", "error", "replace it with a real file or folder"),
-        Rule("identity-template", "error", "write who the agent is into it"),
-        Rule("session-template", "error", "write where work stands into it"),
+        Rule("identity-template", "warning", "write who the agent is into it"),
+        Rule("session-template", "warning", "write where work stands into it"),
         Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
         Rule("ref-empty", "error", "write it, or delete it"),
         Rule("ref-title", "error", "add a '# Title' line"),
@@ -3974,8 +4014,10 @@ def cmd_init(args) -> int:
     for action, path, note in report:
         out(f"{action:8} {path}" + (f"  ({note})" if note else ""))
     out(
-        f"\nNext: describe the agent in {store.rel(store.agent_path)} and the work in "
-        f"{store.rel(store.memory_path)}, then run `stm boot`."
+        as_invoked(
+            f"\nNext: describe the agent in {store.rel(store.agent_path)} and the work in "
+            f"{store.rel(store.memory_path)}, then run `stm check` and `stm boot`."
+        )
     )
     return EXIT_OK
 
@@ -4441,7 +4483,15 @@ def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -
         "updated_at": state.get("updated_at"),
         "archived": ref.archived,
         "current": current,
+        "handoff": handoff_summary(state),
     }
+
+
+def handoff_summary(state: dict) -> dict | None:
+    """A handoff session's task, sender and addressee; None for other sessions."""
+    if not state.get("task_id"):
+        return None
+    return {key: state.get(key) for key in ("task_id", "from_agent", "to_agent")}
 
 
 def unused_session_id(store: Store, now: float) -> str:
@@ -4559,10 +4609,28 @@ def cmd_session_list(args) -> int:
         print_json({"current": current, "sessions": rows})
         return EXIT_OK
     if not rows:
-        warn("no sessions yet; start one with `stm session new`")
+        archived = 0 if args.all else len(iter_archived_sessions(store))
+        if archived:
+            print(
+                as_invoked(
+                    f"stm: no active sessions; {archived} archived (`stm session list --all` "
+                    "shows them); start one with `stm session new`"
+                ),
+                file=sys.stderr,
+            )
+        else:
+            print(
+                as_invoked("stm: no sessions yet; start one with `stm session new`"),
+                file=sys.stderr,
+            )
     for row in rows:
         mark = "*" if row["current"] else " "
         flag = " [archived]" if row["archived"] else ""
+        handoff = row.get("handoff")
+        if handoff:
+            task, sender = one_line(handoff["task_id"], 40), one_line(handoff["from_agent"], 40)
+            flag += f" [handoff {task} from {sender}"
+            flag += f" to {one_line(handoff['to_agent'], 40)}]" if handoff.get("to_agent") else "]"
         name = one_line(row["name"] or "", 60)
         phase = one_line(row["phase"], 16)
         out(f"{mark} {row['session_id']}  {phase:16} {row['updated_at'] or '-':20}  {name}{flag}")
@@ -4827,7 +4895,32 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
     return {"ref": ref, "state": state}
 
 
+def handoff_example() -> str:
+    """A handoff to fill in (`compose-handoff --example`): every field, required first."""
+    example = {
+        "task_id": "TASK-1",
+        "from_agent": "your-agent-name",
+        "to_agent": "the-next-agent",
+        "task": "What the next agent must do, in a sentence or two.",
+        "status": "in-progress",
+        "created_at": iso_now(),
+        "summary": "Where the work stands.",
+        "context": ["files or facts the next agent needs"],
+        "decisions": ["what was decided, and why"],
+        "next_steps": ["the first step", "the second step"],
+        "blockers": [],
+        "artifacts": [],
+        "notes": "Anything else.",
+        "phase": "build",
+        "priority": "normal",
+    }
+    return json.dumps(example, indent=2, ensure_ascii=False) + "\n"
+
+
 def cmd_compose_handoff(args) -> int:
+    if args.example:
+        sys.stdout.write(handoff_example())
+        return EXIT_OK
     raw, source = read_handoff_input(args.file)
     handoff = parse_handoff(raw, source)
     if args.print_only:
@@ -6520,6 +6613,11 @@ def options_compose_handoff(p) -> None:
     )
     p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
     p.add_argument("--no-switch", action="store_true", help="do not make the session current")
+    p.add_argument(
+        "--example",
+        action="store_true",
+        help="print a handoff JSON to fill in (every field, created_at now) and exit",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -6993,7 +7091,7 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
     """The command line; with `only`, just that command's parser (see command_of)."""
     common = [global_options()]
     parser = parser_class()(  # subparsers inherit its class, and so its error()
-        prog="stm",
+        prog=command_name(),
         parents=common,
         description="Layered, git-friendly memory for AI agents.",
         epilog=MAIN_EPILOG,
@@ -7088,7 +7186,7 @@ def quiet_stdout() -> None:
 
 def command_prog(args) -> str:
     """`stm session new` for parsed arguments: the words that chose the handler."""
-    words = ["stm"]
+    words = [command_name()]
     command = getattr(args, "command", None)
     if command:
         words.append(command)

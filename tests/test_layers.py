@@ -590,13 +590,16 @@ def test_check_passes_on_a_filled_store(store, run):
     assert "check ok: 0 error(s), 0 warning(s)" in result.out
 
 
-def test_check_fails_on_a_fresh_template_store(project, run):
+def test_a_fresh_template_store_warns_and_strict_fails(project, run):
+    """Unfilled templates are warnings in check, as in status (the agent-UX issue): the
+    README's `init` then `check` works; `--strict` still insists they are filled in."""
     run("init")
     code, data, found = check(run)
-    assert code == 1
+    assert code == 0
     assert ("identity-template", ".stacks/AGENT.md") in found
     assert ("session-template", ".stacks/MEMORY.md") in found
-    assert data["counts"]["error"] == 2
+    assert data["counts"] == {"error": 0, "warning": 2}
+    assert run("check", "--strict").code == 1
 
 
 @pytest.mark.parametrize("victim", ["AGENT.md", "MEMORY.md", "refs", "logs"])
@@ -773,7 +776,7 @@ def test_check_json_findings_have_all_fields(project, run):
     run("init")
     code, data, _ = check(run)
     assert set(data) == {"schema_version", "ok", "strict", "counts", "findings", "fixed"}
-    assert data["ok"] is False
+    assert data["ok"] is True and data["findings"]  # the template warnings
     for finding in data["findings"]:
         assert set(finding) == {"severity", "rule", "path", "line", "message", "fix"}
         assert finding["severity"] in ("error", "warning")
@@ -789,7 +792,8 @@ def test_check_passes_on_a_fresh_clone_without_empty_folders(store, run, tmp_pat
 # ---- status -----------------------------------------------------------------
 
 
-def test_status_reports_layers_budget_and_verdict(store, run):
+def test_status_reports_layers_budget_and_verdict(store, run, monkeypatch):
+    at(monkeypatch, "2026-11-22T12:00:00Z")  # the day MEMORY.md says it was updated
     run("log", "one")
     result = run("status")
     assert result.code == 0
