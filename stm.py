@@ -2774,11 +2774,9 @@ def last_activity_line(state: dict, now: float) -> str:
     """When the session was last touched, so a crashed session can be told from a
     running one."""
     touched = parse_iso(str(state.get("updated_at", "")), need_zone=True)
-    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
-    action = recovery.get("last_action") or "update"
     if touched is None:
-        return "- Last activity: unknown"
-    return f"- Last activity: {one_line(action, 80)}, {human_age(now - touched)} ago"
+        return "- Last activity: unknown (no valid updated_at)"
+    return f"- Last activity: {human_age(now - touched)} ago (the last change to the state)"
 
 
 def context_file_inside(ref: SessionRef, rel: str) -> bool:
