@@ -1350,10 +1350,11 @@ def memory_stamp(text: str) -> float | None:
 class RefInfo:
     """One entry of the refs index, derived from the file itself (never hand-kept)."""
 
-    __slots__ = ("path", "title", "summary", "size")
+    __slots__ = ("path", "title", "summary", "size", "head")
 
-    def __init__(self, path: str, title: str | None, summary: str | None, size: int):
+    def __init__(self, path: str, title: str | None, summary: str | None, size: int, head=None):
         self.path, self.title, self.summary, self.size = path, title, summary, size
+        self.head = head  # the text read (the first REF_HEAD_BYTES), for conflict notices
 
 
 def iter_ref_files(refs_dir: str):
@@ -1416,7 +1417,7 @@ def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
     title, summary = parse_ref_head(text)
     if summary and len(summary) > 160:
         summary = summary[:157].rstrip() + "..."
-    return RefInfo(rel, title, summary, size)
+    return RefInfo(rel, title, summary, size, text)
 
 
 def log_file_names(store: Store) -> list[str]:
@@ -1749,9 +1750,9 @@ def append_event(ref: SessionRef, event: dict):
     return append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
 
 
-def make_event(store: Store, name: str, state: dict, **details) -> dict:
+def make_event(store: Store, kind: str, state: dict, /, **details) -> dict:
     event = {
-        "event": name,
+        "event": kind,
         "timestamp": state["updated_at"],
         "version": state["version"],
     }
@@ -1918,7 +1919,9 @@ def create_session(
             os.mkdir(os.path.join(building, sub))
         ref = SessionRef(session_id, building, False)
         save_state(ref, state)
-        append_event(ref, make_event(store, "created", state, phase=state["phase"]))
+        created = {"phase": state["phase"], "name": state.get("name")}
+        created["valid_phases"] = state.get("valid_phases")
+        append_event(ref, make_event(store, "created", state, **created))
         for event in events:
             append_event(ref, event)
         for rel, data in (files or {}).items():
@@ -2202,10 +2205,12 @@ def split_md_sections(text: str) -> tuple[list[str], list[tuple[str, str, list[s
 def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     """1-based numbers of the lines outside code fences that are conflict markers:
     `<<<<<<< label`, a bare `=======`, `>>>>>>> label` (bare `<<<<<<<`/`>>>>>>>` too)."""
+    opener, closer = "<" * marker_size, ">" * marker_size
+    if opener not in text and closer not in text:
+        return []  # the common case, without splitting the text
     lines = md_lines(text)
     fenced = md_fence_flags(lines)
-    opener, closer = "<" * marker_size, ">" * marker_size
-    return [
+    found = [
         index + 1
         for index, line in enumerate(lines)
         if not fenced[index]
@@ -2214,6 +2219,10 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
             or line.rstrip() in (opener, "=" * marker_size, closer)
         )
     ]
+    # A lone `=======` is a setext underline, not a conflict: markers come with an
+    # opening or closing line.
+    ends = [n for n in found if lines[n - 1][:1] in "<>"]
+    return found if ends else []
 
 
 def md_strip_blank(lines: list[str]) -> list[str]:
@@ -2621,6 +2630,7 @@ class BootParts:
         text = text.replace("\r\n", "\n")  # saved by a Windows editor: CR is not content
         self.raw[layer.name] = text
         self._conflict_notice(path, text)
+        text = label_conflict_markers(text)
         return demote_headings(strip_comments(escape_controls(text)), 2)
 
     def _conflict_notice(self, path: str, text: str, fix: str | None = None) -> None:
@@ -2669,6 +2679,9 @@ class BootParts:
                 refs.append(read_ref(path, self.store.refs_dir))
             except OSError as exc:
                 self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
+                continue
+            if refs[-1].head is not None:
+                self._conflict_notice(path, refs[-1].head)
         return refs
 
     def _memory_notices(self) -> None:
@@ -2682,6 +2695,24 @@ class BootParts:
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
             )
+
+
+def label_conflict_markers(text: str) -> str:
+    """Git's conflict markers as plain labels: the agent sees both sides of an unresolved
+    conflict for what they are, and no raw marker line reaches a prompt."""
+    lines = md_has_conflict_markers(text)
+    if not lines:
+        return text
+    out = text.split("\n")
+    for number in lines:
+        line = out[number - 1]
+        if line.startswith("<"):
+            out[number - 1] = "[unresolved merge conflict: one side]"
+        elif line.startswith(">"):
+            out[number - 1] = "[end of the unresolved merge conflict]"
+        else:
+            out[number - 1] = "[unresolved merge conflict: the other side]"
+    return "\n".join(out)
 
 
 def waiting_sessions(store: Store) -> list[str]:
@@ -3273,6 +3304,7 @@ class Checker:
                     "holds only its template",
                     f"write {layer.purpose} into it",
                 )
+            self.check_conflict_markers(path, text)
             for heading in missing_headings(text, template):
                 self.report(
                     "heading-missing",
@@ -3291,6 +3323,7 @@ class Checker:
             if not text.strip():
                 self.report("ref-empty", path, "ref is empty", "write it, or delete it")
                 continue
+            self.check_conflict_markers(path, text)
             title, _ = parse_ref_head(text)
             if not title:
                 self.report("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
@@ -3365,6 +3398,19 @@ class Checker:
                     "restore the entry from git",
                     entry.line,
                 )
+
+    def check_conflict_markers(self, path: str, text: str) -> None:
+        lines = md_has_conflict_markers(text)
+        if lines:
+            shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
+            self.report(
+                "conflict-markers",
+                path,
+                f"unresolved merge conflict markers (lines {shown}): boot shows it as is, and "
+                "stm will not edit it",
+                "resolve the conflict (keep what both sides meant), then `git add` the file",
+                lines[0],
+            )
 
     def scan_secrets(self, path: str, text) -> None:
         if isinstance(text, bytes):
@@ -3492,9 +3538,22 @@ class Checker:
             )
         self.check_temp_files(path)
         state_path = os.path.join(path, STATE_FILE)
-        state = self.check_state_file(state_path, name)
+        conflicted = self.state_has_markers(state_path)
+        state = None if conflicted else self.check_state_file(state_path, name)
         history_path = os.path.join(path, HISTORY_FILE)
-        newest = self.check_history(history_path)
+        events = self.check_history(history_path)
+        reason = state_conflict_reason(state, events, conflicted)
+        if reason and not conflicted:
+            # An update writes state.json, then appends its event: a reader between our
+            # two reads can see an event the state it read does not have yet. Read the
+            # state again, after the history: it is at least as new as every event then.
+            with contextlib.suppress(OSError, ValueError):
+                state = json.loads(read_bytes(state_path))
+            reason = state_conflict_reason(state, events, conflicted)
+        if reason:
+            self.report("state-conflict", state_path, reason)
+            return  # the rebuild settles the version rules below too
+        newest = newest_version(events) if events is not None else None
         behind = history_behind(state, newest)
         if behind is not None:
             self.report(
@@ -3506,6 +3565,16 @@ class Checker:
             )
         if state is not None and os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
             self.check_handoff(path)
+        session_md = os.path.join(path, SESSION_MD)
+        if os.path.isfile(session_md) and not os.path.islink(session_md):
+            self.check_conflict_markers(session_md, read_text(session_md))
+
+    def state_has_markers(self, path: str) -> bool:
+        try:
+            raw = read_text(path, STATE_WARN_BYTES * 100)
+        except OSError:
+            return False
+        return bool(md_has_conflict_markers(raw))
 
     def check_state_file(self, path: str, name: str) -> dict | None:
         try:
@@ -3544,8 +3613,8 @@ class Checker:
             self.report(rule, path, message, "fix the field, or restore the file from git")
         return state
 
-    def check_history(self, path: str) -> int | None:
-        """Report history.jsonl's problems; returns the highest event `version` in it."""
+    def check_history(self, path: str) -> list | None:
+        """Report history.jsonl's problems; returns its readable events (None: unread)."""
         try:
             data = read_bytes(path)
         except FileNotFoundError:
@@ -3593,7 +3662,7 @@ class Checker:
                 "run `stm check --fix`, or the next update cuts it",
                 len(lines) + 1,
             )
-        return newest_version(events)
+        return events
 
     def check_handoff(self, path: str) -> None:
         if not os.path.isfile(os.path.join(path, SESSION_MD)):
@@ -3719,6 +3788,8 @@ def missing_block(template: str, missing: list[str]) -> str:
 def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     template = AGENT_TEMPLATE if finding.target == store.agent_path else MEMORY_TEMPLATE
     text = read_text(finding.target)
+    if md_has_conflict_markers(text):
+        return None  # reported as conflict-markers: a person resolves it first
     missing = missing_headings(text, template)
     heading = next((h for h in missing if f"'## {h}'" in finding.message), None)
     if heading is None:
@@ -3753,6 +3824,224 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
             make_event(store, "recovered", state, from_version=behind[1], recorded_at=iso_now()),
         )
     return f"recorded a 'recovered' event at version {behind[0]}"
+
+
+# A session worked on in two clones: git merges history.jsonl by union (both clones'
+# events kept) but state.json conflicts, and whichever side a person takes loses the
+# other's checkpoints. The history holds every event, so state.json can be rebuilt from
+# it: events in time order, versions made unique, each replayed (spec/state-layout.md,
+# "Rebuilding a merged session").
+
+STATE_STATIC_FIELDS = (
+    "created_at",
+    "name",
+    "valid_phases",
+    "user",
+    "task_id",
+    "from_agent",
+    "to_agent",
+    "handoff_status",
+    "handoff_created_at",
+    "context",
+)
+
+
+def history_records(data: bytes) -> list[dict]:
+    """Every complete line of a history file that is an event object, in file order."""
+    records = []
+    for line in data.split(b"\n")[:-1]:  # the part after the last newline is torn
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("event"), str):
+            records.append(event)
+    return records
+
+
+def conflict_sides(text: str) -> tuple[str, str]:
+    """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
+    ours, theirs, where = [], [], "both"
+    for line in text.split("\n"):
+        if line.startswith("<<<<<<<"):
+            where = "ours"
+        elif line.startswith("|||||||") and where == "ours":
+            where = "base"
+        elif line.rstrip() == "=======" and where in ("ours", "base"):
+            where = "theirs"
+        elif line.startswith(">>>>>>>") and where == "theirs":
+            where = "both"
+        else:
+            if where in ("both", "ours"):
+                ours.append(line)
+            if where in ("both", "theirs"):
+                theirs.append(line)
+    return "\n".join(ours), "\n".join(theirs)
+
+
+def state_sides(raw: str) -> list[dict]:
+    """The state objects in a state.json: the file's own, or each side's when git left
+    conflict markers in it. Empty when nothing parses."""
+    texts = [raw]
+    if md_has_conflict_markers(raw):
+        texts = list(conflict_sides(raw))
+    sides = []
+    for text in texts:
+        try:
+            state = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(state, dict):
+            sides.append(state)
+    return sides
+
+
+def event_versions(events: list) -> list[int]:
+    """The versions the events record. A handoff's `handoff` event shares its session's
+    first version with `created` by design (one write made both): it is left out."""
+    return [
+        e["version"]
+        for e in events
+        if type(e.get("version")) is int and e.get("event") != "handoff"
+    ]
+
+
+def state_conflict_reason(state, events: list | None, conflicted: bool) -> str | None:
+    """Why a session's state.json does not reflect its merged history, or None."""
+    if conflicted:
+        return "state.json holds merge conflict markers (the session changed in two clones)"
+    if not events or not isinstance(state, dict) or type(state.get("version")) is not int:
+        return None
+    versions = event_versions(events)
+    repeated = sorted({v for v in versions if versions.count(v) > 1})
+    if repeated:
+        return (
+            f"history.jsonl has two events at version {repeated[0]}: the session changed in "
+            "two clones and the histories were merged; state.json shows one side only"
+        )
+    newest = max(versions, default=None)
+    if newest is not None and newest > state["version"]:
+        return (
+            f"state.json is at version {state['version']} but history.jsonl has events up to "
+            f"version {newest} that it does not reflect (merged from another clone)"
+        )
+    return None
+
+
+def replay_event(state: dict, event: dict) -> None:
+    """Apply one history event to a state being rebuilt."""
+    name, stamp = event.get("event"), str(event.get("timestamp", ""))
+    if name == "created":
+        state.setdefault("created_at", stamp)
+        for key in ("name", "valid_phases"):
+            if event.get(key) is not None:
+                state.setdefault(key, event[key])
+        phase = event.get("phase") if isinstance(event.get("phase"), str) else None
+        if phase and not state.get("phase_history"):
+            state["phase"] = phase
+            state["phase_history"] = [{"phase": phase, "entered_at": stamp, "exited_at": None}]
+    elif name == "phase_change" and isinstance(event.get("to"), str):
+        history = state.setdefault("phase_history", [])
+        if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
+            history[-1]["exited_at"] = stamp
+        history.append({"phase": event["to"], "entered_at": stamp, "exited_at": None})
+        state["phase"] = event["to"]
+    elif name == "checkpoint":
+        change = {
+            key: event.get(key)
+            for key in ("done", "pending", "resume", "note", "interrupted", "finish")
+        }
+        if not isinstance(change["pending"], list):
+            change["pending"] = None
+        actor = str(event.get("actor") or "?")
+        apply_checkpoint(state, change, author=actor, now=stamp)
+    elif name == "archived":
+        state["archived_at"] = stamp
+
+
+def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
+    """(state, events) rebuilt from a session folder's merged history: events ordered by
+    time (ties in file order), exact duplicates dropped, versions 1..n; None when the
+    history holds no event."""
+    session_id = os.path.basename(folder)
+    records = history_records(read_bytes(os.path.join(folder, HISTORY_FILE)))
+    if not records:
+        return None
+    unique = list({dumps_json(e, None): e for e in records}.values())
+    order = sorted(
+        range(len(unique)),
+        key=lambda i: (parse_iso(str(unique[i].get("timestamp", "")), need_zone=True) or 0, i),
+    )
+    events = [dict(unique[i]) for i in order]
+    versions = event_versions(records)
+    repeated = [v for v in set(versions) if versions.count(v) > 1]
+    fork = min(repeated) if repeated else None
+    try:
+        sides = state_sides(read_text(os.path.join(folder, STATE_FILE)))
+    except OSError:
+        sides = []
+    state = rebuilt_start(folder, session_id, sides)
+    for event in events:
+        replay_event(state, event)
+    merge_fork_notes(state, events, fork)
+    for number, event in enumerate(events, 1):
+        event["version"] = number
+    state["version"] = len(events)
+    state["updated_at"] = str(events[-1].get("timestamp") or iso_now())
+    return state, events
+
+
+def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
+    """What a rebuilt state starts from before its events: the fields no event records
+    (name, phases, handoff fields), from the handoff or either side of state.json."""
+    state = {"session_id": session_id}
+    for side in sides:
+        for key in STATE_STATIC_FIELDS:
+            if key in side and key not in state:
+                state[key] = side[key]
+    handoff_path = os.path.join(folder, "context", HANDOFF_JSON)
+    with contextlib.suppress(OSError, StmError):
+        handoff = parse_handoff(read_bytes(handoff_path, HANDOFF_MAX_BYTES + 1), handoff_path)
+        start = handoff_state(handoff, session_id, state.get("created_at", ""), state.get("user"))
+        state.update({k: v for k, v in start.items() if k not in state or k == "checkpoint"})
+        state.pop("phase_history", None)  # the created/handoff events say when it began
+    return state
+
+
+def merge_fork_notes(state: dict, events: list[dict], fork: int | None) -> None:
+    """Recovery notes written in both clones after they diverged are all kept: replay
+    alone would keep only the later one."""
+    if fork is None:
+        return
+    notes = []
+    for event in events:
+        note = event.get("note")
+        after = type(event.get("version")) is int and event["version"] >= fork
+        if after and isinstance(note, str) and note and note not in notes:
+            notes.append(note)
+    if len(notes) > 1:
+        state.setdefault("recovery", {})["recovery_notes"] = " | ".join(notes)
+
+
+def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Rebuild state.json (and renumber history.jsonl) from the merged history: the
+    history is written first, so a kill between the two leaves a state `check` still
+    reports and the next --fix completes."""
+    folder = os.path.dirname(finding.target)
+    if os.path.islink(folder) or os.path.islink(os.path.join(folder, HISTORY_FILE)):
+        return None
+    try:
+        rebuilt = rebuild_state(folder)
+    except OSError:
+        return None
+    if rebuilt is None:
+        return None
+    state, events = rebuilt
+    if not dry_run:
+        lines = "".join(dumps_json(e, None) + "\n" for e in events)
+        atomic_write(os.path.join(folder, HISTORY_FILE), lines.encode("utf-8"))
+        atomic_write(os.path.join(folder, STATE_FILE), dumps_json(state).encode("utf-8"))
+    return f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
 
 
 class Rule:
@@ -3808,6 +4097,17 @@ RULES = {
             fix_history_behind,
         ),
         Rule("archive-month", "error", "move it to the history month its id names"),
+        Rule(
+            "state-conflict",
+            "error",
+            "run `stm check --fix` to rebuild state.json from the merged history",
+            fix_state_conflict,
+        ),
+        Rule(
+            "conflict-markers",
+            "error",
+            "resolve the conflict (keep what both sides meant), then `git add` the file",
+        ),
         # handoffs (spec/handoff.md)
         Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
         Rule("handoff-invalid", "error", "restore the original handoff from git"),
@@ -4186,6 +4486,13 @@ def check_store(
 def cmd_check(args) -> int:
     store = store_from_args(args)
     findings, fixed = check_store(store, fix=args.fix, dry_run=args.dry_run)
+    if args.fix or args.dry_run:
+        for finding in findings:
+            if finding.rule == "conflict-markers":
+                warn(
+                    f"check --fix leaves {finding.path} alone: {finding.message.split(':')[0]} "
+                    f"at line {finding.line}; resolve them first"
+                )
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
     failed = errors > 0 or (args.strict and warnings > 0)
@@ -4289,13 +4596,15 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
     archived = sum(
         len(list_dirs(os.path.join(store.history_dir, m))) for m in list_dirs(store.history_dir)
     )
-    idle = []
+    idle, handoffs = [], []
     for sid, path in active:
         try:
             state = load_state(SessionRef(sid, path, False))
         except StmError:
             warnings.append(f"session {sid} has an unreadable state.json; run `stm check`")
             continue
+        if handoff_summary(state):
+            handoffs.append({"session_id": sid, **handoff_summary(state)})
         updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
         if updated is not None and now - updated > SESSION_IDLE_DAYS * 86400:
             idle.append(sid)
@@ -4306,10 +4615,18 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
     current = None
     try:
         ref = current_session(store)
+        if ref is not None and ref.archived:
+            warnings.append(
+                f"the current session {ref.id} is archived (in another clone?); pick one "
+                "with `stm session switch ID` or start one with `stm session new`"
+            )
+            ref = None
         if ref is not None:
             state = load_state(ref)
-            history = state.get("phase_history") or [{}]
-            entered = parse_iso(str(history[-1].get("entered_at", "")), need_zone=True)
+            history = state.get("phase_history")
+            last = history[-1] if isinstance(history, list) and history else {}
+            last = last if isinstance(last, dict) else {}
+            entered = parse_iso(str(last.get("entered_at", "")), need_zone=True)
             current = {
                 "session_id": ref.id,
                 "name": state.get("name"),
@@ -4320,6 +4637,7 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
     except StmError as exc:
         warnings.append(exc.message)
     info = {"active": len(active), "archived": archived, "current": current, "idle": idle}
+    info["handoffs"] = handoffs
     return info, warnings
 
 
@@ -4403,6 +4721,12 @@ def cmd_status(args) -> int:
         if current["in_phase_for"]:
             line += f" for {current['in_phase_for']}"
     out(line)
+    for handoff in sessions["handoffs"]:
+        to = f" to {handoff['to_agent']}" if handoff.get("to_agent") else ""
+        out(
+            f"handoff: {one_line(handoff['task_id'], 60)} from "
+            f"{one_line(handoff['from_agent'], 60)}{one_line(to, 64)} ({handoff['session_id']})"
+        )
     for warning in status["warnings"]:
         out(f"warning: {warning}")
     out(f"verdict: {status['verdict']}")
@@ -4730,6 +5054,63 @@ def report_update(args, store, ref, state, changed: bool, what: str) -> None:
         out(f"{ref.id}: {what}; nothing changed (version {state['version']})")
 
 
+def resolve_done(done: str, steps: list) -> tuple[str, bool]:
+    """--done as boot numbers the pending steps (`2`), or a step's exact text; returns
+    (the step's text, whether it named a pending step)."""
+    if done.isdigit() and 1 <= int(done) <= len(steps) and done not in steps:
+        return steps[int(done) - 1], True
+    return done, done in steps
+
+
+def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> list[str]:
+    """Apply one checkpoint (`change`: done, pending, resume, note, interrupted, finish;
+    absent keys change nothing) to `state` in place; returns warnings. The same function
+    replays checkpoint events when a merged state is rebuilt from its history."""
+    warnings = []
+    checkpoint = dict(state.get("checkpoint") or {})
+    steps = list(checkpoint.get("pending_steps") or [])
+    done = change.get("done")
+    if done is not None:
+        done, matched = resolve_done(done, steps)
+        change["done"] = done
+        checkpoint["last_completed_step"] = done
+        steps = [s for s in steps if s != done]
+        if not matched:
+            warnings.append(f"--done {done!r} matched no pending step; recorded as done")
+    if change.get("pending") is not None:
+        steps = list(change["pending"])
+    if change.get("finish"):
+        steps = []
+        state["finished_at"] = now
+        checkpoint.pop("resume_instruction", None)
+    checkpoint["pending_steps"] = steps
+    if change.get("resume") is not None:
+        checkpoint["resume_instruction"] = change["resume"]
+    resumable = steps or checkpoint.get("resume_instruction")
+    checkpoint["can_resume"] = bool(resumable) and not state.get("finished_at")
+    state["checkpoint"] = checkpoint
+    recovery = dict(state.get("recovery") or {})
+    note = change.get("note")
+    if note:
+        recovery["recovery_notes"] = note
+    elif note == "":
+        recovery.pop("recovery_notes", None)  # --note "" clears it
+    if change.get("interrupted"):  # the first cut-off time stands until work moves on
+        recovery.setdefault("interrupted_at", now)
+    elif done is not None:
+        recovery.pop("interrupted_at", None)
+    recovery["last_agent"] = author
+    if change.get("finish"):
+        recovery["last_action"] = "checkpoint: finished"
+    elif done:
+        recovery["last_action"] = f"checkpoint: done {done}"
+    else:
+        interrupted = change.get("interrupted")
+        recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
+    state["recovery"] = recovery
+    return warnings
+
+
 def checkpoint_session(
     store: Store,
     *,
@@ -4740,11 +5121,13 @@ def checkpoint_session(
     resume: str | None = None,
     note: str | None = None,
     interrupted: bool = False,
+    finish: bool = False,
     expect_version: int | None = None,
-) -> tuple[SessionRef, dict, bool]:
-    """The `session checkpoint` operation (spec/state-layout.md): record the step done,
-    the pending steps, how to resume and a recovery note. Returns (ref, state, changed);
-    repeating a call changes nothing."""
+) -> tuple[SessionRef, dict, bool, list[str]]:
+    """The `session checkpoint` operation (spec/state-layout.md): record the step done
+    (its text, or its number as boot shows it), the pending steps, how to resume, a
+    recovery note ("" clears it), an interruption, or that the work is finished. Returns
+    (ref, state, changed, warnings); repeating a call changes nothing."""
     done = clean_text(done, "--done") if done is not None else None
     pending = [clean_text(p, "--pending") for p in pending] if pending else None
     if clear_pending:
@@ -4752,51 +5135,31 @@ def checkpoint_session(
             raise usage_error("--clear-pending and --pending do not go together")
         pending = []
     resume = clean_text(resume, "--resume", 1000) if resume is not None else None
-    note = clean_text(note, "--note", 2000) if note is not None else None
-    if done is None and pending is None and resume is None and note is None and not interrupted:
+    if note is not None:
+        note = clean_text(note, "--note", 2000) if note.strip() else ""
+    given = (done, pending, resume, note)
+    if all(value is None for value in given) and not interrupted and not finish:
         raise usage_error(
-            "checkpoint needs --done, --pending, --clear-pending, --resume, --note or --interrupted"
+            "checkpoint needs --done, --pending, --clear-pending, --resume, --note, "
+            "--interrupted or --finish"
         )
     ref = require_session(store, session)
     now = iso_now()
-    author = store.settings.author
+    warnings: list[str] = []
 
     def mutate(state: dict):
-        checkpoint = dict(state.get("checkpoint") or {})
-        steps = list(checkpoint.get("pending_steps") or [])
-        if done is not None:
-            checkpoint["last_completed_step"] = done
-            steps = [s for s in steps if s != done]
-        if pending is not None:
-            steps = pending
-        checkpoint["pending_steps"] = steps
-        if resume is not None:
-            checkpoint["resume_instruction"] = resume
-        checkpoint["can_resume"] = bool(steps or checkpoint.get("resume_instruction"))
-        state["checkpoint"] = checkpoint
-        recovery = dict(state.get("recovery") or {})
-        if note is not None:
-            recovery["recovery_notes"] = note
-        if interrupted:  # the first cut-off time stands until work moves on: retries are no-ops
-            recovery.setdefault("interrupted_at", now)
-        elif done is not None:
-            recovery.pop("interrupted_at", None)
-        recovery["last_agent"] = author
-        if done:
-            recovery["last_action"] = f"checkpoint: done {done}"
-        else:
-            recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
-        state["recovery"] = recovery
-        details = {"done": done, "pending": pending, "resume": resume, "note": note}
-        return "checkpoint", {**details, "interrupted": interrupted or None}
+        change = {"done": done, "pending": pending, "resume": resume, "note": note}
+        change.update({"interrupted": interrupted or None, "finish": finish or None})
+        warnings[:] = apply_checkpoint(state, change, author=store.settings.author, now=now)
+        return "checkpoint", change
 
     state, changed = update_session(store, ref, mutate, expect_version)
-    return ref, state, changed
+    return ref, state, changed, warnings
 
 
 def cmd_session_checkpoint(args) -> int:
     store = store_from_args(args)
-    ref, state, changed = checkpoint_session(
+    ref, state, changed, warnings = checkpoint_session(
         store,
         session=args.session,
         done=args.done,
@@ -4805,8 +5168,11 @@ def cmd_session_checkpoint(args) -> int:
         resume=args.resume,
         note=args.note,
         interrupted=args.interrupted,
+        finish=args.finish,
         expect_version=args.expect_version,
     )
+    for warning in warnings:
+        warn(warning)
     report_update(args, store, ref, state, changed, "checkpoint saved" if changed else "checkpoint")
     return EXIT_OK
 
@@ -5077,6 +5443,37 @@ def refuse_breaking_body(note: str) -> None:
         )
 
 
+def refuse_near_miss(text: str, section: str, shown: str) -> None:
+    """A section name that matches none but is close to one is a typo, not a new section:
+    `note "Nxt Steps"` would otherwise start a section no one reads."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if find_section(lines, section) is not None:
+        return
+    import difflib
+
+    names = [name for _, name in heading_lines(lines)]
+    lowered = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.75)
+    if close:
+        guesses = " or ".join(f'"{lowered[c]}"' for c in close)
+        raise usage_error(
+            f'no section "{section}" in {shown}; did you mean {guesses}? '
+            "(pass --create to start a new section with that name); nothing written"
+        )
+
+
+def refuse_conflicted(path: str, text: str, store: Store) -> None:
+    """A file that still holds merge conflict markers is not edited: an edit would keep
+    one side's text and drop the other's without anyone choosing."""
+    lines = md_has_conflict_markers(text)
+    if lines:
+        shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
+        raise StmError(
+            f"{store.rel(path)} has unresolved merge conflict markers (lines {shown}); "
+            "resolve them first (keep what both sides meant), then retry; nothing written"
+        )
+
+
 def add_memory_note(
     store: Store,
     section: str,
@@ -5085,6 +5482,7 @@ def add_memory_note(
     replace: bool = False,
     identity: bool = False,
     allow_secret: bool = False,
+    create: bool = False,
 ) -> dict:
     """The `note` operation: add a bullet to (or replace the body of) `## section` in
     MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
@@ -5103,6 +5501,9 @@ def add_memory_note(
             before = read_text(path)
         except FileNotFoundError:
             raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
+        refuse_conflicted(path, before, store)
+        if not create:
+            refuse_near_miss(before, section, store.rel(path))
         anchor = None if identity else "Last Updated"
         after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
         if not identity:
@@ -5129,6 +5530,7 @@ def cmd_note(args) -> int:
         replace=args.replace,
         identity=args.identity,
         allow_secret=args.allow_secret,
+        create=args.create,
     )
     if args.json:
         print_json(result)
@@ -5225,9 +5627,32 @@ def _search_hits(store: Store, matches, layers, since):
             lines = open_lines(path)
         except OSError:
             continue  # missing optional files (Session.md), links: nothing to search
+        if layer == "logs":
+            yield from log_hits_newest_first(store, path, lines, matches)
+            continue
         for number, line in lines:
             if matches(line):
                 yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+
+
+LOG_HEADER_STAMP_RE = LazyRegex(r"^## (\S+) · .* <!-- stm:entry [0-9a-f]{8} -->$")
+
+
+def log_hits_newest_first(store: Store, path: str, lines, matches):
+    """A day's matches ordered by their entries' timestamps, newest first: a union merge
+    of two clones' logs can leave the entries out of time order. Only the matches are
+    kept in memory, never the file."""
+    hits, stamp = [], ""
+    for number, line in lines:
+        header = LOG_HEADER_STAMP_RE.match(line) if line.startswith("## ") else None
+        if header:
+            stamp = header.group(1)
+        if matches(line):
+            hit = {"path": store.rel(path), "line": number, "text": line, "layer": "logs"}
+            hits.append((stamp, number, hit))
+    hits.sort(key=lambda item: (_descending(item[0]), item[1]))
+    for _, _, hit in hits:
+        yield hit
 
 
 def cmd_search(args) -> int:
@@ -5257,6 +5682,8 @@ def agents_block(stm: str = "stm") -> str:
 - At the start of every session run `{stm} boot` and read all of it.
 - Before you stop, log what you did: `{stm} log "what changed, what was decided"`.
 - Keep the letter to the next session current: `{stm} note "Next Steps" "..."`.
+- In multi-step work, leave a resumable state for whoever goes on:
+  `{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"`.
 - Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
 {AGENTS_END}
 """
@@ -6103,7 +6530,7 @@ def mcp_tool_session_phase(store: Store, args: dict):
 
 
 def mcp_tool_session_checkpoint(store: Store, args: dict):
-    ref, state, changed = checkpoint_session(
+    ref, state, changed, _ = checkpoint_session(
         store,
         session=args.get("session"),
         done=args.get("done"),
@@ -6627,6 +7054,11 @@ def options_note(p) -> None:
     )
     p.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
     p.add_argument(
+        "--create",
+        action="store_true",
+        help="create SECTION even when its name is close to an existing one (a typo otherwise)",
+    )
+    p.add_argument(
         "--allow-secret", action="store_true", help="write text even if it looks like a credential"
     )
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -6801,7 +7233,9 @@ def options_session_phase(p) -> None:
 
 
 def options_session_checkpoint(p) -> None:
-    p.add_argument("--done", metavar="STEP", help="the step just completed")
+    p.add_argument(
+        "--done", metavar="STEP", help="the step just completed: its text, or its number in boot"
+    )
     p.add_argument(
         "--pending",
         metavar="STEP",
@@ -6810,11 +7244,18 @@ def options_session_checkpoint(p) -> None:
     )
     p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
     p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
-    p.add_argument("--note", metavar="TEXT", help="recovery notes for whoever resumes")
+    p.add_argument(
+        "--note", metavar="TEXT", help='recovery notes for whoever resumes ("" clears them)'
+    )
     p.add_argument(
         "--interrupted",
         action="store_true",
         help="record that the work was cut off (recovery.interrupted_at; a later --done clears it)",
+    )
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="mark the work finished without archiving it: pending cleared, nothing to resume",
     )
     options_update(p)
 
@@ -7194,6 +7635,11 @@ def command_prog(args) -> str:
     return " ".join(words)
 
 
+def looks_like_option(word: str) -> bool:
+    """`--bogus` or `-x` is a mistyped option; `- item` (a bullet) and `-` are text."""
+    return word.startswith("-") and word != "-" and not any(c.isspace() for c in word)
+
+
 def run_command(argv: list[str]) -> int:
     """Parse the command line and run the command's handler; returns its exit code."""
     parser = build_parser(*command_of(argv))
@@ -7201,8 +7647,12 @@ def run_command(argv: list[str]) -> int:
         args, extra = parser.parse_known_args(argv)
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
-            if words is None or any(word.startswith("-") for word in extra):
-                usage_exit(command_prog(args), f"unrecognized arguments: {' '.join(extra)}")
+            flags = [word for word in extra if looks_like_option(word)]
+            if words is None or flags:
+                hint = ""
+                if words is not None:  # text that starts with `-`: after `--`
+                    hint = f" (text that starts with '-' goes after `--`: -- {flags[0]!r})"
+                usage_exit(command_prog(args), f"unrecognized arguments: {' '.join(extra)}{hint}")
             words.extend(extra)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

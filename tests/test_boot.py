@@ -114,6 +114,8 @@ def test_conflict_markers_are_announced_at_the_top(store, run):
     assert "## Notices" in notices
     assert ".stacks/MEMORY.md has unresolved merge conflict markers (lines" in notices
     assert "stm check" in notices
+    assert "<<<<<<<" not in out and ">>>>>>>" not in out  # never a raw marker in the prompt
+    assert "[unresolved merge conflict: one side]\nPort the expression grammar." in out
 
 
 def test_a_stale_memory_is_announced_in_the_text(store, run):
