@@ -1415,6 +1415,9 @@ def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
         return RefInfo(rel, None, None, size)
     text = read_text(path, REF_HEAD_BYTES if head_only else None)
     title, summary = parse_ref_head(text)
+    keys = fact_keys_summary(text, partial=head_only and size > REF_HEAD_BYTES)
+    if keys:  # a fact block: its keys say what it holds (`stm fact get KEY` reads one)
+        summary = ", ".join(keys)
     if summary and len(summary) > 160:
         summary = summary[:157].rstrip() + "..."
     return RefInfo(rel, title, summary, size, text)
@@ -2578,6 +2581,330 @@ def merge_markdown(
     return ("\ufeff" + text if ours.startswith("\ufeff") else text), clean
 
 
+# Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
+# per fact, its Current value and the History of values, newest first, each correction
+# noted under the entry it corrected:
+#
+#   ## primary_language
+#   **Current:** Go
+#
+#   **History:**
+#   - 2025-01-15T12:00:00Z: Go
+#   - 2025-01-03T00:46:00Z: Python
+#     - *Correction: User clarified they've switched primarily to Go*
+
+FACT_KEY_RE = LazyRegex(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+FACT_BLOCK_DEFAULT = "facts"
+FACT_HISTORY_LIMIT = 10
+FACT_VALUE_MAX = 500
+
+
+class Fact:
+    """One fact: key, current value, history [(timestamp, value, [note lines])]."""
+
+    __slots__ = ("key", "current", "history")
+
+    def __init__(self, key: str, current: str, history: list):
+        self.key, self.current, self.history = key, current, history
+
+    def as_dict(self, *, with_history: bool = False) -> dict:
+        data = {"key": self.key, "value": self.current}
+        data["updated"] = self.history[0][0] if self.history else None
+        if with_history:
+            data["history"] = [
+                {"timestamp": stamp, "value": value, "notes": [n.strip()[2:] for n in notes]}
+                for stamp, value, notes in self.history
+            ]
+        return data
+
+
+def check_fact_key(key: str) -> str:
+    if not FACT_KEY_RE.match(key):
+        raise usage_error(
+            f"fact key {escape_controls(repr(key))}: a key is 1-64 lowercase letters, digits, "
+            "'_', '.' or '-', starting with a letter or digit (e.g. primary_language)"
+        )
+    return key
+
+
+def check_fact_value(value: str, flag: str = "VALUE") -> str:
+    text = value.strip()
+    if not text:
+        raise usage_error(f"fact {flag} is empty")
+    if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
+        raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
+    if len(text) > FACT_VALUE_MAX:
+        raise usage_error(f"fact {flag} is longer than {FACT_VALUE_MAX} characters")
+    return escape_controls(text)
+
+
+def parse_fact_section(key: str, body: list[str]) -> Fact | None:
+    """A `## key` section's body as a Fact, or None when it is not in the fact format."""
+    parsed = md_parse_fact_body(md_strip_blank(body))
+    if parsed is None:
+        return None
+    current, entries = parsed
+    return Fact(key, current, [(stamp, value, list(notes)) for stamp, value, notes in entries])
+
+
+def parse_fact_block(text: str) -> tuple[list[str], list]:
+    """(preamble lines, [(key, Fact or None, heading line, body lines)]) of a block."""
+    preamble, sections = split_md_sections(text.replace("\r\n", "\n"))
+    return preamble, [
+        (name, parse_fact_section(name, body), heading, body) for name, heading, body in sections
+    ]
+
+
+def render_fact(fact: Fact) -> list[str]:
+    lines = [f"## {fact.key}", f"**Current:** {fact.current}", "", "**History:**"]
+    for stamp, value, notes in fact.history:
+        lines.append(f"- {stamp}: {value}")
+        lines += notes
+    return lines
+
+
+def render_fact_block(preamble: list[str], sections: list) -> str:
+    lines = list(md_strip_blank(preamble))
+    for _, fact, heading, body in sections:
+        lines += [""] if lines else []
+        lines += render_fact(fact) if fact is not None else [heading, *md_strip_blank(body)]
+    return "\n".join(lines) + "\n"
+
+
+def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
+    """The keys of a ref that is a fact block (every `## ` section a fact), else None;
+    `partial`: the text is the head of a longer file, its last section may be cut."""
+    if "**Current:**" not in text:
+        return None
+    _, sections = parse_fact_block(text)
+    whole = sections[:-1] if partial and len(sections) > 1 else sections
+    if not whole or any(fact is None for _, fact, _, _ in whole):
+        return None
+    return [key for key, _, _, _ in sections]
+
+
+# ==== Formats: config and compaction ==========================================
+#
+# .stacks/config.json holds the limits that keep memory lean (spec/memory-layers.md,
+# "Config"); `stm compact` moves what is over them into the log, and these functions
+# also let `check` find a compaction interrupted between its two writes.
+
+CONFIG_FILE = "config.json"
+CONFIG_DEFAULTS = {
+    "consolidation_threshold": 50,  # bullets in MEMORY.md as a whole: over it, check warns
+    "default_section_limit": 10,  # bullets a MEMORY.md section keeps after `stm compact`
+    "section_limits": {},  # per section (heading, case-insensitive): bullets it keeps
+    "fact_history_limit": FACT_HISTORY_LIMIT,  # History entries a fact keeps
+    "boot_budget_tokens": BOOT_BUDGET_TOKENS,
+}
+COMPACT_MARK = "by stm compact:"
+
+
+def config_problems(data) -> list[str]:
+    """What is wrong with a parsed config.json (empty when it is valid)."""
+    if not isinstance(data, dict):
+        return ["it must be a JSON object"]
+    problems = [f"unknown key {key!r}" for key in sorted(set(data) - set(CONFIG_DEFAULTS))]
+    for key in ("consolidation_threshold", "default_section_limit", "fact_history_limit"):
+        value = data.get(key, 1)
+        if type(value) is not int or value < 1:
+            problems.append(f"{key} must be a whole number of 1 or more")
+    budget = data.get("boot_budget_tokens", 1)
+    if type(budget) is not int or budget < 1:
+        problems.append("boot_budget_tokens must be a whole number of 1 or more")
+    limits = data.get("section_limits", {})
+    if not isinstance(limits, dict) or not all(
+        isinstance(k, str) and type(v) is int and v >= 0 for k, v in limits.items()
+    ):
+        problems.append("section_limits must map section names to whole numbers of 0 or more")
+    return problems
+
+
+def load_config(store: Store, *, strict: bool = False) -> dict:
+    """.stacks/config.json over the defaults; none means the defaults. A broken file is
+    an error when `strict` (commands that act on the limits), else ignored (boot)."""
+    path = store.layer(CONFIG_FILE)
+    try:
+        data = json.loads(read_bytes(path, 65536).decode("utf-8"))
+    except FileNotFoundError:
+        return dict(CONFIG_DEFAULTS)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        if strict:
+            raise StmError(f"{store.rel(path)} is not valid JSON ({exc}); fix it first") from None
+        return dict(CONFIG_DEFAULTS)
+    problems = config_problems(data)
+    if problems:
+        if strict:
+            raise StmError(f"{store.rel(path)}: " + "; ".join(problems) + "; fix it first")
+        return dict(CONFIG_DEFAULTS)
+    return {**CONFIG_DEFAULTS, **data}
+
+
+def section_limit(config: dict, name: str) -> int:
+    limits = {k.strip().lower(): v for k, v in config["section_limits"].items()}
+    return limits.get(name.strip().lower(), config["default_section_limit"])
+
+
+def top_bullets(body: list[str]) -> list[tuple[int, int]]:
+    """(start, end) line ranges of the top-level bullets of a section body, each with its
+    indented continuation lines; fenced lines are never bullets."""
+    ranges, fenced = [], md_fence_flags(body)
+    for index, line in enumerate(body):
+        if not fenced[index] and MD_BULLET_RE.match(line):
+            ranges.append([index, index + 1])
+        elif ranges and ranges[-1][1] == index and line[:1] in (" ", "\t") and line.strip():
+            ranges[-1][1] = index + 1
+    return [tuple(r) for r in ranges]
+
+
+def memory_bullet_count(text: str) -> int:
+    return sum(len(top_bullets(body)) for _, _, body in split_md_sections(text)[1])
+
+
+def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, list[str]]]]:
+    """MEMORY.md with each section cut to its limit (the bottom bullets go), and
+    [(section, moved lines)]."""
+    preamble, sections = split_md_sections(text)
+    moved, out = [], list(preamble)
+    for name, heading, body in sections:
+        bullets = top_bullets(body)
+        keep = section_limit(config, name)
+        if len(bullets) > keep and name.strip().lower() != MD_LAST_UPDATED:
+            gone = bullets[keep:]
+            lines = [line for start, end in gone for line in body[start:end]]
+            moved.append((name, lines))
+            drop = {i for start, end in gone for i in range(start, end)}
+            body = [line for i, line in enumerate(body) if i not in drop]
+        out += [heading, *body]
+    return "\n".join(out).rstrip("\n") + "\n", moved
+
+
+def compact_fact_text(text: str, limit: int) -> tuple[str, list[tuple[str, list[str]]]]:
+    """A fact block with each History cut to `limit` entries (the oldest go)."""
+    preamble, sections = parse_fact_block(text)
+    moved = []
+    for key, fact, _, _ in sections:
+        if fact is not None and len(fact.history) > limit:
+            gone = fact.history[limit:]
+            fact.history = fact.history[:limit]
+            lines = [
+                line for stamp, value, notes in gone for line in (f"- {stamp}: {value}", *notes)
+            ]
+            moved.append((key, lines))
+    return render_fact_block(preamble, sections), moved
+
+
+def compact_message(moves: list[tuple[str, str, list[str]]]) -> str:
+    parts = [
+        f"moved from {path} ## {name} {COMPACT_MARK}\n\n" + "\n".join(lines)
+        for path, name, lines in moves
+    ]
+    return "\n\n".join(parts)
+
+
+COMPACT_HEADER_RE = LazyRegex(r"^moved from (\S+) ## (.+) " + re.escape(COMPACT_MARK) + r"$")
+
+
+def compact_moves(body: list[str]) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+    """The (path, section, items) a `stm compact` log entry says it moved; an item is a
+    bullet with its indented lines."""
+    moves = []
+    for line in body:
+        header = COMPACT_HEADER_RE.match(line)
+        if header:
+            moves.append((header.group(1), header.group(2), []))
+        elif moves and MD_BULLET_RE.match(line):
+            moves[-1][2].append([line])
+        elif moves and moves[-1][2] and line[:1] in (" ", "\t") and line.strip():
+            moves[-1][2][-1].append(line)
+    return [(path, name, [tuple(item) for item in items]) for path, name, items in moves]
+
+
+def section_items(text: str, name: str) -> list[tuple[str, ...]]:
+    """The bullets (with their indented lines) of `## name` in a Markdown file."""
+    for section, _, body in split_md_sections(text)[1]:
+        if section.strip().lower() == name.strip().lower():
+            if "**Current:**" in "\n".join(body):  # a fact: its History entries
+                fact = parse_fact_section(section, body)
+                if fact is not None:
+                    return [(f"- {s}: {v}", *notes) for s, v, notes in fact.history]
+            return [tuple(body[a:b]) for a, b in top_bullets(body)]
+    return []
+
+
+def compact_duplicates(store: Store, moves: list) -> dict[str, list]:
+    """{file: [(section, item)]} of items a compact moved to the log that are still in
+    their file: the rewrite after the log append did not happen (a kill between)."""
+    found: dict[str, list] = {}
+    texts: dict[str, str | None] = {}
+    for rel, name, items in moves:
+        path = os.path.join(os.path.dirname(store.stacks), rel)
+        if rel not in texts:
+            try:
+                texts[rel] = read_text(path).replace("\r\n", "\n")
+            except OSError:
+                texts[rel] = None
+        if texts[rel] is None:
+            continue
+        present = set(section_items(texts[rel], name))
+        for item in items:
+            if item in present:
+                found.setdefault(path, []).append((name, item))
+    return found
+
+
+def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Remove what a compact already moved to the log from the file it came from."""
+    dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
+    if not dupes or os.path.islink(finding.target):
+        return None
+    text = read_text(finding.target).replace("\r\n", "\n")
+    if md_has_conflict_markers(text):
+        return None
+    if not dry_run:
+        atomic_write(finding.target, drop_items(text, dupes).encode("utf-8"))
+    return f"removed {len(dupes)} item(s) already in the log"
+
+
+def drop_items(text: str, dupes: list) -> str:
+    preamble, sections = split_md_sections(text)
+    out = list(preamble)
+    for name, heading, body in sections:
+        drop = [item for section, item in dupes if section.strip().lower() == name.lower()]
+        if drop:
+            lines, index = [], 0
+            while index < len(body):
+                match = next(
+                    (item for item in drop if tuple(body[index : index + len(item)]) == item), None
+                )
+                if match is not None:
+                    drop.remove(match)
+                    index += len(match)
+                    continue
+                lines.append(body[index])
+                index += 1
+            body = lines
+        out += [heading, *body]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def logged_compact_moves(store: Store) -> list:
+    """Every move recorded by `stm compact` log entries."""
+    moves = []
+    for name in log_file_names(store):
+        path = os.path.join(store.logs_dir, name)
+        try:
+            data = read_bytes(path)
+        except OSError:
+            continue
+        if COMPACT_MARK.encode() not in data:
+            continue
+        for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+            if kind == "entry" and rest[0].complete:
+                moves += compact_moves(rest[0].body)
+    return moves
+
+
 # ==== Boot ===================================================================
 #
 # What an agent reads first (spec/memory-layers.md, "boot"). The order is what it must
@@ -2687,9 +3014,14 @@ class BootParts:
     def _memory_notices(self) -> None:
         text = self.raw.get("session")
         stamp = memory_stamp(text) if text is not None else None
+        self.freshness = None
         if stamp is None:
             return
         days = int((utc_now() - stamp) // 86400)
+        since = entries_since(self.store, stamp)
+        self.freshness = (
+            f"memory updated {iso(stamp)[:10]}, {days} day(s) ago; {since} log entries since"
+        )
         if days > MEMORY_STALE_DAYS:
             self.notices.append(
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
@@ -2713,6 +3045,34 @@ def label_conflict_markers(text: str) -> str:
         else:
             out[number - 1] = "[unresolved merge conflict: the other side]"
     return "\n".join(out)
+
+
+BOOT_LOG_DAYS_MAX = 62  # how far back boot counts entries: "62+" past that
+
+
+def entries_since(store: Store, stamp: float) -> str:
+    """How many log entries were written after `stamp`, counted from the day files named
+    by date (no listing of logs/: boot's cost stays flat as history grows)."""
+    today = int(utc_now() // 86400)
+    first = int(stamp // 86400)
+    if today - first > BOOT_LOG_DAYS_MAX:
+        first, more = today - BOOT_LOG_DAYS_MAX, "+"
+    else:
+        more = ""
+    count = 0
+    for day in range(first, today + 1):
+        path = store.log_path(iso(day * 86400)[:10])
+        try:
+            data = read_bytes(path)
+        except OSError:
+            continue
+        if day * 86400 >= stamp:
+            count += data.count(b"<!-- stm:entry ")
+            continue
+        for match in LOG_HEADER_BYTES_RE.finditer(data):
+            moment = parse_iso(match.group(1).decode("utf-8", "replace"), need_zone=True)
+            count += moment is not None and moment > stamp
+    return f"{count}{more}"
 
 
 def waiting_sessions(store: Store) -> list[str]:
@@ -3030,16 +3390,18 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         "above is not enough (`stm search TEXT`). Save the state of a multi-step task with "
         "`stm session checkpoint`; record work with `stm log`.\n"
     )
-    return with_boot_header(body)
+    return with_boot_header(body, parts.freshness)
 
 
-def with_boot_header(body: str) -> str:
+def with_boot_header(body: str, freshness: str | None = None) -> str:
+    """The first line: when, how big, and how old the session memory is."""
     stamp = iso_now()
+    tail = f" · {freshness}" if freshness else ""
     tokens = estimate_tokens(body)
     for _ in range(3):  # the header's own length counts; settle on a fixed point
-        header = f"# stm memory boot · generated {stamp} · ~{tokens} tokens\n"
+        header = f"# stm memory boot · generated {stamp} · ~{tokens} tokens{tail}\n"
         tokens = estimate_tokens(header + body)
-    return f"# stm memory boot · generated {stamp} · ~{tokens} tokens\n" + body
+    return f"# stm memory boot · generated {stamp} · ~{tokens} tokens{tail}\n" + body
 
 
 def cut_workflow(workflow: str) -> str:
@@ -3141,9 +3503,10 @@ def boot_document(
     if max_tokens is None and max_chars is None:
         text = render_boot(parts, cut=cut)
         tokens = estimate_tokens(text)
-        if tokens > BOOT_BUDGET_TOKENS:
+        budget = load_config(parts.store)["boot_budget_tokens"]
+        if tokens > budget:
             warnings.append(
-                f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS}-token budget; "
+                f"boot is ~{tokens} tokens, over the {budget}-token budget; "
                 "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
             )
         return text, warnings
@@ -3223,6 +3586,8 @@ class Checker:
         self.check_layers()
         self.check_refs()
         self.check_logs()
+        self.check_compact_duplicates()
+        self.check_config()
         self.check_budget()
         # Temp files appear only beside the files stm rewrites: look exactly there.
         for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
@@ -3324,6 +3689,7 @@ class Checker:
                 self.report("ref-empty", path, "ref is empty", "write it, or delete it")
                 continue
             self.check_conflict_markers(path, text)
+            self.check_facts(path, text)
             title, _ = parse_ref_head(text)
             if not title:
                 self.report("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
@@ -3399,6 +3765,60 @@ class Checker:
                     entry.line,
                 )
 
+    def check_compact_duplicates(self) -> None:
+        for path, dupes in compact_duplicates(self.store, logged_compact_moves(self.store)).items():
+            sections = sorted({name for name, _ in dupes})
+            self.report(
+                "compact-duplicate",
+                path,
+                f"{len(dupes)} item(s) of {', '.join(sections)} are also in a `stm compact` log "
+                "entry: the compact was interrupted after the log was written",
+            )
+
+    def check_config(self) -> None:
+        """config.json valid (when there is one), and MEMORY.md within its threshold."""
+        path = self.store.layer(CONFIG_FILE)
+        config = dict(CONFIG_DEFAULTS)
+        if os.path.lexists(path):
+            try:
+                data = json.loads(read_bytes(path, 65536).decode("utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                self.report("config-invalid", path, f"not valid JSON ({exc})")
+                return
+            problems = config_problems(data)
+            for problem in problems:
+                self.report("config-invalid", path, problem)
+            if problems:
+                return
+            config.update(data)
+        try:
+            count = memory_bullet_count(read_text(self.store.memory_path))
+        except OSError:
+            return
+        self.memory_threshold(count, config)
+
+    def memory_threshold(self, count: int, config: dict) -> None:
+        if count > config["consolidation_threshold"]:
+            self.report(
+                "memory-over-threshold",
+                self.store.memory_path,
+                f"MEMORY.md holds {count} bullets, over the consolidation threshold of "
+                f"{config['consolidation_threshold']}",
+            )
+
+    def check_facts(self, path: str, text: str) -> None:
+        """A hand-edited fact whose Current is not its newest History value."""
+        if "**Current:**" not in text:
+            return
+        for key, fact, _, _ in parse_fact_block(text)[1]:
+            if fact is not None and fact.history and fact.history[0][1] != fact.current:
+                self.report(
+                    "fact-current",
+                    path,
+                    f"fact {key!r}: Current is {fact.current!r} but the newest History entry "
+                    f"says {fact.history[0][1]!r}",
+                )
+
     def check_conflict_markers(self, path: str, text: str) -> None:
         lines = md_has_conflict_markers(text)
         if lines:
@@ -3431,11 +3851,12 @@ class Checker:
             return
         text = render_boot(BootParts(self.store), "full")
         tokens = estimate_tokens(text)
-        if tokens > BOOT_BUDGET_TOKENS:
+        budget = load_config(self.store)["boot_budget_tokens"]
+        if tokens > budget:
             self.report(
                 "boot-budget",
                 self.store.stacks,
-                f"boot is ~{tokens} tokens, over the {BOOT_BUDGET_TOKENS} budget",
+                f"boot is ~{tokens} tokens, over the {budget} budget",
                 "shorten MEMORY.md; move stable knowledge into refs/",
             )
         if len(text) > HOOK_MAX_CHARS:
@@ -4070,10 +4491,27 @@ RULES = {
         Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
         Rule("ref-empty", "error", "write it, or delete it"),
         Rule("ref-title", "error", "add a '# Title' line"),
+        Rule(
+            "fact-current",
+            "error",
+            "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
+        ),
         Rule("log-name", "error", "rename it to the UTC date of its entries"),
         Rule("log-entry", "error", FIX_GIT),
         Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it", fix_torn_tail),
         Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
+        Rule(
+            "memory-over-threshold",
+            "warning",
+            "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
+        ),
+        Rule(
+            "compact-duplicate",
+            "warning",
+            FIX_RUN + " to remove them from the file (the log keeps them)",
+            fix_compact_duplicate,
+        ),
+        Rule("config-invalid", "error", "fix .stacks/config.json (spec/memory-layers.md)"),
         Rule("secret", "error", "remove it and rotate the credential (git history keeps it)"),
         Rule("temp-file", "warning", FIX_RUN + " to remove it", fix_temp_file),
         Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
@@ -4342,7 +4780,7 @@ def cmd_boot(args) -> int:
 def boot_json(parts: BootParts, text: str) -> dict:
     return {
         "tokens": estimate_tokens(text),
-        "budget": BOOT_BUDGET_TOKENS,
+        "budget": load_config(parts.store)["boot_budget_tokens"],
         "text": text,
         "sections": {
             **{
@@ -4678,8 +5116,19 @@ def gather_status(store: Store) -> dict:
     warnings += unfilled_templates(store)
     memory, memory_warnings = memory_staleness(store, now, log_names)
     boot_tokens = estimate_tokens(render_boot(BootParts(store), "full"))
-    if boot_tokens > BOOT_BUDGET_TOKENS:
-        warnings.append(f"boot is ~{boot_tokens} tokens, over the {BOOT_BUDGET_TOKENS} budget")
+    config = load_config(store)
+    budget = config["boot_budget_tokens"]
+    if boot_tokens > budget:
+        warnings.append(
+            f"boot is ~{boot_tokens} tokens, over the {budget} budget: run `stm compact`"
+        )
+    with contextlib.suppress(OSError):
+        bullets = memory_bullet_count(read_text(store.memory_path))
+        if bullets > config["consolidation_threshold"]:
+            warnings.append(
+                f"MEMORY.md holds {bullets} bullets, over the consolidation threshold of "
+                f"{config['consolidation_threshold']}: run `stm compact`"
+            )
     sessions, session_warnings = session_status(store, now)
     warnings += memory_warnings + session_warnings
     verdict = "ok" if not warnings else f"{len(warnings)} warning(s)"
@@ -4688,7 +5137,7 @@ def gather_status(store: Store) -> dict:
         "state": store.state,
         "layers": layers,
         "memory": memory,
-        "boot": {"tokens": boot_tokens, "budget": BOOT_BUDGET_TOKENS},
+        "boot": {"tokens": boot_tokens, "budget": budget},
         "sessions": sessions,
         "warnings": warnings,
         "verdict": verdict,
@@ -5443,6 +5892,18 @@ def refuse_breaking_body(note: str) -> None:
         )
 
 
+def ref_name_parts(name: str) -> list[str]:
+    """`note --ref NAME`: NAME or NAME.md under refs/, sub-folders allowed."""
+    parts = name.replace("\\", "/").split("/")
+    if parts[:1] == [REFS_DIR]:
+        parts = parts[1:]
+    for part in parts:
+        check_component(part, f"--ref {name!r}: component")
+    if not parts[-1].endswith(".md"):
+        parts[-1] += ".md"
+    return parts
+
+
 def refuse_near_miss(text: str, section: str, shown: str) -> None:
     """A section name that matches none but is close to one is a typo, not a new section:
     `note "Nxt Steps"` would otherwise start a section no one reads."""
@@ -5483,6 +5944,7 @@ def add_memory_note(
     identity: bool = False,
     allow_secret: bool = False,
     create: bool = False,
+    ref: str | None = None,
 ) -> dict:
     """The `note` operation: add a bullet to (or replace the body of) `## section` in
     MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
@@ -5495,18 +5957,25 @@ def add_memory_note(
     if not allow_secret:
         refuse_secrets(note, "--allow-secret")
     path = store.agent_path if identity else store.memory_path
+    if ref is not None:
+        path = os.path.join(store.refs_dir, *ref_name_parts(ref))
+        refuse_links_below(store.stacks, path)
     refuse_symlink(path, "memory file")
     with store.stacks_lock():
         try:
             before = read_text(path)
         except FileNotFoundError:
-            raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
+            if ref is None:
+                raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
+            title = os.path.basename(path)[:-3].replace("-", " ").replace("_", " ")
+            before = f"# {title[:1].upper()}{title[1:]}\n"  # a new ref: titled, as check asks
+            make_dir(os.path.dirname(path))
         refuse_conflicted(path, before, store)
         if not create:
             refuse_near_miss(before, section, store.rel(path))
-        anchor = None if identity else "Last Updated"
+        anchor = None if identity or ref is not None else "Last Updated"
         after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
-        if not identity:
+        if not identity and ref is None:
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
@@ -5531,9 +6000,301 @@ def cmd_note(args) -> int:
         identity=args.identity,
         allow_secret=args.allow_secret,
         create=args.create,
+        ref=args.ref,
     )
     if args.json:
         print_json(result)
+    return EXIT_OK
+
+
+def fact_block_path(store: Store, block: str) -> str:
+    check_component(block, "--block")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", block) or block.endswith(".md"):
+        raise usage_error(
+            f"--block {block!r}: a block is a name like `facts` (refs/<name>.md): letters, "
+            "digits, '_', '.' or '-'"
+        )
+    return os.path.join(store.refs_dir, f"{block}.md")
+
+
+def read_fact_block(store: Store, path: str) -> str | None:
+    """A block's text (None when it does not exist); links and non-files refused."""
+    refuse_symlink(store.refs_dir, "refs folder")
+    refuse_symlink(path, "fact block")
+    if not os.path.lexists(path):
+        return None
+    if not os.path.isfile(path):
+        raise StmError(f"{store.rel(path)} is not a regular file")
+    return read_text(path)
+
+
+def find_fact(sections: list, key: str, shown: str):
+    for section in sections:
+        if section[0] == key:
+            if section[1] is None:
+                raise StmError(
+                    f"{shown}: `## {key}` is not in the fact format (**Current:** and "
+                    "**History:** lines); fix it by hand, nothing changed"
+                )
+            return section
+    return None
+
+
+def set_fact(
+    store: Store,
+    key: str,
+    value: str,
+    *,
+    why: str | None = None,
+    block: str = FACT_BLOCK_DEFAULT,
+    allow_secret: bool = False,
+) -> dict:
+    """The `fact set` operation: a new Current value with a History entry (the --why note
+    goes under the entry it corrects); the same value again changes nothing."""
+    key, value = check_fact_key(key), check_fact_value(value)
+    why = check_fact_value(why, "--why") if why is not None else None
+    if not allow_secret:
+        refuse_secrets(f"{value}\n{why or ''}", "--allow-secret")
+    path = fact_block_path(store, block)
+    with store.stacks_lock():
+        text = read_fact_block(store, path)
+        if text is not None:
+            refuse_conflicted(path, text, store)
+        title = block.replace("-", " ").replace("_", " ").capitalize()
+        preamble, sections = parse_fact_block(text or f"# {title}\n")
+        found = find_fact(sections, key, store.rel(path))
+        stamp = iso_now()
+        if found is not None and found[1].current == value:
+            return {"path": store.rel(path), "key": key, "value": value, "changed": False}
+        if found is None:
+            notes = [f"  - *Note: {why}*"] if why else []
+            sections.append((key, Fact(key, value, [(stamp, value, notes)]), f"## {key}", []))
+        else:
+            fact = found[1]
+            if why and fact.history:
+                old_stamp, old_value, old_notes = fact.history[0]
+                fact.history[0] = (old_stamp, old_value, [*old_notes, f"  - *Correction: {why}*"])
+            fact.history.insert(0, (stamp, value, []))
+            fact.current = value
+        make_dir(store.refs_dir)
+        atomic_write(path, render_fact_block(preamble, sections).encode("utf-8"))
+    return {"path": store.rel(path), "key": key, "value": value, "changed": True}
+
+
+def load_facts(store: Store, block: str = FACT_BLOCK_DEFAULT) -> tuple[str, list[Fact]]:
+    path = fact_block_path(store, block)
+    text = read_fact_block(store, path)
+    if text is None:
+        return path, []
+    _, sections = parse_fact_block(text)
+    return path, [fact for _, fact, _, _ in sections if fact is not None]
+
+
+def get_fact(store: Store, key: str, *, block: str = FACT_BLOCK_DEFAULT) -> Fact:
+    path, facts = load_facts(store, block)
+    key = check_fact_key(key)
+    for fact in facts:
+        if fact.key == key:
+            return fact
+    raise StmError(f"no fact {key!r} in {store.rel(path)}; `stm fact list` shows the keys")
+
+
+def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEFAULT) -> dict:
+    """The `fact rm` operation: the section leaves the block, and its whole history goes
+    into today's log first (with the reason), so nothing is lost."""
+    key, why = check_fact_key(key), check_fact_value(why, "--why")
+    path = fact_block_path(store, block)
+    with store.stacks_lock():
+        text = read_fact_block(store, path)
+        if text is None:
+            raise StmError(f"no fact {key!r}: {store.rel(path)} does not exist")
+        refuse_conflicted(path, text, store)
+        preamble, sections = parse_fact_block(text)
+        found = find_fact(sections, key, store.rel(path))
+        if found is None:
+            raise StmError(f"no fact {key!r} in {store.rel(path)}")
+        removed = "\n".join(render_fact(found[1]))
+        message = f"removed from {store.rel(path)} by stm fact rm: {why}\n\n{removed}"
+        append_log_entry(store, normalise_message(message))
+        sections.remove(found)
+        atomic_write(path, render_fact_block(preamble, sections).encode("utf-8"))
+    return {"path": store.rel(path), "key": key, "removed": True}
+
+
+def cmd_fact_set(args) -> int:
+    store = store_from_args(args)
+    result = set_fact(
+        store,
+        args.key,
+        " ".join(args.value),
+        why=args.why,
+        block=args.block,
+        allow_secret=args.allow_secret,
+    )
+    if args.json:
+        print_json(result)
+    elif not result["changed"]:
+        out(f"{result['key']}: already {result['value']} (nothing changed)")
+    return EXIT_OK
+
+
+def cmd_fact_get(args) -> int:
+    fact = get_fact(store_from_args(args), args.key, block=args.block)
+    if args.json:
+        print_json(fact.as_dict(with_history=args.history))
+        return EXIT_OK
+    out(fact.current)
+    if args.history:
+        for stamp, value, notes in fact.history:
+            out(f"{stamp}  {value}")
+            for note in notes:
+                out(f"    {note.strip()[2:]}")
+    return EXIT_OK
+
+
+def cmd_fact_list(args) -> int:
+    path, facts = load_facts(store_from_args(args), args.block)
+    if args.json:
+        print_json({"block": args.block, "facts": [fact.as_dict() for fact in facts]})
+        return EXIT_OK
+    for fact in facts:
+        out(f"{fact.key}: {fact.current}")
+    return EXIT_OK
+
+
+def cmd_fact_rm(args) -> int:
+    result = remove_fact(store_from_args(args), args.key, why=args.why, block=args.block)
+    if args.json:
+        print_json(result)
+    return EXIT_OK
+
+
+def compact_store(store: Store, *, dry_run: bool = False) -> dict:
+    """The `compact` operation: MEMORY.md sections over their bullet limits and fact
+    histories over theirs lose their oldest items to one log entry of today. The log is
+    appended (and made durable) before any file is rewritten: a kill in between can only
+    leave an item in both places, which `check` reports and `check --fix` removes."""
+    config = load_config(store, strict=True)
+    with store.stacks_lock():
+        rewrites, moves = [], []
+        text = read_text(store.memory_path).replace("\r\n", "\n")
+        refuse_conflicted(store.memory_path, text, store)
+        new, moved = compact_memory_text(text, config)
+        if moved:
+            rewrites.append((store.memory_path, new))
+            moves += [(store.rel(store.memory_path), name, lines) for name, lines in moved]
+        for path in iter_ref_files(store.refs_dir):
+            if os.path.islink(path):
+                continue
+            block = read_text(path)
+            if fact_keys_summary(block) is None:
+                continue
+            refuse_conflicted(path, block, store)
+            new, moved = compact_fact_text(block, config["fact_history_limit"])
+            if moved:
+                rewrites.append((path, new))
+                moves += [(store.rel(path), key, lines) for key, lines in moved]
+        if moves and not dry_run:
+            append_log_entry(store, compact_message(moves))
+            for path, new in rewrites:
+                atomic_write(path, new.encode("utf-8"))
+    return {
+        "dry_run": dry_run,
+        "moved": [{"path": p, "section": n, "lines": lines} for p, n, lines in moves],
+    }
+
+
+def cmd_compact(args) -> int:
+    result = compact_store(store_from_args(args), dry_run=args.dry_run)
+    if args.json:
+        print_json(result)
+        return EXIT_OK
+    verb = "would move" if args.dry_run else "moved"
+    for move in result["moved"]:
+        count = sum(1 for line in move["lines"] if line.startswith(("- ", "* ")))
+        out(f"{verb} {count} item(s) from {move['path']} ## {move['section']} to today's log")
+    if not result["moved"]:
+        out("nothing to compact: every section and fact history is within its limit")
+    return EXIT_OK
+
+
+def digest_since(store: Store, since: str | None) -> float:
+    """Epoch seconds of --since, else of MEMORY.md's Last Updated, else a week ago."""
+    if since is not None:
+        moment = parse_iso(since, date_only_ok=True)
+        if moment is None:
+            raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD) or an ISO time")
+        return moment
+    try:
+        stamp = memory_stamp(read_text(store.memory_path))
+    except OSError:
+        stamp = None
+    return stamp if stamp is not None else utc_now() - 7 * 86400
+
+
+def digest(store: Store, *, since: str | None = None) -> dict:
+    """The `digest` operation: the log entries and fact changes since a moment, newest
+    first, with token counts: what an agent folds into MEMORY.md (`note --replace`)."""
+    start = digest_since(store, since)
+    day = iso(start)[:10]
+    entries = []
+    for name in reversed(log_file_names(store)):
+        if name[:10] < day:
+            break
+        path = os.path.join(store.logs_dir, name)
+        try:
+            data = read_bytes(path).replace(b"\r\n", b"\n")
+        except OSError:
+            continue
+        for kind, *rest in parse_log(data):
+            entry = rest[0] if kind == "entry" else None
+            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
+            if moment is None or moment < start:
+                continue
+            text = "\n".join(entry.body).strip("\n")
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "tokens": estimate_tokens(text),
+                    "text": text,
+                }
+            )
+    entries.sort(key=lambda e: e["timestamp"], reverse=True)
+    facts = []
+    for path in iter_ref_files(store.refs_dir):
+        if os.path.islink(path):
+            continue
+        text = read_text(path)
+        if fact_keys_summary(text) is None:
+            continue
+        for key, fact, _, _ in parse_fact_block(text)[1]:
+            for stamp, value, _ in fact.history if fact else []:
+                moment = parse_iso(stamp, need_zone=True)
+                if moment is not None and moment >= start:
+                    facts.append(
+                        {"path": store.rel(path), "key": key, "timestamp": stamp, "value": value}
+                    )
+    facts.sort(key=lambda f: f["timestamp"], reverse=True)
+    tokens = sum(e["tokens"] for e in entries) + sum(estimate_tokens(f["value"]) for f in facts)
+    return {"since": iso(start), "entries": entries, "facts": facts, "tokens": tokens}
+
+
+def cmd_digest(args) -> int:
+    result = digest(store_from_args(args), since=args.since)
+    if args.json:
+        print_json(result)
+        return EXIT_OK
+    out(
+        f"since {result['since']}: {len(result['entries'])} log entries, "
+        f"{len(result['facts'])} fact change(s), ~{result['tokens']} tokens"
+    )
+    for fact in result["facts"]:
+        out(f"- fact {fact['key']} = {fact['value']} ({fact['timestamp']}, {fact['path']})")
+    for entry in result["entries"]:
+        out(f"\n## {entry['timestamp']} · {entry['author']} (~{entry['tokens']} tokens)\n")
+        out(entry["text"])
     return EXIT_OK
 
 
@@ -6614,6 +7375,37 @@ MCP_TOOLS = (
         None,
     ),
 )
+
+
+def mcp_fact_set(store: Store, args: dict):
+    result = set_fact(store, args["key"], args["value"], why=args.get("why"))
+    said = "set" if result["changed"] else "already set (nothing changed)"
+    return f"{result['key']} = {result['value']}: {said}", result
+
+
+def mcp_fact_get(store: Store, args: dict):
+    fact = get_fact(store, args["key"])
+    return fact.current, fact.as_dict(with_history=True)
+
+
+MCP_TOOLS += (
+    (
+        "fact_set",
+        "Set a fact (refs/facts.md); the old value stays in its history.",
+        {"key": _STR, "value": _STR},
+        {"why": _STR},
+        mcp_fact_set,
+        None,
+    ),
+    (
+        "fact_get",
+        "Read a fact's current value and history.",
+        {"key": _STR},
+        {},
+        mcp_fact_get,
+        None,
+    ),
+)
 MCP_TOOL_BY_NAME = {tool[0]: tool for tool in MCP_TOOLS}
 
 
@@ -7052,7 +7844,13 @@ def options_note(p) -> None:
     p.add_argument(
         "--replace", action="store_true", help="replace the section's body (TEXT or stdin)"
     )
-    p.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
+    where.add_argument(
+        "--ref",
+        metavar="NAME",
+        help="write .stacks/refs/NAME.md instead (created with a title if new)",
+    )
     p.add_argument(
         "--create",
         action="store_true",
@@ -7164,6 +7962,59 @@ def options_setup_git(p) -> None:
 
 def options_mcp(p) -> None:
     p.set_defaults()  # --dir, --state-dir and --user are the global options
+
+
+def options_fact_block(p) -> None:
+    p.add_argument(
+        "--block",
+        default=FACT_BLOCK_DEFAULT,
+        metavar="NAME",
+        help="the block: .stacks/refs/NAME.md (default: %(default)s)",
+    )
+
+
+def options_fact_set(p) -> None:
+    p.add_argument("key", metavar="KEY", help="a slug: lowercase letters, digits, _ . -")
+    p.add_argument("value", metavar="VALUE", nargs="+", help="the new value (one line)")
+    p.add_argument("--why", metavar="TEXT", help="why it changed: a correction note")
+    p.add_argument(
+        "--allow-secret", action="store_true", help="store it even if it looks like a credential"
+    )
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_fact_get(p) -> None:
+    p.add_argument("key", metavar="KEY", help="the fact's key")
+    p.add_argument("--history", action="store_true", help="also every earlier value")
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_fact_list(p) -> None:
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_fact_rm(p) -> None:
+    p.add_argument("key", metavar="KEY", help="the fact's key")
+    p.add_argument("--why", metavar="TEXT", required=True, help="why it goes (logged)")
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_compact(p) -> None:
+    p.add_argument("--dry-run", action="store_true", help="say what would move; change nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_digest(p) -> None:
+    p.add_argument(
+        "--since",
+        metavar="DATE",
+        help="from DATE (YYYY-MM-DD or an ISO time) on (default: MEMORY.md's Last Updated)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def options_export(p) -> None:
@@ -7338,6 +8189,27 @@ COMMANDS = (
         options_search,
     ),
     (
+        "compact",
+        cmd_compact,
+        "move MEMORY.md's oldest bullets (and old fact history) over their limits to the log",
+        "stm compact --dry-run",
+        options_compact,
+    ),
+    (
+        "digest",
+        cmd_digest,
+        "what happened since MEMORY.md was last updated: log entries and fact changes",
+        "stm digest --json",
+        options_digest,
+    ),
+    (
+        "fact",
+        None,
+        "facts with history in refs/facts.md: set, get, list, rm",
+        'stm fact set primary_language Go --why "switched from Python"',
+        None,
+    ),
+    (
         "setup",
         None,
         "wire stm into agent tools and git: claude, agents-md, mcp, git",
@@ -7501,7 +8373,32 @@ SETUP_VERBS = (
     ),
 )
 
-VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS}
+FACT_VERBS = (
+    (
+        "set",
+        cmd_fact_set,
+        "set a fact's current value; the old one stays in its history",
+        'stm fact set primary_language Go --why "switched from Python"',
+        options_fact_set,
+    ),
+    (
+        "get",
+        cmd_fact_get,
+        "print a fact's current value (--history: every value)",
+        "stm fact get primary_language --history",
+        options_fact_get,
+    ),
+    ("list", cmd_fact_list, "list the facts of a block", "stm fact list --json", options_fact_list),
+    (
+        "rm",
+        cmd_fact_rm,
+        "remove a fact; its history goes to today's log",
+        'stm fact rm old_key --why "no longer true"',
+        options_fact_rm,
+    ),
+)
+
+VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS}
 
 
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:

@@ -45,6 +45,8 @@ def test_help_example_runs(store, run, monkeypatch, path):
     assert run("export", "-o", "memory.zip").code == 0
     subprocess.run(["git", "init", "-q"], cwd=store, check=True)
     assert run("setup", "git", "--install").code == 0  # as each clone does once
+    for key in ("primary_language", "old_key"):  # for the fact examples
+        assert run("fact", "set", key, "Python").code == 0
     for name in ("base.md", "ours.md", "theirs.md"):  # for the merge-file example
         (store / name).write_text("# Notes\n\n## Next Steps\n\n- one\n")
     example = example_of(path).replace("2026-11-22-3f9a0c1d", sid)

@@ -332,6 +332,12 @@ def test_every_json_output_matches_its_documented_keys(project, run, tmp_path_fa
     results["export"] = run("export", "-o", zip_path, "--json")
     results["import"] = run("import", zip_path, "--dry-run", "--json")
     results["session archive"] = run("session", "archive", sid, "--json")
+    results["fact set"] = run("fact", "set", "primary_language", "Go", "--json")
+    results["fact get"] = run("fact", "get", "primary_language", "--json")
+    results["fact list"] = run("fact", "list", "--json")
+    results["compact"] = run("compact", "--json")
+    results["digest"] = run("digest", "--json")
+    results["fact rm"] = run("fact", "rm", "primary_language", "--why", "test", "--json")
     assert set(results) | {"commit"} == set(keys)  # commit: in its own test, with git
     for command, result in results.items():
         assert result.code == 0, (command, result)

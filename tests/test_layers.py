@@ -231,7 +231,9 @@ def test_boot_prints_sections_in_order_with_a_header(store, run):
     assert result.code == 0
     first = result.out.splitlines()[0]
     assert re.match(
-        r"^# stm memory boot · generated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ · ~\d+ tokens$", first
+        r"^# stm memory boot · generated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ · ~\d+ tokens"
+        r"( · memory updated \d{4}-\d\d-\d\d, -?\d+ day\(s\) ago; \d+\+? log entries since)?$",
+        first,
     )
     headings = [line for line in result.out.splitlines() if line.startswith("## ")]
     assert [h.split(" (")[0] for h in headings] == [  # what an agent must act on first
