@@ -25,8 +25,11 @@ Usage:
     $ python3 stm.py compose-handoff handoff.json
     $ python3 stm.py note "Next Steps" "port the grammar"   # safe MEMORY.md edits
     $ python3 stm.py search parser --layer logs
+    $ python3 stm.py fact set primary_language Go --why "switched from Python"
+    $ python3 stm.py compact              # oldest bullets over the limits go to the log
     $ python3 stm.py check                # CI: exit 1 when memory is broken
-    $ python3 stm.py setup claude --install   # also: export, import, commit
+    $ python3 stm.py setup claude --install   # also: setup mcp, setup git, agents-md
+    $ python3 stm.py mcp                  # the same operations as MCP tools (stdio)
 
 Imported (the installed `stm` command, `python3 -m stm`) it starts from cached
 bytecode, which makes boot cheaper than `python3 stm.py` (spec/performance.md).
@@ -43,21 +46,30 @@ Exit codes:
 
 Sections (grep -n '^# ====' stm.py):
 
-    Constants and templates
+    Constants and templates    the LAYERS table, templates, secret patterns
     Errors
     Filesystem primitives      lock, atomic write, append (the write protocol)
     Path and name safety
     Time and text helpers
-    Store locations
+    Store locations            Settings (the environment, read once), Store, open_store
     Formats: Markdown layers   comments, refs index, log entries, secrets
     Formats: sessions          ids, state.json, history.jsonl, pointer
     Formats: handoffs
-    Boot
-    Check
-    Commands                   one cmd_<verb> per subcommand, in the README's order:
-                               init boot log check status session compose-handoff
-                               note search setup export import commit
+    Formats: three-way merge   merge_markdown (the git merge driver's core)
+    Formats: fact blocks
+    Formats: config and compaction
+    Boot                       BootParts, the cuts, boot_document
+    Check                      Checker, the fixers, the RULES registry
+    Operations and commands    each operation, then its cmd_<verb>
+    MCP server                 McpServer: the operations as MCP tools
     Command line               the option tables, build_parser(), main()
+
+In-process API (stable names in __all__): open_store(stacks=..., state=..., user=...)
+gives a Store; the operations take it and keyword arguments and print nothing, e.g.
+append_log(store, "text"), add_memory_note(store, "Next Steps", "text"),
+search_memory(store, "parser") (a generator of matches), boot_document(BootParts(store),
+max_chars=9500), check_store(store, fix=True), set_fact(store, "key", "value"),
+merge_markdown(base, ours, theirs). Failures raise StmError (.code, .line()).
 """
 
 from __future__ import annotations
@@ -72,6 +84,36 @@ import time
 # ==== Constants and templates ================================================
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "LAYERS",
+    "RULES",
+    "BootParts",
+    "Layer",
+    "McpServer",
+    "Rule",
+    "Settings",
+    "StmError",
+    "Store",
+    "add_memory_note",
+    "append_log",
+    "archive_session",
+    "boot_document",
+    "check_store",
+    "checkpoint_session",
+    "compact_store",
+    "digest",
+    "gather_status",
+    "get_fact",
+    "main",
+    "merge_markdown",
+    "new_session",
+    "open_store",
+    "remove_fact",
+    "search_memory",
+    "set_fact",
+    "set_phase",
+]
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -2581,6 +2623,8 @@ def merge_markdown(
     return ("\ufeff" + text if ours.startswith("\ufeff") else text), clean
 
 
+# ==== Formats: fact blocks ===================================================
+#
 # Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
 # per fact, its Current value and the History of values, newest first, each correction
 # noted under the entry it corrected:
@@ -4659,7 +4703,13 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
     return problems
 
 
-# ==== Commands ===============================================================
+# ==== Operations and commands ================================================
+#
+# Each operation is a plain function that takes a Store and keyword arguments, returns a
+# result (and warnings) and prints nothing: append_log, add_memory_note, search_memory,
+# check_store, new_session, set_phase, checkpoint_session, archive_session, set_fact,
+# compact_store, digest, ... The CLI's cmd_<verb>(args) beside each one parses, calls it
+# and prints; the MCP server and the merge driver call the same operations.
 
 
 def out(text: str = "") -> None:

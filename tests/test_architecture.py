@@ -88,3 +88,29 @@ def test_a_new_layer_is_one_row(store, run, monkeypatch):
         f["rule"] == "layer-missing" and f["path"] == ".stacks/FACTS.md"
         for f in json.loads(check.out)["findings"]
     )
+
+
+def test_the_declared_api_exists_and_works_in_process(store):
+    """The module docstring's API paragraph, run: operations take a Store, print
+    nothing and return results."""
+    assert all(hasattr(stm, name) for name in stm.__all__)
+    memory = stm.open_store(stacks=str(store / ".stacks"))
+    entry = stm.append_log(memory, "parser work, from the API")
+    assert entry["path"].startswith(".stacks/logs/")
+    note = stm.add_memory_note(memory, "Next Steps", "port the printer")
+    assert note == {"path": ".stacks/MEMORY.md", "section": "Next Steps", "replaced": False}
+    hits = list(stm.search_memory(memory, "from the API"))
+    assert [hit["layer"] for hit in hits] == ["logs"]
+    text, warnings = stm.boot_document(stm.BootParts(memory), max_chars=2000)
+    assert "port the printer" in text and len(text) <= 2000 and warnings == []
+    findings, fixed = stm.check_store(memory)
+    assert [f.rule for f in findings if f.severity == "error"] == [] and fixed == []
+    with pytest.raises(stm.StmError) as refused:
+        stm.append_log(memory, "")
+    assert refused.value.code == 2
+
+
+def test_handlers_are_referenced_directly_in_the_command_table():
+    for table in (stm.COMMANDS, *stm.VERBS.values()):
+        for _, handler, _, _, _ in table:
+            assert handler is None or callable(handler)
