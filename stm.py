@@ -139,6 +139,8 @@ HANDOFF_JSON = "handoff.json"
 BOOT_BUDGET_TOKENS = 2000
 JSON_SCHEMA_VERSION = 1
 LOCK_TIMEOUT_S = 10.0
+LOCK_STAMP_BYTES = 128  # "pid host time", padded: rewritten in place, never truncated
+JSON_DEPTH_MAX = 32  # nesting a handoff, state.json or settings file may have
 STATE_WARN_BYTES = 10 * 1024
 HANDOFF_MAX_BYTES = 1024 * 1024
 MESSAGE_MAX_BYTES = 1024 * 1024
@@ -418,6 +420,15 @@ def usage_error(message: str) -> StmError:
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def require_regular(fd: int, path: str) -> None:
+    """Refuse a FIFO, socket or device where stm expects a regular file."""
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise StmError(f"{path} is not a regular file (a FIFO, socket or device?); remove it")
 
 
 def fsync_enabled() -> bool:
@@ -507,9 +518,11 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
-    """Read a file inside a tree without following a symlink in its last component."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    """Read a regular file without following a symlink in its last component. O_NONBLOCK:
+    a FIFO planted where a file should be must not hang the command; it is refused."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
+        require_regular(fd, path)
         chunks = []
         remaining = limit if limit is not None else -1
         while remaining != 0:
@@ -560,16 +573,23 @@ class FileLock:
         self.fd = -1
 
     def __enter__(self) -> FileLock:
-        flags = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+        # Never truncated, never written through a hard link: a lock file planted as a
+        # hard link to someone's file must not damage it.
+        flags = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
         try:
             self.fd = os.open(self.path, flags, 0o644)
         except OSError as exc:
             raise StmError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
         try:
+            require_regular(self.fd, self.path)
+            if os.fstat(self.fd).st_nlink > 1:
+                raise StmError(
+                    f"lock file {self.path} has other hard links; stm will not write to it: "
+                    "delete it (stm recreates it)"
+                )
             self._acquire()
-            os.ftruncate(self.fd, 0)
-            stamp = f"{os.getpid()} {host_name()} {iso_now()}\n"
-            pwrite(self.fd, stamp.encode(), 0)
+            stamp = f"{os.getpid()} {host_name()} {iso_now()}".ljust(LOCK_STAMP_BYTES)
+            pwrite(self.fd, stamp.encode()[:LOCK_STAMP_BYTES], 0)
         except BaseException:
             os.close(self.fd)
             self.fd = -1
@@ -679,7 +699,7 @@ def append_record(path: str, data: bytes, complete_end):
     (a file this call created is removed). Returns a function that undoes the append,
     for a later step of the same command that fails (see Rollback).
     """
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
     existed = os.path.lexists(path)
     try:
         fd = os.open(path, flags, default_file_mode())
@@ -691,6 +711,7 @@ def append_record(path: str, data: bytes, complete_end):
             raise StmError(f"cannot append to {path}: {exc.strerror}") from exc
         raise
     try:
+        require_regular(fd, path)
         size = os.fstat(fd).st_size
         end = complete_end(fd, size) if size else 0
         if end is not None and end < size:
@@ -931,7 +952,10 @@ def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) ->
     if zone and zone not in "Zz":
         sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
-        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+        try:
+            tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+        except ValueError:
+            return None  # an offset of 24 h or more is no time zone
     try:
         moment = datetime(
             int(year),
@@ -985,7 +1009,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-_CONTROL_RE = LazyRegex(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_RE = LazyRegex(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def escape_controls(text: str) -> str:
@@ -994,7 +1018,12 @@ def escape_controls(text: str) -> str:
     Stored text is later printed to terminals; a raw escape sequence could rewrite the
     screen or the title bar. Tabs and newlines are kept.
     """
-    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL_RE.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
 
 
 def command_name() -> str:
@@ -1030,6 +1059,16 @@ def display_path(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def not_utf8(text: str) -> bool:
+    """Text from the OS (argv, environment) that held bytes which are not UTF-8: Python
+    keeps them as lone surrogates, which no file may receive."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def author_name(environ=None) -> str:
     """STM_USER, else USER / LOGNAME, else the login name: made one line."""
     env = os.environ if environ is None else environ
@@ -1042,6 +1081,24 @@ def author_name(environ=None) -> str:
         except (ImportError, KeyError, AttributeError):
             name = "unknown"
     return " ".join(escape_controls(name).split())[:100] or "unknown"
+
+
+def load_json(data, **options):
+    """json.loads, with nesting bounded: deeper than JSON_DEPTH_MAX levels (or deep enough
+    to exhaust Python's recursion) is a ValueError, like any other malformed JSON, so no
+    file or message can crash a command later (check renders what it reads)."""
+    try:
+        value = json.loads(data, **options)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {JSON_DEPTH_MAX} levels") from None
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > JSON_DEPTH_MAX:
+            raise ValueError(f"nested deeper than {JSON_DEPTH_MAX} levels")
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return value
 
 
 def dumps_json(obj, indent: int | None = 2) -> str:
@@ -1064,6 +1121,9 @@ class Settings:
 
     def __init__(self, environ=None):
         env = os.environ if environ is None else environ
+        for name in ("STM_USER", "STM_SESSION", "STM_LOCK_TIMEOUT"):
+            if not_utf8(env.get(name, "")):
+                raise usage_error(f"{name} is not valid UTF-8; set it to plain text")
         self.user = env.get("STM_USER") or None  # an empty variable means "no namespace"
         self.session = env.get("STM_SESSION", "").strip() or None
         self._lock_timeout_raw = env.get("STM_LOCK_TIMEOUT", "")
@@ -1247,6 +1307,12 @@ def open_store(
         state = os.path.join(os.path.dirname(os.path.abspath(stacks)), STATE_DIRNAME)
     if user is None:
         user = settings.user
+    real_stacks, real_state = os.path.realpath(stacks), os.path.realpath(state)
+    if real_state == real_stacks or real_state.startswith(real_stacks + os.sep):
+        raise usage_error(
+            f"--state-dir {state} is inside the stacks directory {stacks}; the two trees are "
+            "kept apart (state beside .stacks, e.g. .state): name another folder"
+        )
     return Store(stacks, state, user, settings)
 
 
@@ -1769,7 +1835,7 @@ def load_json_file(path: str, what: str, limit: int | None = None, fix: str | No
     except OSError as exc:
         raise StmError(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
-        return json.loads(raw.decode("utf-8"))
+        return load_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         fix = fix or f"restore it with `git checkout -- {display_path(path)}` or see `stm check`"
         raise StmError(f"{what} {path} is not valid JSON ({exc}); {fix}") from None
@@ -2042,7 +2108,7 @@ def parse_handoff(raw: bytes, source: str) -> dict:
     if not text.strip():
         raise StmError(f"handoff {source} is empty; give the JSON file, or pipe it in")
     try:
-        handoff = json.loads(
+        handoff = load_json(
             text, object_pairs_hook=unique_keys_object, parse_constant=refuse_json_constant
         )
     except ValueError as exc:
@@ -2105,9 +2171,11 @@ def neutralise_markdown(text: str) -> str:
     '\\\\# Not a heading\\n\\\\---'
     """
     out = []
-    for line in escape_controls(text.replace("\r\n", "\n")).split("\n"):
+    text = escape_controls(text.replace("\r\n", "\n")).replace("<!--", "&lt;!--")
+    for line in text.split("\n"):
         stripped = line.lstrip(" ")
-        if len(line) - len(stripped) <= 3 and re.match(r"#|=+\s*$|-+\s*$", stripped):
+        # a heading, a setext underline, or a code fence that would swallow what follows
+        if len(line) - len(stripped) <= 3 and re.match(r"#|=+\s*$|-+\s*$|```|~~~", stripped):
             line = line[: len(line) - len(stripped)] + "\\" + stripped
         out.append(line)
     return "\n".join(out).strip("\n")
@@ -2769,7 +2837,7 @@ def load_config(store: Store, *, strict: bool = False) -> dict:
     an error when `strict` (commands that act on the limits), else ignored (boot)."""
     path = store.layer(CONFIG_FILE)
     try:
-        data = json.loads(read_bytes(path, 65536).decode("utf-8"))
+        data = load_json(read_bytes(path, 65536).decode("utf-8"))
     except FileNotFoundError:
         return dict(CONFIG_DEFAULTS)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -3825,7 +3893,7 @@ class Checker:
         config = dict(CONFIG_DEFAULTS)
         if os.path.lexists(path):
             try:
-                data = json.loads(read_bytes(path, 65536).decode("utf-8"))
+                data = load_json(read_bytes(path, 65536).decode("utf-8"))
             except (OSError, UnicodeDecodeError, ValueError) as exc:
                 self.report("config-invalid", path, f"not valid JSON ({exc})")
                 return
@@ -4013,7 +4081,7 @@ class Checker:
             # two reads can see an event the state it read does not have yet. Read the
             # state again, after the history: it is at least as new as every event then.
             with contextlib.suppress(OSError, ValueError):
-                state = json.loads(read_bytes(state_path))
+                state = load_json(read_bytes(state_path))
             reason = state_conflict_reason(state, events, conflicted)
         if reason:
             self.report("state-conflict", state_path, reason)
@@ -4045,7 +4113,7 @@ class Checker:
         try:
             raw = read_bytes(path)  # O_NOFOLLOW: a symlink fails here, without an lstat
             size = len(raw)
-            state = json.loads(raw.decode("utf-8"))
+            state = load_json(raw.decode("utf-8"))
         except FileNotFoundError:
             self.report("state-invalid", path, "state.json is missing", "restore it from git")
             return None
@@ -4105,7 +4173,7 @@ class Checker:
             events = []
         for number, raw in enumerate(lines, 1):
             try:
-                event = json.loads(raw)
+                event = load_json(raw)
                 ok = isinstance(event, dict) and "timestamp" in event and "event" in event
             except ValueError:
                 ok = False
@@ -4270,7 +4338,7 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
     folder = os.path.dirname(finding.target)
     ref = SessionRef(os.path.basename(folder), folder, False)
     try:
-        state = json.loads(read_bytes(ref.state_path))
+        state = load_json(read_bytes(ref.state_path))
         lines = read_bytes(ref.history_path).split(b"\n")[:-1]  # complete lines only
     except (OSError, ValueError):
         return None  # check reports what is wrong with them
@@ -4279,7 +4347,7 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
         events = []
         for line in lines:
             with contextlib.suppress(ValueError):
-                events.append(json.loads(line))
+                events.append(load_json(line))
     behind = history_behind(state, newest_version(events))
     if behind is None or not isinstance(state.get("updated_at"), str):
         return None  # caught up meanwhile, or a broken state.json that check reports
@@ -4316,7 +4384,7 @@ def history_records(data: bytes) -> list[dict]:
     records = []
     for line in data.split(b"\n")[:-1]:  # the part after the last newline is torn
         try:
-            event = json.loads(line)
+            event = load_json(line)
         except ValueError:
             continue
         if isinstance(event, dict) and isinstance(event.get("event"), str):
@@ -4353,7 +4421,7 @@ def state_sides(raw: str) -> list[dict]:
     sides = []
     for text in texts:
         try:
-            state = json.loads(text)
+            state = load_json(text)
         except ValueError:
             continue
         if isinstance(state, dict):
@@ -4620,7 +4688,7 @@ def history_events(lines: list[bytes]) -> list | None:
     if not lines or any(not line.strip() for line in lines):
         return None
     try:
-        events = json.loads(b"[" + b",".join(lines) + b"]")
+        events = load_json(b"[" + b",".join(lines) + b"]")
     except ValueError:
         return None
     valid = len(events) == len(lines) and all(
@@ -5471,7 +5539,7 @@ def read_last_events(ref: SessionRef, count: int) -> list[dict]:
     events = []
     for raw in data.split(b"\n")[-count - 1 :]:
         try:
-            event = json.loads(raw)
+            event = load_json(raw)
         except ValueError:
             continue  # a torn tail, or a line cut by the 64 KiB window
         if isinstance(event, dict):
@@ -5703,7 +5771,7 @@ def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | Non
             # An I/O error propagates: skipping a readable session could make a duplicate.
             raw = read_bytes(os.path.join(path, STATE_FILE))
             try:
-                state = json.loads(raw.decode("utf-8"))
+                state = load_json(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError):
                 continue  # corrupt: `stm check` reports it
             if not isinstance(state, dict) or state.get("task_id") != handoff["task_id"]:
@@ -6002,6 +6070,15 @@ def add_memory_note(
     section = clean_section_name(section)
     if not note.strip() and not replace:
         raise usage_error("note is empty; nothing written")
+    # An HTML comment opener would hide everything after it from a Markdown reader, and
+    # an unclosed code fence would turn the sections below into text: neither may enter.
+    note = note.replace("<!--", "&lt;!--")
+    fences = sum(1 for line in note.split("\n") if FENCE_RE.match(line))
+    if fences % 2:
+        raise usage_error(
+            "the note opens a code fence (``` or ~~~) it does not close, which would swallow "
+            "the sections below it; close it; nothing written"
+        )
     if replace:
         refuse_breaking_body(note)
     if not allow_secret:
@@ -6557,7 +6634,7 @@ def load_settings(path: str) -> tuple[dict, bytes | None]:
     refuse_symlink(path, "settings file")
     raw = read_bytes(path)
     try:
-        data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+        data = load_json(raw.decode("utf-8")) if raw.strip() else {}
     except (UnicodeDecodeError, ValueError) as exc:
         raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
     hooks = data.get("hooks", {}) if isinstance(data, dict) else None
@@ -6630,7 +6707,7 @@ def matching_backup(backup: str, data: dict) -> bytes | None:
     except OSError:
         return None
     with contextlib.suppress(ValueError, UnicodeDecodeError):
-        if json.loads(raw.decode("utf-8")) == data:
+        if load_json(raw.decode("utf-8")) == data:
             return raw
     return None
 
@@ -6731,7 +6808,7 @@ def load_json_config(path: str) -> tuple[dict, bytes | None]:
         raise StmError(f"{path} is not a regular file; nothing changed")
     raw = read_bytes(path)
     try:
-        data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+        data = load_json(raw.decode("utf-8")) if raw.strip() else {}
     except (UnicodeDecodeError, ValueError) as exc:
         raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
     if not isinstance(data, dict):
@@ -7596,7 +7673,7 @@ class McpServer:
     def answer(self, line: bytes) -> dict | None:
         """The response to one message, or None for a notification."""
         try:
-            message = json.loads(line.decode("utf-8"))
+            message = load_json(line.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return mcp_error_message(None, MCP_PARSE_ERROR, "Parse error: invalid JSON")
         if not isinstance(message, dict):
@@ -8589,6 +8666,12 @@ def looks_like_option(word: str) -> bool:
 
 def run_command(argv: list[str]) -> int:
     """Parse the command line and run the command's handler; returns its exit code."""
+    for arg in argv:
+        if not_utf8(arg):
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+            refused = usage_error(f"argument {shown!r} is not valid UTF-8")
+            refused.prog = command_name()
+            raise refused
     parser = build_parser(*command_of(argv))
     try:
         args, extra = parser.parse_known_args(argv)
