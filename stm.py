@@ -350,14 +350,44 @@ TEMPLATE_LAYERS = tuple(layer for layer in LAYERS if layer.template is not None)
 # faster than a regex scan (check reads every log).
 SECRET_PATTERNS = (
     (
-        "GitHub token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+        "GitHub token",  # no \b: a token glued to a word (`tokenghp_...`) still leaks
+        r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
     ("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", ("AKIA", "ASIA")),
+    (
+        "AWS secret access key",
+        r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])",
+        ("aws_secret", "AWS_SECRET", "aws_Secret", "AwsSecret", "awsSecret", "awssecret"),
+    ),
     ("OpenAI-style API key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
     ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
-    ("private key block", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----", ("PRIVATE KEY",)),
+    (
+        "Slack webhook",
+        r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}",
+        ("hooks.slack.com",),
+    ),
+    ("GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}", ("glpat-",)),
+    ("Google API key", r"\bAIza[0-9A-Za-z_-]{35}", ("AIza",)),
+    ("Stripe key", r"\b[sr]k_live_[0-9A-Za-z]{24,}", ("k_live_",)),
+    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b", ("npm_",)),
+    ("PyPI token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", ("pypi-AgEIcHlwaS5vcmc",)),
+    ("Hugging Face token", r"\bhf_[A-Za-z]{34}\b", ("hf_",)),
+    (
+        "JSON Web Token",
+        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
+        ("eyJ",),
+    ),
+    (
+        "URL with a password",
+        r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@[^\s/@]+",
+        ("://",),
+    ),
+    (
+        "private key block",  # PEM (RSA, EC, OpenSSH, PKCS8 "ENCRYPTED") and PGP
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+        ("PRIVATE KEY",),
+    ),
 )
 
 
@@ -1135,9 +1165,15 @@ class Settings:
 
     @property
     def author(self) -> str:
-        """Who log entries and events name; computed on first use (it may need `pwd`)."""
+        """Who log entries and events name; computed on first use (it may need `pwd`).
+        A name that looks like a credential is refused: it would be committed."""
         if self._author is None:
             self._author = author_name()
+        for kind, _, excerpt in find_secrets(self._author):
+            raise StmError(
+                f"the author name (STM_USER) looks like a {kind} ({excerpt}); memory is "
+                "committed to git: set STM_USER to a name; nothing written"
+            )
         return self._author
 
     @author.setter
@@ -1975,6 +2011,7 @@ def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | 
                 "`stm session new`"
             )
         state = load_state(fresh)
+        refuse_invalid_state(fresh, state)
         check_expected_version(ref, state, expect_version)
         before = dumps_json(state)
         name, details = mutate(state)
@@ -4715,8 +4752,75 @@ def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | 
     return version, newest
 
 
+# What each state.json field must hold (spec/state-layout.md): a kind, and for objects
+# and lists what their members must be. "stamp" is an ISO-8601 time with a zone.
+STATE_OPTIONAL_FIELDS = {
+    "name": "str",
+    "valid_phases": "strs",
+    "phase_history": "phases",
+    "checkpoint": {
+        "last_completed_step": "str",
+        "pending_steps": "strs",
+        "can_resume": "bool",
+        "resume_instruction": "str",
+    },
+    "recovery": {
+        "last_agent": "str",
+        "last_action": "str",
+        "interrupted_at": "stamp",
+        "recovery_notes": "str",
+    },
+    "context": "paths",
+    "user": "str",
+    "archived_at": "stamp",
+    "finished_at": "stamp",
+    "task_id": "str",
+    "from_agent": "str",
+    "to_agent": "str",
+    "handoff_status": "str",
+    "handoff_created_at": "str",
+}
+
+
+def field_problem(value, kind) -> str | None:
+    """Why `value` is not of `kind` (see STATE_OPTIONAL_FIELDS), or None."""
+    if isinstance(kind, dict):
+        if not isinstance(value, dict):
+            return "must be an object"
+        for key, member in kind.items():
+            problem = field_problem(value[key], member) if key in value else None
+            if problem:
+                return f"{key} {problem}"
+        return None
+    if kind == "str":
+        return None if isinstance(value, str) else "must be a string"
+    if kind == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind == "stamp":
+        return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
+    if kind == "strs":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings"
+    if kind == "paths":
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else "must be an object of paths"
+    if kind == "phases":
+        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            return "must be a list of {phase, entered_at, exited_at} objects"
+        for entry in value:
+            if not isinstance(entry.get("phase"), str):
+                return "entries need a string phase"
+            for key in ("entered_at", "exited_at"):
+                stamp = entry.get(key)
+                if (stamp is not None or key == "entered_at") and not is_iso_utc(stamp):
+                    return f"{key} {one_line(repr(stamp), 40)} is not ISO-8601 with a zone"
+        return None
+    return None
+
+
 def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
-    """Required fields, their types, timestamps and phases of one state.json."""
+    """Required fields, the type of every field check reads or a command updates,
+    timestamps and phases of one state.json."""
     problems = []
     for key, kind in (
         ("session_id", str),
@@ -4732,35 +4836,23 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
             problems.append(("state-field", f"{key!r} must be a {kind.__name__}"))
     if isinstance(state.get("session_id"), str) and state["session_id"] != folder_name:
         problems.append(
-            (
-                "state-field",
-                f"session_id {state['session_id']!r} is not the folder name",
-            )
+            ("state-field", f"session_id {state['session_id']!r} is not the folder name")
         )
     for key in ("created_at", "updated_at"):
         if isinstance(state.get(key), str) and not is_iso_utc(state[key]):
             problems.append(
                 ("state-timestamp", f"{key} {state[key]!r} is not ISO-8601 with a zone")
             )
-    for entry in state.get("phase_history") or []:
-        for key in ("entered_at", "exited_at"):
-            value = entry.get(key) if isinstance(entry, dict) else "?"
-            if value is not None and not is_iso_utc(value):
-                problems.append(
-                    (
-                        "state-timestamp",
-                        f"phase_history {key} {value!r} is not ISO-8601",
-                    )
-                )
+    for key, kind in STATE_OPTIONAL_FIELDS.items():
+        problem = field_problem(state[key], kind) if key in state else None
+        if problem:
+            rule = "state-timestamp" if "ISO-8601" in problem else "state-field"
+            problems.append((rule, f"{key!r} {one_line(problem, 120)}"))
     valid = state.get("valid_phases")
-    if valid is not None:
-        if not isinstance(valid, list) or not all(isinstance(p, str) for p in valid):
-            problems.append(("state-field", "'valid_phases' must be a list of strings"))
-        elif isinstance(state.get("phase"), str) and state["phase"] not in valid:
-            problems.append(("state-phase", f"phase {state['phase']!r} is not in valid_phases"))
-    for key in ("checkpoint", "recovery", "context"):
-        if key in state and not isinstance(state[key], dict):
-            problems.append(("state-field", f"{key!r} must be an object"))
+    phase = state.get("phase")
+    strings = isinstance(valid, list) and all(isinstance(p, str) for p in valid)
+    if strings and valid and isinstance(phase, str) and phase not in valid:
+        problems.append(("state-phase", f"phase {phase!r} is not in valid_phases"))
     if isinstance(state.get("context"), dict):
         for name, value in sorted(state["context"].items()):
             problem = context_path_problem(value)
@@ -4769,6 +4861,17 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
                     ("state-field", f"context {name!r}: {one_line(repr(value), 80)} {problem}")
                 )
     return problems
+
+
+def refuse_invalid_state(ref: SessionRef, state: dict) -> None:
+    """An update never builds on a state.json whose fields have the wrong types: what it
+    wrote could not be read back. Exit 1, nothing written."""
+    problems = [m for rule, m in state_problems(state, ref.id) if rule != "state-phase"]
+    if problems:
+        raise StmError(
+            f"state file {ref.state_path} is invalid ({'; '.join(problems[:3])}); fix the "
+            "field or restore the file from git (`stm check` lists every problem); nothing written"
+        )
 
 
 # ==== Operations and commands ================================================
@@ -4952,11 +5055,15 @@ def read_message(args) -> str:
     return message
 
 
-def refuse_secrets(text: str, flag_hint: str) -> None:
+def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
+    """Refuse text that looks like a credential (exit 1); `flag_hint` names the flag that
+    allows it, or "no flag"."""
     for kind, line, excerpt in find_secrets(text):
+        way = "remove it" if flag_hint == "no flag" else f"remove it, or pass {flag_hint}"
+        way += "" if flag_hint == "no flag" else " if it is not a secret"
         raise StmError(
-            f"refused: line {line} looks like a {kind} ({excerpt}); memory is committed to "
-            f"git, so nothing was written. Remove it, or pass {flag_hint} if it is not a secret"
+            f"refused: {what}line {line} looks like a {kind} ({excerpt}); memory is committed "
+            f"to git, so nothing was written: {way}"
         )
 
 
@@ -5284,7 +5391,9 @@ def cmd_status(args) -> int:
     line = f"sessions: {sessions['active']} active, {sessions['archived']} archived"
     current = sessions["current"]
     if current:
-        line += f"; current {current['session_id']} in phase {current['phase']}"
+        line += (
+            f"; current {current['session_id']} in phase {one_line(current['phase'] or '?', 64)}"
+        )
         if current["in_phase_for"]:
             line += f" for {current['in_phase_for']}"
     out(line)
@@ -5327,6 +5436,8 @@ def new_session(
     if phases and phase not in phases:
         raise usage_error(f"--phase {phase!r} is not one of --phases {','.join(phases)}")
     name = clean_text(name, "--name", 200) if name is not None else None
+    if name:
+        refuse_secrets(name, "no flag")
     now = utc_now()
     with store.state_lock(), Rollback() as rollback:
         session_id = unused_session_id(store, now)
@@ -5434,6 +5545,7 @@ def archive_session(
         if ref.archived:
             return ref, load_state(ref), False
         state = load_state(ref)
+        refuse_invalid_state(ref, state)
         pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
         check_expected_version(ref, state, expect_version)
         destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
@@ -5522,7 +5634,8 @@ def cmd_session_list(args) -> int:
             flag += f" to {one_line(handoff['to_agent'], 40)}]" if handoff.get("to_agent") else "]"
         name = one_line(row["name"] or "", 60)
         phase = one_line(row["phase"], 16)
-        out(f"{mark} {row['session_id']}  {phase:16} {row['updated_at'] or '-':20}  {name}{flag}")
+        updated = one_line(row["updated_at"] or "-", 20)
+        out(f"{mark} {row['session_id']}  {phase:16} {updated:20}  {name}{flag}")
     return EXIT_OK
 
 
@@ -5563,7 +5676,8 @@ def cmd_session_show(args) -> int:
     out(f"session {ref.id}{flags}")
     out(f"path: {store.rel(ref.path)}")
     out(render_workflow(store, ref, state))
-    out(f"created {state.get('created_at')}, updated {state.get('updated_at')}")
+    created, updated = one_line(state.get("created_at")), one_line(state.get("updated_at"))
+    out(f"created {created}, updated {updated}")
     if events:
         out("recent events:")
         for event in events:
@@ -5704,6 +5818,7 @@ def checkpoint_session(
     resume = clean_text(resume, "--resume", 1000) if resume is not None else None
     if note is not None:
         note = clean_text(note, "--note", 2000) if note.strip() else ""
+    refuse_secrets("\n".join(t for t in (done, resume, note, *(pending or [])) if t), "no flag")
     given = (done, pending, resume, note)
     if all(value is None for value in given) and not interrupted and not finish:
         raise usage_error(
@@ -5854,6 +5969,7 @@ def cmd_compose_handoff(args) -> int:
         return EXIT_OK
     raw, source = read_handoff_input(args.file)
     handoff = parse_handoff(raw, source)
+    refuse_secrets(raw.decode("utf-8-sig"), "no flag", f"handoff {source}: ")
     if args.print_only:
         text = render_session_md(handoff, "(not created: --print)", iso_now())
         if args.output:
@@ -7063,6 +7179,8 @@ def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]]
                 data = member.read(info.file_size + 1)  # sizes can lie: read one byte more
             if len(data) != info.file_size:
                 raise StmError(f"import: entry {info.filename!r} is not the size it claims")
+            text = data.decode("utf-8", "replace")
+            refuse_secrets(text, "no flag", f"import: entry {info.filename!r}, ")
             files.append((info.filename, target, data))
     return files, skipped
 
