@@ -742,6 +742,11 @@ def append_record(path: str, data: bytes, complete_end):
         raise
     try:
         require_regular(fd, path)
+        if os.fstat(fd).st_nlink > 1:
+            raise StmError(
+                f"{path} has other hard links; stm appends to its own files only: copy it "
+                "(cp --no-preserve=links) to break the link"
+            )
         size = os.fstat(fd).st_size
         end = complete_end(fd, size) if size else 0
         if end is not None and end < size:
@@ -848,7 +853,10 @@ def jsonl_complete_end(fd: int, size: int) -> int:
 
 
 def sweep_temp_files(directory: str) -> list[str]:
-    """Names of leftover `.*.tmp` files from killed writers in `directory`."""
+    """Names of leftover `.*.tmp` files from killed writers in `directory` (none listed
+    through a link: check --fix deletes what this returns)."""
+    if os.path.islink(directory):
+        return []
     try:
         names = os.listdir(directory)
     except OSError:
@@ -901,6 +909,19 @@ def context_path_problem(value) -> str | None:
     if any(part in ("", ".", "..") for part in value.split("/")):
         return "has an empty, '.' or '..' component"
     return None
+
+
+def links_on_the_way(root: str, path: str) -> bool:
+    """Whether `path`, or a folder between `root` and it, is a symbolic link."""
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return True
+    walk = root
+    for part in rel.split(os.sep):
+        walk = os.path.join(walk, part)
+        if os.path.islink(walk):
+            return True
+    return False
 
 
 def require_inside(path: str, root: str, what: str) -> str:
@@ -1238,7 +1259,8 @@ class Store:
         return os.path.join(self.state, POINTER_FILE)
 
     def state_lock(self) -> FileLock:
-        make_dir(self.state)
+        if not os.path.isdir(self.state):  # a symlinked state root is allowed (spec)
+            make_dir(self.state)
         return FileLock(os.path.join(self.state, LOCK_NAME), self.settings.lock_timeout)
 
     def rel(self, path: str) -> str:
@@ -1763,7 +1785,10 @@ def archive_month(session_id: str) -> str:
 
 
 def list_dirs(path: str, with_links: bool = False) -> list[str]:
-    """Sub-folder names (symlinks too, when asked: check reports them), sorted."""
+    """Sub-folder names (symlinks too, when asked: check reports them), sorted; nothing
+    when `path` itself is a link (stm never walks through one)."""
+    if os.path.islink(path):
+        return []
     try:
         entries = list(os.scandir(path))
     except (FileNotFoundError, NotADirectoryError):
@@ -1929,7 +1954,8 @@ def read_pointer(store: Store) -> str | None:
 
 
 def write_pointer(store: Store, session_id: str | None) -> None:
-    make_dir(store.state)
+    if not os.path.isdir(store.state):  # a symlinked state root is allowed
+        make_dir(store.state)
     refuse_symlink(store.pointer_path, "session pointer")
     data = {"active_session": session_id, "updated_at": iso_now()}
     atomic_write(store.pointer_path, dumps_json(data).encode("utf-8"))
@@ -3291,10 +3317,14 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
     lines.append(last_activity_line(state, now))
     if state.get("task_id"):
         sender = one_line(state.get("from_agent", "?"))
-        lines.append(
+        line = (
             f"- Handoff: task {one_line(state['task_id'])} from {sender}, status "
-            f"{one_line(state.get('handoff_status', '?'))}; full text: {folder}/{SESSION_MD}"
+            f"{one_line(state.get('handoff_status', '?'))}"
         )
+        session_md = os.path.join(ref.path, SESSION_MD)
+        if os.path.isfile(session_md) and not os.path.islink(session_md):
+            line += f"; full text: {folder}/{SESSION_MD}"  # a link could lead anywhere
+        lines.append(line)
     lines += render_checkpoint(state, steps=steps)
     context = state.get("context")
     if isinstance(context, dict):
@@ -3741,6 +3771,7 @@ class Checker:
         # Temp files appear only beside the files stm rewrites: look exactly there.
         for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
             self.check_temp_files(folder)
+        self.check_lock_file(self.store.stacks, "layer-symlink")
         if os.path.isdir(self.store.state):
             self.check_state()
         self.check_git_files()
@@ -4039,12 +4070,42 @@ class Checker:
     # State ------------------------------------------------------------------
 
     def check_state(self) -> None:
+        """Every session, active and archived; no folder that is a link is walked: each
+        is reported instead (a cloned repository chooses where links point)."""
         store = self.store
-        for folder in (store.state, store.sessions_dir, store.history_dir):
-            self.check_temp_files(folder)
+        self.check_temp_files(store.state)
+        self.check_lock_file(store.state, "session-symlink")
+        for folder in (store.sessions_dir, store.history_dir):
+            if os.path.islink(folder):
+                self.report("session-symlink", folder, "folder is a symbolic link; not read")
+        self.check_temp_files(store.sessions_dir)
+        self.check_temp_files(store.history_dir)
         self.check_building_folders(store.sessions_dir)
+        self.check_pointer()
+        for name in list_dirs(store.sessions_dir, with_links=True):
+            path = os.path.join(store.sessions_dir, name)
+            if name.startswith("user-") and os.path.islink(path):
+                self.report("session-symlink", path, "user folder is a symbolic link; not read")
+            elif name.startswith("user-"):
+                self.check_building_folders(path)
+                for sid in list_dirs(path, with_links=True):
+                    if not sid.endswith(".building"):
+                        self.check_session(os.path.join(path, sid), sid, None)
+            elif not name.endswith(".building"):
+                self.check_session(path, name, None)
+        for month in list_dirs(store.history_dir, with_links=True):
+            month_dir = os.path.join(store.history_dir, month)
+            if os.path.islink(month_dir):
+                self.report("session-symlink", month_dir, "month folder is a symbolic link")
+                continue
+            for sid in list_dirs(month_dir, with_links=True):
+                self.check_session(os.path.join(month_dir, sid), sid, month)
+
+    def check_pointer(self) -> None:
+        store = self.store
         try:
             active = read_pointer(store)
+            ref = locate_session(store, active) if active and is_session_id(active) else None
         except StmError as exc:
             self.report(
                 "pointer-invalid",
@@ -4052,35 +4113,26 @@ class Checker:
                 exc.message,
                 "run `stm session switch ID` or delete the file",
             )
-            active = None
-        if active:
-            ref = locate_session(store, active) if is_session_id(active) else None
-            if ref is None:
-                self.report(
-                    "pointer-invalid",
-                    store.pointer_path,
-                    f"points to {active}, which does not exist",
-                    "run `stm session switch ID` or `stm session new`",
-                )
-            elif ref.archived:
-                self.report(
-                    "pointer-invalid",
-                    store.pointer_path,
-                    f"points to {active}, which is archived",
-                    "run `stm session switch ID` or `stm session new`",
-                )
-        for name in list_dirs(store.sessions_dir, with_links=True):
-            path = os.path.join(store.sessions_dir, name)
-            if name.startswith("user-") and not os.path.islink(path):
-                self.check_building_folders(path)
-                for sid in list_dirs(path):
-                    if not sid.endswith(".building"):
-                        self.check_session(os.path.join(path, sid), sid, None)
-            elif not name.endswith(".building"):
-                self.check_session(path, name, None)
-        for month in list_dirs(store.history_dir):
-            for sid in list_dirs(os.path.join(store.history_dir, month)):
-                self.check_session(os.path.join(store.history_dir, month, sid), sid, month)
+            return
+        if active and ref is None:
+            self.report(
+                "pointer-invalid",
+                store.pointer_path,
+                f"points to {active}, which does not exist",
+                "run `stm session switch ID` or `stm session new`",
+            )
+        elif active and ref.archived:
+            self.report(
+                "pointer-invalid",
+                store.pointer_path,
+                f"points to {active}, which is archived",
+                "run `stm session switch ID` or `stm session new`",
+            )
+
+    def check_lock_file(self, tree: str, rule: str) -> None:
+        lock = os.path.join(tree, LOCK_NAME)
+        if os.path.islink(lock):
+            self.report(rule, lock, "the lock file is a symbolic link; stm will not open it")
 
     def check_session(self, path: str, name: str, month: str | None) -> None:
         if not is_session_id(name):
@@ -4133,11 +4185,33 @@ class Checker:
                 f"{behind[1]}: an update was interrupted between its two writes",
                 "run `stm check --fix` to record a `recovered` event",
             )
-        if state is not None and os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
+        self.check_session_links(path, state)
+        handoff = os.path.join(path, "context", HANDOFF_JSON)
+        if state is not None and not links_on_the_way(path, handoff) and os.path.isfile(handoff):
             self.check_handoff(path)
         session_md = os.path.join(path, SESSION_MD)
         if os.path.isfile(session_md) and not os.path.islink(session_md):
             self.check_conflict_markers(session_md, read_text(session_md))
+
+    def check_session_links(self, path: str, state) -> None:
+        """Links inside a session: its folders, Session.md, and the context files boot
+        would tell an agent to read (checked on the resolved path, not the text)."""
+        for name in ("context", "artifacts", SESSION_MD):
+            inner = os.path.join(path, name)
+            if os.path.islink(inner):
+                self.report("session-symlink", inner, f"{name} is a symbolic link; not read")
+        context = state.get("context") if isinstance(state, dict) else None
+        if not isinstance(context, dict):
+            return
+        ref = SessionRef(os.path.basename(path), path, False)
+        for key, value in sorted(context.items()):
+            if context_path_problem(value) is None and not context_file_inside(ref, value):
+                self.report(
+                    "state-field",
+                    os.path.join(path, STATE_FILE),
+                    f"context {key!r}: {one_line(value, 80)} passes through a symbolic link "
+                    "or leads out of the session; boot does not show it",
+                )
 
     def state_has_markers(self, path: str) -> bool:
         try:
@@ -4235,7 +4309,8 @@ class Checker:
         return events
 
     def check_handoff(self, path: str) -> None:
-        if not os.path.isfile(os.path.join(path, SESSION_MD)):
+        session_md = os.path.join(path, SESSION_MD)
+        if not os.path.isfile(session_md) and not os.path.islink(session_md):
             self.report(
                 "handoff-session-md",
                 os.path.join(path, SESSION_MD),
@@ -4269,8 +4344,11 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
 def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Cut a torn last record, recomputed under the lock (a writer may have fixed it)."""
     complete_end = log_complete_end if finding.rule == "log-torn" else jsonl_complete_end
-    fd = os.open(finding.target, os.O_RDWR | _O_NOFOLLOW | _O_CLOEXEC)
+    fd = os.open(finding.target, os.O_RDWR | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
+        require_regular(fd, finding.target)
+        if os.fstat(fd).st_nlink > 1:
+            return None  # never cut through a hard link: a person decides
         size = os.fstat(fd).st_size
         end = complete_end(fd, size)
         if end is None or end >= size:
@@ -4714,6 +4792,9 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
             if os.path.isdir(store.state):
                 locks.enter_context(store.state_lock())
         for finding in fixable:
+            root = store.stacks if finding.target.startswith(store.stacks + os.sep) else store.state
+            if links_on_the_way(root, finding.target):
+                continue  # --fix never deletes, truncates or writes through a link
             action = RULES[finding.rule].fixer(store, finding, dry_run)
             if action:
                 done.append((finding, action))
@@ -5018,9 +5099,22 @@ def boot_json(parts: BootParts, text: str) -> dict:
     }
 
 
+def refuse_output_target(path: str, what: str = "a file") -> None:
+    """-o may name a regular file (replaced atomically) or a new path: never a link, a
+    FIFO, a device (as root, `-o /dev/null` would replace /dev/null) or a folder."""
+    import stat
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise usage_error(f"-o {path} is a directory; name {what}")
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise usage_error(f"-o {path} is {kind}; name a regular file or a new path")
+
+
 def write_output_file(path: str, text: str) -> None:
-    if os.path.isdir(path):
-        raise usage_error(f"-o {path} is a directory; name a file")
+    refuse_output_target(path)
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise StmError(f"-o {path}: folder {parent} does not exist; create it first")
@@ -5915,7 +6009,8 @@ def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
     pending = [one_line(s, 500) for s in steps or [] if isinstance(s, str) and s.strip()]
     state["checkpoint"] = {
         "pending_steps": pending,
-        "resume_instruction": f"Read {SESSION_MD} in the session folder, then continue the task",
+        "resume_instruction": "Read the handoff's full text (named on the Handoff line), "
+        "then continue the task",
         "can_resume": True,
     }
     return state
@@ -7040,6 +7135,7 @@ def cmd_setup_agents_md(args) -> int:
     if os.path.isdir(path):
         raise usage_error(f"--file {path} is a directory; name a file such as AGENTS.md")
     refuse_symlink(path, "instructions file")
+    refuse_links_below(root, os.path.abspath(path))
     text = read_text(path) if os.path.exists(path) else ""
     if args.install:
         new = insert_agents_block(text, block, shown)
@@ -7092,8 +7188,7 @@ def cmd_export(args) -> int:
 
     store = store_from_args(args)
     target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
-    if os.path.isdir(target):
-        raise usage_error(f"-o {target} is a directory; name a .zip file")
+    refuse_output_target(target, "a .zip file")
     members = list(export_members(store, args.include_state))
     directory = os.path.dirname(os.path.abspath(target))
     tmp = os.path.join(directory, f".{os.path.basename(target)}.{random_hex(4)}.tmp")
