@@ -454,11 +454,14 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def require_regular(fd: int, path: str) -> None:
-    """Refuse a FIFO, socket or device where stm expects a regular file."""
+    """Refuse a FIFO, socket or device where stm expects a regular file. An OSError, so
+    every reader that copes with an unreadable file (boot, check, search) copes here."""
+    import errno
     import stat
 
     if not stat.S_ISREG(os.fstat(fd).st_mode):
-        raise StmError(f"{path} is not a regular file (a FIFO, socket or device?); remove it")
+        message = "not a regular file (a FIFO, socket or device?): remove it"
+        raise OSError(errno.EINVAL, message, path)
 
 
 def fsync_enabled() -> bool:
@@ -1536,7 +1539,7 @@ def iter_ref_files(refs_dir: str):
             continue
         if entry.is_dir(follow_symlinks=False):
             yield from iter_ref_files(entry.path)
-        elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
+        else:  # links and special files too: check reports them, readers skip them
             yield entry.path
 
 
@@ -3786,6 +3789,9 @@ class Checker:
                     rule, path, "is a symbolic link, which stm does not follow", "replace it"
                 )
                 continue
+            if os.path.lexists(path) and not os.path.isfile(path):
+                self.report("layer-symlink", path, "is not a regular file", "remove it")
+                continue
             missing = missing_git_lines(path, template)
             if missing:
                 lines = ", ".join(f"`{line}`" for line in missing)
@@ -3835,7 +3841,11 @@ class Checker:
                     "is a symbolic link",
                     "replace it with a real " + kind,
                 )
-            elif not (os.path.isdir(path) if kind == "dir" else os.path.isfile(path)):
+            elif os.path.lexists(path) and not (
+                os.path.isdir(path) if kind == "dir" else os.path.isfile(path)
+            ):
+                self.report("layer-symlink", path, f"is not a regular {kind}", "remove it")
+            elif not os.path.lexists(path):
                 self.report("layer-missing", path, f"layer {kind} is missing", "run `stm init`")
         for layer in TEMPLATE_LAYERS:
             path, template = store.layer_path(layer), layer.template
@@ -3863,6 +3873,9 @@ class Checker:
         for path in iter_ref_files(self.store.refs_dir):
             if os.path.islink(path):
                 self.report("layer-symlink", path, "ref is a symbolic link", "copy the file in")
+                continue
+            if not os.path.isfile(path):
+                self.report("layer-symlink", path, "ref is not a regular file", "remove it")
                 continue
             text = read_text(path)
             if not text.strip():
@@ -4133,6 +4146,8 @@ class Checker:
         lock = os.path.join(tree, LOCK_NAME)
         if os.path.islink(lock):
             self.report(rule, lock, "the lock file is a symbolic link; stm will not open it")
+        elif os.path.lexists(lock) and not os.path.isfile(lock):
+            self.report(rule, lock, "the lock file is not a regular file; remove it")
 
     def check_session(self, path: str, name: str, month: str | None) -> None:
         if not is_session_id(name):
@@ -4187,8 +4202,11 @@ class Checker:
             )
         self.check_session_links(path, state)
         handoff = os.path.join(path, "context", HANDOFF_JSON)
-        if state is not None and not links_on_the_way(path, handoff) and os.path.isfile(handoff):
-            self.check_handoff(path)
+        if state is not None and not links_on_the_way(path, handoff):
+            if os.path.isfile(handoff):
+                self.check_handoff(path)
+            elif os.path.lexists(handoff):
+                self.report("handoff-invalid", handoff, "handoff.json is not a regular file")
         session_md = os.path.join(path, SESSION_MD)
         if os.path.isfile(session_md) and not os.path.islink(session_md):
             self.check_conflict_markers(session_md, read_text(session_md))
@@ -4200,6 +4218,8 @@ class Checker:
             inner = os.path.join(path, name)
             if os.path.islink(inner):
                 self.report("session-symlink", inner, f"{name} is a symbolic link; not read")
+            elif name == SESSION_MD and os.path.lexists(inner) and not os.path.isfile(inner):
+                self.report("session-symlink", inner, "Session.md is not a regular file")
         context = state.get("context") if isinstance(state, dict) else None
         if not isinstance(context, dict):
             return
@@ -5735,10 +5755,14 @@ def cmd_session_list(args) -> int:
 
 def read_last_events(ref: SessionRef, count: int) -> list[dict]:
     try:
-        fd = os.open(ref.history_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = os.open(ref.history_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except OSError:
         return []
     try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
         size = os.fstat(fd).st_size
         data = tail_bytes(fd, size, 65536)
     finally:
@@ -6664,7 +6688,12 @@ def open_lines(path: str):
     """(number, text) for each line of a file inside a tree, read SEARCH_CHUNK bytes at a
     time, so memory stays flat however big one file grows. Opens now (an error is the
     caller's to handle), reads as it is iterated."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        require_regular(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
     return _lines_of(fd)
 
 
