@@ -574,6 +574,19 @@ def read_text(path: str, limit: int | None = None) -> str:
     return read_bytes(path, limit).decode("utf-8", errors="replace")
 
 
+def read_text_to_edit(path: str, shown: str) -> str:
+    """The text of a file stm is about to rewrite: strict UTF-8, since a lenient read
+    would write U+FFFD over every byte it could not decode."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StmError(
+            f"{shown} is not valid UTF-8 (byte {exc.start}); stm will not rewrite it and lose "
+            "those bytes: convert it to UTF-8 first; nothing written"
+        ) from None
+
+
 def make_dir(path: str) -> bool:
     """Create a directory (and its parents); True when it was created now."""
     refuse_symlink(path, "folder")
@@ -4430,9 +4443,11 @@ def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     if not dry_run:
         refuse_symlink(finding.target, "file")
         try:
-            text = read_text(finding.target)
+            text = read_text_to_edit(finding.target, finding.path)
         except FileNotFoundError:
             text = ""
+        except StmError:
+            return None  # not UTF-8: left for a person
         block = template if not text.strip() else missing_block(template, missing)
         prefix = text if not text or text.endswith("\n") else text + "\n"
         atomic_write(finding.target, (prefix + block).encode("utf-8"))
@@ -4455,7 +4470,10 @@ def missing_block(template: str, missing: list[str]) -> str:
 
 def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     template = AGENT_TEMPLATE if finding.target == store.agent_path else MEMORY_TEMPLATE
-    text = read_text(finding.target)
+    try:
+        text = read_text_to_edit(finding.target, finding.path)
+    except StmError:
+        return None  # not UTF-8: a person converts it; --fix changes nothing
     if md_has_conflict_markers(text):
         return None  # reported as conflict-markers: a person resolves it first
     missing = missing_headings(text, template)
@@ -6325,7 +6343,7 @@ def add_memory_note(
     refuse_symlink(path, "memory file")
     with store.stacks_lock():
         try:
-            before = read_text(path)
+            before = read_text_to_edit(path, store.rel(path))
         except FileNotFoundError:
             if ref is None:
                 raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
@@ -7165,7 +7183,7 @@ def cmd_setup_agents_md(args) -> int:
         raise usage_error(f"--file {path} is a directory; name a file such as AGENTS.md")
     refuse_symlink(path, "instructions file")
     refuse_links_below(root, os.path.abspath(path))
-    text = read_text(path) if os.path.exists(path) else ""
+    text = read_text_to_edit(path, shown) if os.path.exists(path) else ""
     if args.install:
         new = insert_agents_block(text, block, shown)
         if new is None:
@@ -7246,6 +7264,11 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+def parent_names(name: str) -> list[str]:
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def import_target(store: Store, name: str) -> str:
     """Where an archive entry lands; refuses anything outside the memory directories."""
     parts = name.split("/")
@@ -7270,25 +7293,58 @@ def refuse_links_on_the_way(target: str, roots) -> None:
 def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]], list[str]]:
     """Every (name, target, bytes) of the archive, all checked before anything is written,
     and the names of entries left out (the session pointer: it belongs to one checkout)."""
-    import stat
     import zipfile
 
     if not os.path.isfile(source):
         raise StmError(f"import: {source} not found")
     if not zipfile.is_zipfile(source):
         raise StmError(f"import: {source} is not a zip archive")
+    try:
+        return read_import_entries(store, source)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        raise StmError(f"import: {source} is damaged ({exc}); nothing written") from None
+    except RuntimeError as exc:  # encrypted entries
+        raise StmError(f"import: {source}: {exc}; stm reads no encrypted archive") from None
+    except NotImplementedError as exc:  # an unknown compression method
+        raise StmError(f"import: {source}: {exc}; nothing written") from None
+
+
+def read_import_entries(store: Store, source: str):
+    """read_import's body: every entry checked, then read (zipfile checks each CRC)."""
+    import stat
+    import zipfile
+
     with zipfile.ZipFile(source) as zf:
         infos = zf.infolist()
         if len(infos) > IMPORT_MAX_ENTRIES:
             raise StmError(f"import: {source} has more than {IMPORT_MAX_ENTRIES} entries; refused")
         total = 0
-        planned, skipped = [], []
+        planned, skipped, seen = [], [], {}
         for info in infos:
             if stat.S_ISLNK(info.external_attr >> 16):
                 raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
-            target = import_target(store, info.filename.rstrip("/"))
+            if info.flag_bits & 0x1:
+                raise StmError(f"import: entry {info.filename!r} is encrypted; nothing written")
+            name = info.filename.rstrip("/")
+            if info.is_dir() and name in (STACKS_DIRNAME, STATE_DIRNAME):
+                continue  # `zip -r` lists the top folders themselves
+            if os.path.basename(name) == LOCK_NAME:
+                skipped.append(info.filename)  # a lock file zipped from a live tree
+                continue
+            target = import_target(store, name)
             if info.is_dir():
                 continue
+            folded = name.casefold()
+            if folded in seen:
+                same = "twice" if seen[folded] == name else f"and as {seen[folded]!r}"
+                raise StmError(
+                    f"import: {source} holds {name!r} {same} (on a case-insensitive disk one "
+                    "would overwrite the other); nothing written"
+                )
+            seen[folded] = name
+            for parent in parent_names(name):  # a file and a folder of the same name
+                if parent.casefold() in seen:
+                    raise StmError(f"import: {source} holds {parent!r} as a file and a folder")
             if target == store.pointer_path:
                 skipped.append(info.filename)
                 continue
@@ -7351,7 +7407,9 @@ def apply_import(store: Store, plan: list) -> None:
             make_dir_undoable(folder, rollback)
             require_inside(folder, tree, "import folder")
             if action == "replace":
-                backup = backup_name(target)
+                # A hidden name: a backup in logs/ or refs/ must not read as a log or ref.
+                folder, name = os.path.split(target)
+                backup = backup_name(os.path.join(folder, "." + name))
                 rollback.add(restorer(backup))
                 atomic_write(backup, read_bytes(target))
             rollback.add(restorer(target))

@@ -572,7 +572,7 @@ def test_import_never_overwrites_a_different_file_without_force(store, run, tmp_
     assert snapshot(store) == before
     forced = run("import", str(archive), "--force")
     assert forced.code == 0
-    backups = list((store / ".stacks").glob("MEMORY.md.*.bak"))
+    backups = list((store / ".stacks").glob(".MEMORY.md.*.bak"))  # hidden: never indexed
     assert [b.read_text() for b in backups] == ["# Session Memory\n\nchanged locally\n"]
     assert "Parser port half done" in memory_path.read_text()
 
