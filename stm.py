@@ -1657,6 +1657,7 @@ LOG_HEADER_BYTES_RE = LazyRegex(
 )
 LOG_END_RE = LazyRegex(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
 LOG_MARKER = "<!-- stm:"  # what both framing lines carry, and a message body never does
+HANDOFF_RECEIPT_RE = LazyRegex(rb"^session: (\d{4}-\d\d-\d\d-[0-9a-f]{8})$", re.MULTILINE)
 
 
 def render_log_entry(message: str, author: str, stamp: str, entry_id: str) -> str:
@@ -3769,6 +3770,7 @@ class Checker:
     def __init__(self, store: Store):
         self.store = store
         self.findings: list[Finding] = []
+        self.receipts: set[str] = set()  # session ids named by handoff receipts in the logs
 
     def report(self, rule: str, path: str, message: str, fix=None, line=None) -> None:
         """Record a finding of `rule` (a RULES id: its severity and default fix)."""
@@ -3929,6 +3931,8 @@ class Checker:
     def check_log_file(self, path: str) -> None:
         data = read_bytes(path)
         self.scan_secrets(path, data)
+        if b"\n\nsession: " in data:  # handoff receipts, for handoff sessions to find
+            self.receipts.update(m.decode() for m in HANDOFF_RECEIPT_RE.findall(data))
         if b"\r\n" in data:  # checked out with core.autocrlf: the entries are intact
             data = data.replace(b"\r\n", b"\n")
         if LOG_FILE_RE.fullmatch(data):
@@ -4214,6 +4218,7 @@ class Checker:
                 "run `stm check --fix` to record a `recovered` event",
             )
         self.check_session_links(path, state)
+        self.check_interrupted_steps(path, name, month, state)
         handoff = os.path.join(path, "context", HANDOFF_JSON)
         if state is not None and not links_on_the_way(path, handoff):
             if os.path.isfile(handoff):
@@ -4223,6 +4228,27 @@ class Checker:
         session_md = os.path.join(path, SESSION_MD)
         if os.path.isfile(session_md) and not os.path.islink(session_md):
             self.check_conflict_markers(session_md, read_text(session_md))
+
+    def check_interrupted_steps(self, path: str, name: str, month, state) -> None:
+        """Multi-file commands killed between steps: an archive marked but not moved, a
+        handoff session whose log receipt was never written."""
+        if not isinstance(state, dict):
+            return
+        if month is None and state.get("archived_at"):
+            self.report(
+                "archive-incomplete",
+                path,
+                "the session is marked archived but was not moved to history/ (an archive "
+                "was interrupted)",
+                f"run `stm check --fix` or `stm session archive {name}` to finish it",
+            )
+        handoff = os.path.join(path, "context", HANDOFF_JSON)
+        if state.get("task_id") and os.path.isfile(handoff) and name not in self.receipts:
+            self.report(
+                "handoff-receipt",
+                handoff,
+                "no log entry records this handoff's receipt (compose-handoff was interrupted)",
+            )
 
     def check_session_links(self, path: str, state) -> None:
         """Links inside a session: its folders, Session.md, and the context files boot
@@ -4730,6 +4756,45 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
     return f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
 
 
+def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Finish an archive that was marked but not moved: one rename into history/."""
+    folder = finding.target
+    session_id = os.path.basename(folder)
+    try:
+        state = load_json(read_bytes(os.path.join(folder, STATE_FILE)))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not state.get("archived_at"):
+        return None
+    destination_dir = os.path.join(store.history_dir, archive_month(session_id))
+    destination = os.path.join(destination_dir, session_id)
+    if os.path.lexists(destination) or links_on_the_way(store.state, destination_dir):
+        return None
+    if not dry_run:
+        make_dir(destination_dir)
+        os.rename(folder, destination)
+        fsync_dir(destination_dir)
+        fsync_dir(os.path.dirname(folder))
+        with contextlib.suppress(StmError):
+            if read_pointer(store) == session_id:
+                write_pointer(store, None)
+    return f"moved to {store.rel(destination)}"
+
+
+def fix_handoff_receipt(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Write the log receipt an interrupted compose-handoff did not."""
+    folder = os.path.dirname(os.path.dirname(finding.target))
+    try:
+        state = load_json(read_bytes(os.path.join(folder, STATE_FILE)))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not state.get("task_id"):
+        return None
+    if not dry_run:
+        append_log_entry(store, handoff_receipt(state, os.path.basename(folder)))
+    return "logged the handoff's receipt"
+
+
 class Rule:
     """One check rule: id, severity, the fix advice it gives, and the function that
     `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
@@ -4814,6 +4879,18 @@ RULES = {
         # handoffs (spec/handoff.md)
         Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
         Rule("handoff-invalid", "error", "restore the original handoff from git"),
+        Rule(
+            "handoff-receipt",
+            "warning",
+            FIX_RUN + ", or compose the handoff again, to log its receipt",
+            fix_handoff_receipt,
+        ),
+        Rule(
+            "archive-incomplete",
+            "error",
+            FIX_RUN + " to finish moving it to history/",
+            fix_archive_incomplete,
+        ),
     )
 }
 
@@ -6058,6 +6135,25 @@ def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
     return state
 
 
+def handoff_receipt(state: dict, session_id: str) -> str:
+    """The log entry that records a handoff's arrival (check looks for its last line)."""
+    receipt = f"handoff {one_line(state.get('task_id', '?'))} received from "
+    return receipt + f"{one_line(state.get('from_agent', '?'))}\n\nsession: {session_id}"
+
+
+def receipt_logged(store: Store, session_id: str) -> bool:
+    """Whether a receipt names the session: in the log of the day it was created, or of
+    today (where a late receipt goes)."""
+    for day in {session_id[:10], iso_now()[:10]}:
+        try:
+            data = read_bytes(store.log_path(day))
+        except OSError:
+            continue
+        if f"\n\nsession: {session_id}\n".encode() in data:
+            return True
+    return False
+
+
 def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> dict:
     """Create the handoff session, all or nothing. Call with both locks held."""
     now = utc_now()
@@ -6072,9 +6168,7 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
         ref = create_session(store, state, rollback, files, [event])
         if switch:
             switch_pointer(store, session_id, rollback)
-        receipt = f"handoff {one_line(handoff['task_id'])} received from "
-        receipt += f"{one_line(handoff['from_agent'])}\n\nsession: {session_id}"
-        append_log_entry(store, receipt, now)
+        append_log_entry(store, handoff_receipt(state, session_id), now)
     return {"ref": ref, "state": state}
 
 
@@ -6125,6 +6219,8 @@ def cmd_compose_handoff(args) -> int:
         if same is not None:
             created = False
             ref, state = same, load_state(same)
+            if not same.archived and not receipt_logged(store, same.id):
+                append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
             where = " (archived: the work on it is finished)" if same.archived else ""
             warnings.append(
                 f"this handoff was already composed into session {same.id}{where}; nothing created"
