@@ -2859,7 +2859,12 @@ def render_fact_block(preamble: list[str], sections: list) -> str:
     lines = list(md_strip_blank(preamble))
     for _, fact, heading, body in sections:
         lines += [""] if lines else []
-        lines += render_fact(fact) if fact is not None else [heading, *md_strip_blank(body)]
+        if fact is not None:
+            lines += render_fact(fact)
+        else:  # a section that is not a fact stays as it was written
+            while body and not body[-1].strip():
+                body = body[:-1]
+            lines += [heading, *body]
     return "\n".join(lines) + "\n"
 
 
@@ -2892,6 +2897,17 @@ CONFIG_DEFAULTS = {
 COMPACT_MARK = "by stm compact:"
 
 
+CONFIG_MAX_BYTES = 65536
+
+
+def read_config_json(path: str):
+    """The parsed config.json; ValueError when it is over 64 KiB or not JSON."""
+    raw = read_bytes(path, CONFIG_MAX_BYTES + 1)
+    if len(raw) > CONFIG_MAX_BYTES:
+        raise ValueError(f"it is over {CONFIG_MAX_BYTES // 1024} KiB")
+    return load_json(raw.decode("utf-8"))
+
+
 def config_problems(data) -> list[str]:
     """What is wrong with a parsed config.json (empty when it is valid)."""
     if not isinstance(data, dict):
@@ -2917,7 +2933,7 @@ def load_config(store: Store, *, strict: bool = False) -> dict:
     an error when `strict` (commands that act on the limits), else ignored (boot)."""
     path = store.layer(CONFIG_FILE)
     try:
-        data = load_json(read_bytes(path, 65536).decode("utf-8"))
+        data = read_config_json(path)
     except FileNotFoundError:
         return dict(CONFIG_DEFAULTS)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -3038,10 +3054,12 @@ def compact_duplicates(store: Store, moves: list) -> dict[str, list]:
                 texts[rel] = None
         if texts[rel] is None:
             continue
-        present = set(section_items(texts[rel], name))
-        for item in items:
-            if item in present:
-                found.setdefault(path, []).append((name, item))
+        present = section_items(texts[rel], name)
+        # Left behind only when the section still ends with exactly what was moved (a
+        # compact moves the bottom items): a bullet noted again, or kept on purpose higher
+        # up, is not a leftover.
+        if items and present[-len(items) :] == items:
+            found.setdefault(path, []).extend((name, item) for item in items)
     return found
 
 
@@ -3059,23 +3077,16 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
 
 
 def drop_items(text: str, dupes: list) -> str:
+    """`text` without the leftover items, taken from the bottom of their sections."""
     preamble, sections = split_md_sections(text)
     out = list(preamble)
     for name, heading, body in sections:
         drop = [item for section, item in dupes if section.strip().lower() == name.lower()]
-        if drop:
-            lines, index = [], 0
-            while index < len(body):
-                match = next(
-                    (item for item in drop if tuple(body[index : index + len(item)]) == item), None
-                )
-                if match is not None:
-                    drop.remove(match)
-                    index += len(match)
-                    continue
-                lines.append(body[index])
-                index += 1
-            body = lines
+        for item in reversed(drop):  # from the bottom up, exact lines only
+            for start in range(len(body) - len(item), -1, -1):
+                if tuple(body[start : start + len(item)]) == item:
+                    del body[start : start + len(item)]
+                    break
         out += [heading, *body]
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -3991,9 +4002,9 @@ class Checker:
         config = dict(CONFIG_DEFAULTS)
         if os.path.lexists(path):
             try:
-                data = load_json(read_bytes(path, 65536).decode("utf-8"))
+                data = read_config_json(path)
             except (OSError, UnicodeDecodeError, ValueError) as exc:
-                self.report("config-invalid", path, f"not valid JSON ({exc})")
+                self.report("config-invalid", path, f"not a valid config ({exc})")
                 return
             problems = config_problems(data)
             for problem in problems:
@@ -6653,19 +6664,24 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
     config = load_config(store, strict=True)
     with store.stacks_lock():
         rewrites, moves = [], []
-        text = read_text(store.memory_path).replace("\r\n", "\n")
+        try:
+            text = read_text_to_edit(store.memory_path, store.rel(store.memory_path))
+        except FileNotFoundError:
+            raise StmError(f"{store.rel(store.memory_path)} is missing; run `stm init`") from None
+        text = text.replace("\r\n", "\n")
         refuse_conflicted(store.memory_path, text, store)
         new, moved = compact_memory_text(text, config)
         if moved:
             rewrites.append((store.memory_path, new))
             moves += [(store.rel(store.memory_path), name, lines) for name, lines in moved]
         for path in iter_ref_files(store.refs_dir):
-            if os.path.islink(path):
+            if os.path.islink(path) or not os.path.isfile(path):
                 continue
             block = read_text(path)
+            if "**Current:**" in block:
+                refuse_conflicted(path, block, store)  # before: markers hide the format
             if fact_keys_summary(block) is None:
                 continue
-            refuse_conflicted(path, block, store)
             new, moved = compact_fact_text(block, config["fact_history_limit"])
             if moved:
                 rewrites.append((path, new))
