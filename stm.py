@@ -1113,6 +1113,12 @@ def as_invoked(text: str) -> str:
     return text if name == "stm" else text.replace("`stm ", f"`{name} ")
 
 
+def path_text(path: str) -> str:
+    """A file name as one visible line: a newline or U+2028 in a name cannot start a line
+    of its own in a report."""
+    return escape_controls(path).replace("\n", "\\n").replace("\r", "\\r")
+
+
 def warn(message: str) -> None:
     print(f"stm: warning: {escape_controls(as_invoked(message))}", file=sys.stderr)
 
@@ -1286,7 +1292,7 @@ class Store:
         return path if rel.startswith("..") else rel
 
 
-def find_stacks(start: str) -> str | None:
+def find_stacks(start: str, *, for_init: bool = False) -> str | None:
     """The nearest .stacks/ from `start` upward, like git finds .git, but never above the
     repository that holds `start` (the first folder with a .git), and never one owned by
     another user: a .stacks/ planted in /tmp or a shared parent folder would otherwise
@@ -1296,6 +1302,8 @@ def find_stacks(start: str) -> str | None:
     while True:
         candidate = os.path.join(current, STACKS_DIRNAME)
         if os.path.isdir(candidate):
+            if for_init and boundary is not None:
+                return None  # init makes this repository its own store
             refuse_foreign_stacks(candidate, boundary)
             return candidate
         if boundary is None and os.path.lexists(os.path.join(current, ".git")):
@@ -1367,7 +1375,7 @@ def open_store(
                 f"--dir {stacks}: no such directory; create it with `stm init --dir {stacks}`"
             )
     else:
-        stacks = find_stacks(os.getcwd())
+        stacks = find_stacks(os.getcwd(), for_init=for_init)
         if stacks is None:
             if not for_init:
                 raise StmError(
@@ -1539,10 +1547,18 @@ class RefInfo:
         self.head = head  # the text read (the first REF_HEAD_BYTES), for conflict notices
 
 
-def iter_ref_files(refs_dir: str):
-    """Every regular, non-hidden file under refs/, sorted, without following links."""
+REFS_DEPTH_MAX = 16  # folders below refs/ stm reads; deeper, check reports the folder
+
+
+def iter_ref_files(refs_dir: str, depth: int = 0):
+    """Every non-hidden entry under refs/ that is not a folder, sorted, without following
+    links; a folder nested deeper than REFS_DEPTH_MAX is yielded itself (check reports
+    it, readers skip it) instead of being walked."""
     if os.path.islink(refs_dir):
         return  # a symlinked refs/ could lead anywhere: check reports it
+    if depth > REFS_DEPTH_MAX:
+        yield refs_dir
+        return
     try:
         entries = sorted(os.scandir(refs_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -1551,7 +1567,7 @@ def iter_ref_files(refs_dir: str):
         if entry.name.startswith("."):
             continue
         if entry.is_dir(follow_symlinks=False):
-            yield from iter_ref_files(entry.path)
+            yield from iter_ref_files(entry.path, depth + 1)
         else:  # links and special files too: check reports them, readers skip them
             yield entry.path
 
@@ -1657,6 +1673,7 @@ LOG_HEADER_BYTES_RE = LazyRegex(
 )
 LOG_END_RE = LazyRegex(rb"<!-- stm:end [0-9a-f]{8} -->\n$")
 LOG_MARKER = "<!-- stm:"  # what both framing lines carry, and a message body never does
+LOG_BLOCK_BYTES = 1 << 20  # check reads big logs a block of whole entries at a time
 HANDOFF_RECEIPT_RE = LazyRegex(rb"^session: (\d{4}-\d\d-\d\d-[0-9a-f]{8})$", re.MULTILINE)
 
 
@@ -1699,16 +1716,16 @@ class LogEntry:
         return [raw.decode("utf-8", errors="replace").rstrip("\n") for raw in self.raw_body]
 
 
-def parse_log(data: bytes):
+def parse_log(data: bytes, line: int = 1):
     """Yield ('entry', LogEntry) and ('stray', line_no, text) from a log file's bytes.
 
     Entries are found with bytes searches, not line by line (check reads 100,000
     entries in well under a second); an entry missing its end line is yielded with
     complete=False: a torn tail when it is the last, and then it runs to the end of the
     file; otherwise it stops at the next entry's header, so a later entry is never lost
-    inside it.
+    inside it. `line` is the number of the first line of `data` (for blocks of a file).
     """
-    pos, line = 0, 1
+    pos = 0
     while pos < len(data):
         match = LOG_HEADER_BYTES_RE.search(data, pos)
         gap = data[pos : match.start() if match else len(data)]
@@ -1737,6 +1754,33 @@ def parse_log(data: bytes):
         line += data.count(b"\n", match.start(), entry.end)
         pos = entry.end
         yield ("entry", entry)
+
+
+def iter_log_blocks(path: str):
+    """(bytes, first line number, is the last block) of a log file, each block cut just
+    after an entry's end line, so no entry is split and memory stays bounded however big
+    the file grows. A single entry bigger than a block makes its block bigger."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        require_regular(fd, path)
+        carry, line = b"", 1
+        while True:
+            chunk = os.read(fd, LOG_BLOCK_BYTES)
+            data = carry + chunk
+            if not chunk:
+                if data:
+                    yield data, line, True
+                return
+            marker = data.rfind(b"<!-- stm:end ")
+            cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
+            if cut <= 0:
+                carry = data  # no end line yet: read on
+                continue
+            block, carry = data[:cut], data[cut:]
+            yield block, line, False
+            line += block.count(b"\n")
+    finally:
+        os.close(fd)
 
 
 def log_complete_end(fd: int, size: int) -> int | None:
@@ -3097,14 +3141,14 @@ def logged_compact_moves(store: Store) -> list:
     for name in log_file_names(store):
         path = os.path.join(store.logs_dir, name)
         try:
-            data = read_bytes(path)
+            for data, _, _ in iter_log_blocks(path):
+                if COMPACT_MARK.encode() not in data:
+                    continue
+                for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+                    if kind == "entry" and rest[0].complete:
+                        moves += compact_moves(rest[0].body)
         except OSError:
             continue
-        if COMPACT_MARK.encode() not in data:
-            continue
-        for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
-            if kind == "entry" and rest[0].complete:
-                moves += compact_moves(rest[0].body)
     return moves
 
 
@@ -3265,17 +3309,26 @@ def entries_since(store: Store, stamp: float) -> str:
     count = 0
     for day in range(first, today + 1):
         path = store.log_path(iso(day * 86400)[:10])
-        try:
-            data = read_bytes(path)
-        except OSError:
+        if not os.path.lexists(path):
             continue
-        if day * 86400 >= stamp:
+        try:
+            count += count_entries_after(path, stamp, whole_day=day * 86400 >= stamp)
+        except OSError:
+            continue  # unreadable, a link, a FIFO: check reports it
+    return f"{count}{more}"
+
+
+def count_entries_after(path: str, stamp: float, *, whole_day: bool) -> int:
+    """Entries of a day log written after `stamp` (all of them for a whole day)."""
+    count = 0
+    for data, _, _ in iter_log_blocks(path):
+        if whole_day:
             count += data.count(b"<!-- stm:entry ")
             continue
         for match in LOG_HEADER_BYTES_RE.finditer(data):
             moment = parse_iso(match.group(1).decode("utf-8", "replace"), need_zone=True)
             count += moment is not None and moment > stamp
-    return f"{count}{more}"
+    return count
 
 
 def waiting_sessions(store: Store) -> list[str]:
@@ -3426,10 +3479,10 @@ def render_refs(refs: list[RefInfo], mode: str) -> str:
         return "(none yet: add stable knowledge as Markdown files under refs/)"
     lines = []
     for ref in refs:
-        title = one_line(ref.title or "(untitled)", 120)
-        line = f"- {one_line(ref.path, 200)} — {title}"
+        title = one_line(ref.title or "(untitled)", 120).replace("<!--", "&lt;!--")
+        line = f"- {one_line(path_text(ref.path), 200).replace('<!--', '&lt;!--')} — {title}"
         if mode == "full" and ref.summary:
-            line += f": {one_line(ref.summary, 160)}"
+            line += f": {one_line(ref.summary, 160).replace('<!--', '&lt;!--')}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -3769,7 +3822,8 @@ class Finding:
         self.message, self.fix, self.target = message, fix, target
 
     def location(self) -> str:
-        return f"{self.path}:{self.line}" if self.line else self.path
+        where = path_text(self.path)
+        return f"{where}:{self.line}" if self.line else where
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.FIELDS}
@@ -3900,6 +3954,15 @@ class Checker:
             if os.path.islink(path):
                 self.report("layer-symlink", path, "ref is a symbolic link", "copy the file in")
                 continue
+            if os.path.isdir(path):
+                self.report(
+                    "layer-symlink",
+                    path,
+                    f"refs/ is nested deeper than {REFS_DEPTH_MAX} folders here; stm reads "
+                    "no deeper",
+                    "flatten the folders",
+                )
+                continue
             if not os.path.isfile(path):
                 self.report("layer-symlink", path, "ref is not a regular file", "remove it")
                 continue
@@ -3940,16 +4003,31 @@ class Checker:
             self.check_log_file(path)
 
     def check_log_file(self, path: str) -> None:
-        data = read_bytes(path)
-        self.scan_secrets(path, data)
-        if b"\n\nsession: " in data:  # handoff receipts, for handoff sessions to find
-            self.receipts.update(m.decode() for m in HANDOFF_RECEIPT_RE.findall(data))
-        if b"\r\n" in data:  # checked out with core.autocrlf: the entries are intact
-            data = data.replace(b"\r\n", b"\n")
-        if LOG_FILE_RE.fullmatch(data):
-            return  # the common case: only complete, well-formed entries
-        items = list(parse_log(data))
+        """A log, a block of whole entries at a time (bounded memory). Each block is tried
+        against LOG_FILE_RE (one C-level match) only when it ends with an end line: a
+        torn tail would make that match quadratic; otherwise it is parsed entry by entry,
+        which is linear."""
+        items = []
+        for data, first, last in iter_log_blocks(path):
+            self.scan_secrets(path, data, first)
+            if b"\n\nsession: " in data:  # handoff receipts, for handoff sessions to find
+                self.receipts.update(m.decode() for m in HANDOFF_RECEIPT_RE.findall(data))
+            if b"\r\n" in data:  # checked out with core.autocrlf: the entries are intact
+                data = data.replace(b"\r\n", b"\n")
+            if LOG_END_RE.search(data[-64:]) and LOG_FILE_RE.fullmatch(data):
+                continue  # the common case: only complete, well-formed entries
+            for item in parse_log(data, first):
+                if item[0] == "entry":
+                    item[1].raw_body = []  # only where it is and whether it ends matter
+                items.append(item)
+            if not last:  # a torn entry inside a block is followed by more: not the tail
+                items.append(("more",))
+        self.report_log_items(path, items)
+
+    def report_log_items(self, path: str, items: list) -> None:
         for index, (kind, *rest) in enumerate(items):
+            if kind == "more":
+                continue
             if kind == "stray":
                 number, _ = rest
                 self.report(
@@ -4053,12 +4131,13 @@ class Checker:
                 lines[0],
             )
 
-    def scan_secrets(self, path: str, text) -> None:
+    def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
         if isinstance(text, bytes):
             if not any(hint in text for hint in SECRET_HINTS_BYTES):
                 return  # no decoding for the common case
             text = text.decode("utf-8", "replace")
         for kind, line, excerpt in find_secrets(text):
+            line += first_line - 1
             self.report(
                 "secret",
                 path,
@@ -5435,15 +5514,28 @@ def dir_facts(folder: str, paths: list[str], now: float) -> dict:
 
 
 def newest_log_entry(store: Store, names: list[str]) -> float | None:
-    """The time of the newest complete entry, read from the newest log file only."""
+    """The time of the newest complete entry, read from the tail of the newest log file
+    only (status stays cheap and bounded however big the file is)."""
     if not names:
         return None
     path = os.path.join(store.logs_dir, names[-1])
     try:
-        data = read_bytes(path)
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except OSError:
         return None
-    entries = [e for kind, *rest in parse_log(data) if kind == "entry" for e in rest]
+    try:
+        require_regular(fd, path)
+        data = tail_bytes(fd, os.fstat(fd).st_size, LOG_BLOCK_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    first = LOG_HEADER_BYTES_RE.search(data)
+    if first is None:
+        return None
+    entries = [
+        e for kind, *rest in parse_log(data[first.start() :]) if kind == "entry" for e in rest
+    ]
     stamps = [parse_iso(e.stamp, need_zone=True) for e in entries if e.complete]
     stamps = [s for s in stamps if s is not None]
     return max(stamps) if stamps else None
@@ -6735,10 +6827,10 @@ def digest(store: Store, *, since: str | None = None) -> dict:
             break
         path = os.path.join(store.logs_dir, name)
         try:
-            data = read_bytes(path).replace(b"\r\n", b"\n")
+            blocks = [data for data, _, _ in iter_log_blocks(path)]
         except OSError:
             continue
-        for kind, *rest in parse_log(data):
+        for kind, *rest in (i for b in blocks for i in parse_log(b.replace(b"\r\n", b"\n"))):
             entry = rest[0] if kind == "entry" else None
             moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
             if moment is None or moment < start:
@@ -6921,7 +7013,7 @@ def cmd_search(args) -> int:
         if args.json:
             found.append(hit)
         else:
-            out(f"{hit['path']}:{hit['line']}: {hit['text']}")
+            out(f"{path_text(hit['path'])}:{hit['line']}: {hit['text']}")
             found.append(None)
     if args.json:
         print_json({"pattern": args.pattern, "matches": found})
@@ -7317,6 +7409,7 @@ def cmd_setup_agents_md(args) -> int:
 
 
 IMPORT_MAX_ENTRIES = 100_000
+EXPORT_DEPTH_MAX = REFS_DEPTH_MAX + 8  # folders below a tree's root that export walks
 IMPORT_MAX_BYTES = 256 * 1024 * 1024
 IMPORT_MAX_RATIO = 100  # uncompressed / compressed, for entries over 1 MiB: a zip bomb
 
@@ -7331,6 +7424,8 @@ def export_members(store: Store, include_state: bool):
         if not os.path.isdir(top):
             continue
         for folder, dirs, files in os.walk(top):
+            if os.path.relpath(folder, top).count(os.sep) >= EXPORT_DEPTH_MAX:
+                dirs[:] = []  # a hostile tree this deep is not memory; check reports it
             dirs[:] = sorted(d for d in dirs if not d.endswith(".building"))
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             for name in sorted(files):
@@ -7340,6 +7435,21 @@ def export_members(store: Store, include_state: bool):
                     continue
                 rel = os.path.relpath(path, top).replace(os.sep, "/")
                 yield f"{prefix}/{rel}", path
+
+
+def copy_into_zip(zf, info, path: str) -> None:
+    """One file into the archive, 1 MiB at a time: memory stays flat for a big log."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        require_regular(fd, path)
+        with zf.open(info, "w", force_zip64=True) as member:
+            while True:
+                chunk = os.read(fd, SEARCH_CHUNK)
+                if not chunk:
+                    break
+                member.write(chunk)
+    finally:
+        os.close(fd)
 
 
 def cmd_export(args) -> int:
@@ -7359,7 +7469,7 @@ def cmd_export(args) -> int:
                 )
                 info.external_attr = 0o644 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, read_bytes(path))
+                copy_into_zip(zf, info, path)
             zf.close()
             stream.flush()
             fsync_fd(stream.fileno())

@@ -128,6 +128,9 @@ def snapshot(root: Path) -> dict:
             if os.path.islink(path):
                 tree[os.path.relpath(path, root)] = "link:" + os.readlink(path)
                 continue
+            if not os.path.isfile(path):  # a FIFO or socket another test left: never open it
+                tree[os.path.relpath(path, root)] = f"special:{os.lstat(path).st_mode:o}"
+                continue
             with open(path, "rb") as f:
                 tree[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
     return tree
