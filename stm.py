@@ -131,6 +131,7 @@ MEMORY_FILE = "MEMORY.md"
 REFS_DIR = "refs"
 LOGS_DIR = "logs"
 POINTER_FILE = "current-session.json"
+LAST_BOOT_FILE = ".last-boot"  # an empty local file whose modification time is the last boot
 STATE_FILE = "state.json"
 HISTORY_FILE = "history.jsonl"
 SESSION_MD = "Session.md"
@@ -241,6 +242,8 @@ history.jsonl merge=union eol=lf
 STATE_GITIGNORE = """\
 # The pointer is per checkout: two people switching sessions never conflict.
 current-session.json
+# When this checkout last booted (its time is the file's): `stm digest --since last-boot`.
+.last-boot
 # stm's lock and temp files are never committed.
 .stm.lock
 *.tmp
@@ -5273,6 +5276,7 @@ def cmd_boot(args) -> int:
     parts = BootParts(store)
     limits = {} if args.no_limit else {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
     text, warnings = boot_document(parts, no_refs=args.no_refs, **limits)
+    mark_boot(store)
     for warning in warnings:
         warn(warning)
     if args.json:
@@ -6802,8 +6806,33 @@ def cmd_compact(args) -> int:
     return EXIT_OK
 
 
+def mark_boot(store: Store) -> None:
+    """Record when this checkout last booted, as the time of an empty, git-ignored file:
+    one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
+    path = os.path.join(store.state, LAST_BOOT_FILE)
+    if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, 0o644)
+        try:
+            os.utime(fd, None)
+        finally:
+            os.close(fd)
+
+
 def digest_since(store: Store, since: str | None) -> float:
-    """Epoch seconds of --since, else of MEMORY.md's Last Updated, else a week ago."""
+    """Epoch seconds of --since (a date, an ISO time, or `last-boot`), else of MEMORY.md's
+    Last Updated, else a week ago."""
+    if since == "last-boot":
+        path = os.path.join(store.state, LAST_BOOT_FILE)
+        try:
+            if os.path.islink(path):
+                raise OSError
+            return os.lstat(path).st_mtime
+        except OSError:
+            raise StmError(
+                "--since last-boot: this checkout has not booted yet (`stm boot` records it)"
+            ) from None
     if since is not None:
         moment = parse_iso(since, date_only_ok=True)
         if moment is None:
@@ -7431,7 +7460,7 @@ def export_members(store: Store, include_state: bool):
             for name in sorted(files):
                 path = os.path.join(folder, name)
                 skip = name == LOCK_NAME or name.endswith(".tmp") or os.path.islink(path)
-                if skip or (folder == store.state and name == POINTER_FILE):
+                if skip or (folder == store.state and name in (POINTER_FILE, LAST_BOOT_FILE)):
                     continue
                 rel = os.path.relpath(path, top).replace(os.sep, "/")
                 yield f"{prefix}/{rel}", path
@@ -7877,6 +7906,7 @@ def mcp_tool_boot(store: Store, args: dict):
     text, _ = boot_document(
         BootParts(store), max_tokens=args.get("max_tokens"), max_chars=args.get("max_chars")
     )
+    mark_boot(store)
     return text, None
 
 
@@ -8661,7 +8691,8 @@ def options_digest(p) -> None:
     p.add_argument(
         "--since",
         metavar="DATE",
-        help="from DATE (YYYY-MM-DD or an ISO time) on (default: MEMORY.md's Last Updated)",
+        help="from DATE (YYYY-MM-DD, an ISO time, or last-boot: this checkout's last `stm "
+        "boot`) on (default: MEMORY.md's Last Updated)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 

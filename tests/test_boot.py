@@ -4,6 +4,7 @@ notices in the text itself, and the work waiting in a fresh clone."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -179,3 +180,21 @@ def test_identity_is_cut_last_and_says_so(store, run):
     result = run("boot", "--max-chars", "800")
     assert len(result.out) <= 800
     assert "identity cut to fit --max-chars 800" in result.out
+
+
+def test_digest_since_last_boot_starts_at_the_last_boot(store, run, monkeypatch):
+    refused = run("digest", "--since", "last-boot")
+    assert refused.code == 1 and "has not booted yet" in refused.err
+    import stm
+
+    monkeypatch.setattr(stm, "utc_now", lambda: stm.parse_iso("2026-11-20T10:00:00Z"))
+    run("log", "before the boot")
+    assert run("boot").code == 0
+    mark = store / ".state" / ".last-boot"
+    assert mark.exists() and mark.read_bytes() == b""
+    os.utime(mark, (stm.parse_iso("2026-11-20T11:00:00Z"),) * 2)
+    monkeypatch.setattr(stm, "utc_now", lambda: stm.parse_iso("2026-11-20T12:00:00Z"))
+    run("log", "after the boot")
+    data = json.loads(run("digest", "--since", "last-boot", "--json").out)
+    assert [e["text"] for e in data["entries"]] == ["after the boot"]
+    assert ".last-boot" in (store / ".state" / ".gitignore").read_text()
