@@ -361,7 +361,7 @@ SECRET_PATTERNS = (
     (
         "AWS secret access key",
         r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])",
-        ("aws_secret", "AWS_SECRET", "aws_Secret", "AwsSecret", "awsSecret", "awssecret"),
+        ("ecret", "ECRET"),
     ),
     ("OpenAI-style API key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
     ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
@@ -1159,7 +1159,7 @@ def author_name(environ=None) -> str:
     return " ".join(escape_controls(name).split())[:100] or "unknown"
 
 
-def load_json(data, **options):
+def load_json(data, *, bounded: bool = True, **options):
     """json.loads, with nesting bounded: deeper than JSON_DEPTH_MAX levels (or deep enough
     to exhaust Python's recursion) is a ValueError, like any other malformed JSON, so no
     file or message can crash a command later (check renders what it reads)."""
@@ -1167,7 +1167,7 @@ def load_json(data, **options):
         value = json.loads(data, **options)
     except RecursionError:
         raise ValueError(f"nested deeper than {JSON_DEPTH_MAX} levels") from None
-    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    stack = [(value, 1)] if bounded and isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
         if depth > JSON_DEPTH_MAX:
@@ -1422,11 +1422,10 @@ def strip_comments(text: str) -> str:
 def demote_headings(text: str, levels: int) -> str:
     """Push Markdown headings down `levels` levels (outside code fences), at most h6."""
     out = []
-    fenced = False
-    for line in text.splitlines():
-        if FENCE_RE.match(line):
-            fenced = not fenced
-        elif not fenced:
+    lines = text.split("\n")
+    fenced = md_fence_flags(lines)
+    for index, line in enumerate(lines):
+        if not fenced[index]:
             match = HEADING_RE.match(line)
             if match:
                 depth = min(6, len(match.group(1)) + levels)
@@ -1483,13 +1482,10 @@ def in_line_ends_of(original: str, text: str) -> str:
 def unfenced_lines(lines: list[str], start: int = 0):
     """(index, line) of the lines from `start` that are outside code fences: a `#` line
     inside a fence is text, not a heading, everywhere stm reads Markdown sections."""
-    fenced = False
+    fenced = md_fence_flags(lines)  # one fence rule everywhere (CommonMark's closing rule)
     for index in range(start, len(lines)):
-        line = lines[index]
-        if FENCE_RE.match(line):
-            fenced = not fenced
-        elif not fenced:
-            yield index, line
+        if not fenced[index]:
+            yield index, lines[index]
 
 
 def breaks_section(line: str) -> bool:
@@ -3007,9 +3003,18 @@ def top_bullets(body: list[str]) -> list[tuple[int, int]]:
     for index, line in enumerate(body):
         if not fenced[index] and MD_BULLET_RE.match(line):
             ranges.append([index, index + 1])
-        elif ranges and ranges[-1][1] == index and line[:1] in (" ", "\t") and line.strip():
+        elif (
+            ranges
+            and line[:1] in (" ", "\t")
+            and line.strip()
+            and only_blank_between(body, ranges[-1][1], index)
+        ):  # indented text after the bullet, blank lines between included (a loose item)
             ranges[-1][1] = index + 1
     return [tuple(r) for r in ranges]
+
+
+def only_blank_between(lines: list[str], start: int, end: int) -> bool:
+    return all(not lines[i].strip() for i in range(start, end))
 
 
 def memory_bullet_count(text: str) -> int:
@@ -3115,11 +3120,16 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
     dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
     if not dupes or os.path.islink(finding.target):
         return None
-    text = read_text(finding.target).replace("\r\n", "\n")
+    try:
+        original = read_text_to_edit(finding.target, finding.path)
+    except StmError:
+        return None  # not UTF-8: left for a person
+    text = original.replace("\r\n", "\n")
     if md_has_conflict_markers(text):
         return None
     if not dry_run:
-        atomic_write(finding.target, drop_items(text, dupes).encode("utf-8"))
+        fixed = in_line_ends_of(original, drop_items(text, dupes))
+        atomic_write(finding.target, fixed.encode("utf-8"))
     return f"removed {len(dupes)} item(s) already in the log"
 
 
@@ -3152,7 +3162,12 @@ def logged_compact_moves(store: Store) -> list:
                         moves += compact_moves(rest[0].body)
         except OSError:
             continue
-    return moves
+    # Only the newest compact of each section can have been interrupted: an older one was
+    # followed by its rewrite (or the newer compact would have refused nothing).
+    newest = {}
+    for path, name, items in moves:
+        newest[(path, name.strip().lower())] = (path, name, items)
+    return list(newest.values())
 
 
 # ==== Boot ===================================================================
@@ -3511,22 +3526,19 @@ def md_blocks(text: str) -> tuple[list[str], list[list]]:
     lines = text.split("\n")
     preamble: list[str] = []
     sections: list[list] = []
-    fenced = False
-    for line in lines:
-        is_fence = bool(FENCE_RE.match(line))
-        if not fenced and line.startswith("#### "):
+    fenced = md_fence_flags(lines)
+    for index, line in enumerate(lines):
+        if not fenced[index] and line.startswith("#### "):
             sections.append([line, []])
         elif sections:
             units = sections[-1][1]
-            indented = line.startswith((" ", "\t")) or fenced
+            indented = line.startswith((" ", "\t")) or fenced[index]
             if units and indented and is_bullet_unit(units[-1]):
                 units[-1].append(line)
             else:
                 units.append([line])
         else:
             preamble.append(line)
-        if is_fence:
-            fenced = not fenced
     return preamble, sections
 
 
@@ -4137,7 +4149,7 @@ class Checker:
     def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
         if isinstance(text, bytes):
             if not any(hint in text for hint in SECRET_HINTS_BYTES):
-                return  # no decoding for the common case
+                return  # no decoding for the common case (`in` is a C-level search)
             text = text.decode("utf-8", "replace")
         for kind, line, excerpt in find_secrets(text):
             line += first_line - 1
@@ -4171,8 +4183,11 @@ class Checker:
                 "shorten MEMORY.md (`stm log` what is history, then `stm note --replace`)",
             )
 
-    def check_temp_files(self, directory: str) -> None:
-        for name in sweep_temp_files(directory):
+    def check_temp_files(self, directory: str, names=None) -> None:
+        """Leftover temp files in `directory` (`names`: its listing, when already read)."""
+        if names is not None:
+            names = sorted(n for n in names if n.startswith(".") and n.endswith(".tmp"))
+        for name in sweep_temp_files(directory) if names is None else names:
             self.report(
                 "temp-file",
                 os.path.join(directory, name),
@@ -4283,10 +4298,17 @@ class Checker:
                 f"archived under {month}, created {name[:7]}",
                 f"move it to .state/history/{archive_month(name)}/",
             )
-        self.check_temp_files(path)
+        try:  # one listing serves the temp-file and link checks (10,000 sessions: syscalls)
+            entries = {entry.name: entry.is_symlink() for entry in os.scandir(path)}
+        except OSError:
+            entries = {}
+        self.check_temp_files(path, entries)
         state_path = os.path.join(path, STATE_FILE)
-        conflicted = self.state_has_markers(state_path)
-        state = None if conflicted else self.check_state_file(state_path, name)
+        found = len(self.findings)
+        state = self.check_state_file(state_path, name)
+        conflicted = state is None and self.state_has_markers(state_path)
+        if conflicted:  # not "invalid JSON": two clones' states, which --fix can rebuild
+            del self.findings[found:]
         history_path = os.path.join(path, HISTORY_FILE)
         events = self.check_history(history_path)
         reason = state_conflict_reason(state, events, conflicted)
@@ -4310,16 +4332,17 @@ class Checker:
                 f"{behind[1]}: an update was interrupted between its two writes",
                 "run `stm check --fix` to record a `recovered` event",
             )
-        self.check_session_links(path, state)
+        self.check_session_links(path, state, entries)
         self.check_interrupted_steps(path, name, month, state)
         handoff = os.path.join(path, "context", HANDOFF_JSON)
-        if state is not None and not links_on_the_way(path, handoff):
+        if state is not None and os.path.lexists(handoff) and not links_on_the_way(path, handoff):
             if os.path.isfile(handoff):
                 self.check_handoff(path)
             elif os.path.lexists(handoff):
                 self.report("handoff-invalid", handoff, "handoff.json is not a regular file")
         session_md = os.path.join(path, SESSION_MD)
-        if os.path.isfile(session_md) and not os.path.islink(session_md):
+        handoff_session = isinstance(state, dict) and bool(state.get("task_id"))
+        if handoff_session and os.path.isfile(session_md) and not os.path.islink(session_md):
             self.check_conflict_markers(session_md, read_text(session_md))
 
     def check_interrupted_steps(self, path: str, name: str, month, state) -> None:
@@ -4336,19 +4359,22 @@ class Checker:
                 f"run `stm check --fix` or `stm session archive {name}` to finish it",
             )
         handoff = os.path.join(path, "context", HANDOFF_JSON)
-        if state.get("task_id") and os.path.isfile(handoff) and name not in self.receipts:
+        if state.get("task_id") and name not in self.receipts and os.path.isfile(handoff):
             self.report(
                 "handoff-receipt",
                 handoff,
                 "no log entry records this handoff's receipt (compose-handoff was interrupted)",
             )
 
-    def check_session_links(self, path: str, state) -> None:
+    def check_session_links(self, path: str, state, entries: dict) -> None:
         """Links inside a session: its folders, Session.md, and the context files boot
-        would tell an agent to read (checked on the resolved path, not the text)."""
+        would tell an agent to read (checked on the resolved path, not the text).
+        `entries`: the folder's listing, name -> is a link."""
         for name in ("context", "artifacts", SESSION_MD):
             inner = os.path.join(path, name)
-            if os.path.islink(inner):
+            if name not in entries:
+                continue
+            if entries[name]:
                 self.report("session-symlink", inner, f"{name} is a symbolic link; not read")
             elif name == SESSION_MD and os.path.lexists(inner) and not os.path.isfile(inner):
                 self.report("session-symlink", inner, "Session.md is not a regular file")
@@ -4701,6 +4727,14 @@ def state_sides(raw: str) -> list[dict]:
     return sides
 
 
+def repeated_values(values: list) -> list:
+    """The values that occur more than once, sorted (linear: check runs it per session)."""
+    seen, repeated = set(), set()
+    for value in values:
+        (repeated if value in seen else seen).add(value)
+    return sorted(repeated)
+
+
 def event_versions(events: list) -> list[int]:
     """The versions the events record. A handoff's `handoff` event shares its session's
     first version with `created` by design (one write made both): it is left out."""
@@ -4718,7 +4752,7 @@ def state_conflict_reason(state, events: list | None, conflicted: bool) -> str |
     if not events or not isinstance(state, dict) or type(state.get("version")) is not int:
         return None
     versions = event_versions(events)
-    repeated = sorted({v for v in versions if versions.count(v) > 1})
+    repeated = repeated_values(versions)
     if repeated:
         return (
             f"history.jsonl has two events at version {repeated[0]}: the session changed in "
@@ -4769,9 +4803,11 @@ def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
     time (ties in file order), exact duplicates dropped, versions 1..n; None when the
     history holds no event."""
     session_id = os.path.basename(folder)
-    records = history_records(read_bytes(os.path.join(folder, HISTORY_FILE)))
-    if not records:
-        return None
+    data = read_bytes(os.path.join(folder, HISTORY_FILE))
+    records = history_records(data)
+    complete = [line for line in data.split(b"\n")[:-1] if line.strip()]
+    if not records or len(records) != len(complete):
+        return None  # a line that is not an event: history-invalid, for a person to restore
     unique = list({dumps_json(e, None): e for e in records}.values())
     order = sorted(
         range(len(unique)),
@@ -4779,7 +4815,7 @@ def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
     )
     events = [dict(unique[i]) for i in order]
     versions = event_versions(records)
-    repeated = [v for v in set(versions) if versions.count(v) > 1]
+    repeated = repeated_values(versions)
     fork = min(repeated) if repeated else None
     try:
         sides = state_sides(read_text(os.path.join(folder, STATE_FILE)))
@@ -5014,7 +5050,9 @@ def history_events(lines: list[bytes]) -> list | None:
     if not lines or any(not line.strip() for line in lines):
         return None
     try:
-        events = load_json(b"[" + b",".join(lines) + b"]")
+        # Not depth-walked (the hot path of check on 10,000 sessions): json's own recursion
+        # limit still turns an absurdly deep line into an error, not a crash.
+        events = load_json(b"[" + b",".join(lines) + b"]", bounded=False)
     except ValueError:
         return None
     valid = len(events) == len(lines) and all(
@@ -5276,7 +5314,6 @@ def cmd_boot(args) -> int:
     parts = BootParts(store)
     limits = {} if args.no_limit else {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
     text, warnings = boot_document(parts, no_refs=args.no_refs, **limits)
-    mark_boot(store)
     for warning in warnings:
         warn(warning)
     if args.json:
@@ -5285,6 +5322,7 @@ def cmd_boot(args) -> int:
         write_output_file(args.output, text)
     else:
         sys.stdout.write(text)
+    mark_boot(store)  # only a boot that delivered its text counts
     return EXIT_OK
 
 
@@ -6554,6 +6592,13 @@ def add_memory_note(
             before = f"# {title[:1].upper()}{title[1:]}\n"  # a new ref: titled, as check asks
             make_dir(os.path.dirname(path))
         refuse_conflicted(path, before, store)
+        if ref is not None and "**Current:**" in before:
+            for key, fact, _, _ in parse_fact_block(before)[1]:
+                if fact is not None and key.lower() == section.lower():
+                    raise usage_error(
+                        f"`## {key}` in {store.rel(path)} is a fact: set it with "
+                        f"`stm fact set {key} VALUE`; nothing written"
+                    )
         if not create:
             refuse_near_miss(before, section, store.rel(path))
         anchor = None if identity or ref is not None else "Last Updated"
@@ -6608,7 +6653,7 @@ def read_fact_block(store: Store, path: str) -> str | None:
         return None
     if not os.path.isfile(path):
         raise StmError(f"{store.rel(path)} is not a regular file")
-    return read_text(path)
+    return read_text_to_edit(path, store.rel(path))
 
 
 def find_fact(sections: list, key: str, shown: str):
@@ -6660,7 +6705,8 @@ def set_fact(
             fact.history.insert(0, (stamp, value, []))
             fact.current = value
         make_dir(store.refs_dir)
-        atomic_write(path, render_fact_block(preamble, sections).encode("utf-8"))
+        rendered = in_line_ends_of(text or "", render_fact_block(preamble, sections))
+        atomic_write(path, rendered.encode("utf-8"))
     return {"path": store.rel(path), "key": key, "value": value, "changed": True}
 
 
@@ -6700,7 +6746,8 @@ def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEF
         message = f"removed from {store.rel(path)} by stm fact rm: {why}\n\n{removed}"
         append_log_entry(store, normalise_message(message))
         sections.remove(found)
-        atomic_write(path, render_fact_block(preamble, sections).encode("utf-8"))
+        rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
+        atomic_write(path, rendered.encode("utf-8"))
     return {"path": store.rel(path), "key": key, "removed": True}
 
 
@@ -6764,23 +6811,26 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
             text = read_text_to_edit(store.memory_path, store.rel(store.memory_path))
         except FileNotFoundError:
             raise StmError(f"{store.rel(store.memory_path)} is missing; run `stm init`") from None
-        text = text.replace("\r\n", "\n")
+        original, text = text, text.replace("\r\n", "\n")
         refuse_conflicted(store.memory_path, text, store)
         new, moved = compact_memory_text(text, config)
         if moved:
-            rewrites.append((store.memory_path, new))
+            rewrites.append((store.memory_path, in_line_ends_of(original, new)))
             moves += [(store.rel(store.memory_path), name, lines) for name, lines in moved]
         for path in iter_ref_files(store.refs_dir):
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             block = read_text(path)
             if "**Current:**" in block:
+                block = read_text_to_edit(path, store.rel(path))  # it may be rewritten
                 refuse_conflicted(path, block, store)  # before: markers hide the format
             if fact_keys_summary(block) is None:
                 continue
-            new, moved = compact_fact_text(block, config["fact_history_limit"])
+            new, moved = compact_fact_text(
+                block.replace("\r\n", "\n"), config["fact_history_limit"]
+            )
             if moved:
-                rewrites.append((path, new))
+                rewrites.append((path, in_line_ends_of(block, new)))
                 moves += [(store.rel(path), key, lines) for key, lines in moved]
         if moves and not dry_run:
             append_log_entry(store, compact_message(moves))
@@ -7341,6 +7391,10 @@ def cmd_setup_mcp(args) -> int:
         data.setdefault(key, {})["stm"] = entry
         write_settings(path, data)
         out(f"installed: the stm server in {shown} ({entry['command']} {' '.join(entry['args'])})")
+        if current is not None:
+            out(
+                f"  (it replaced an stm entry that said: {json.dumps(current, ensure_ascii=False)})"
+            )
         return EXIT_OK
     if current is None:
         out(f"not installed: {shown} (nothing changed)")
@@ -7756,6 +7810,8 @@ def installed_git_driver(root: str) -> str | None:
 
 def cmd_setup_git(args) -> int:
     root = project_root(args)
+    if args.command is not None and not args.command.strip():
+        raise usage_error("--command needs the driver command line; leave it out for stm's own")
     driver = args.command or git_driver_command()
     if not (args.install or args.check or args.remove):  # --print, the default
         import shlex
@@ -8119,6 +8175,9 @@ def mcp_check_arguments(name: str, arguments: dict) -> None:
         }[kind]
         if ok and kind == "integer":
             ok = value >= schema.get("minimum", value)
+        texts = value if isinstance(value, list) else [value]
+        if ok and any(isinstance(t, str) and not_utf8(t) for t in texts):
+            raise usage_error(f"{name}: argument {key!r} holds text that is not valid UTF-8")
         if ok and "enum" in schema:
             ok = value in schema["enum"]
         if not ok:

@@ -709,6 +709,8 @@ def test_check_git_files_rules_and_fix(store, run):
     assert stacks_attributes.read_text() == stm.STACKS_GITATTRIBUTES  # recreated whole
     assert state_ignore.read_text() == (
         "# mine\nscratch/\ncurrent-session.json\n"
+        "# When this checkout last booted (its time is the file's): "
+        "`stm digest --since last-boot`.\n.last-boot\n"
         "# stm's lock and temp files are never committed.\n.stm.lock\n*.tmp\n"
     )
     assert run("check", "--strict").code == 0
