@@ -66,6 +66,7 @@ def test_closed_stdout_ends_quietly(tmp_path):
     first = proc.stdout.readline()
     proc.stdout.close()
     err = proc.stderr.read().decode()
+    proc.stderr.close()
     proc.wait(timeout=30)
     assert first.startswith(b"# stm memory boot")
     assert "Traceback" not in err and "BrokenPipe" not in err
@@ -108,6 +109,7 @@ def test_lock_of_a_killed_holder_is_free_at_once(tmp_path):
     assert holder.stdout.readline() == b"locked\n"
     holder.kill()
     holder.wait()
+    holder.stdout.close()
     result = run_stm("log", "after the kill", cwd=tmp_path, env={"STM_LOCK_TIMEOUT": "1"})
     assert result.returncode == 0, result.stderr
 
