@@ -8608,35 +8608,42 @@ def options_search(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def options_setup_claude(p) -> None:
+def setup_actions(p, *, shows: str, installs: str, removes: str, check: bool = True) -> None:
+    """The actions every `setup` verb takes, one at a time: --print (the default),
+    --install, --check (exit 0 when installed, 1 when not), --remove."""
     actions = p.add_mutually_exclusive_group()
     actions.add_argument(
-        "--print",
-        dest="print_only",
-        action="store_true",
-        help="show the hook settings (the default)",
+        "--print", dest="print_only", action="store_true", help=f"show {shows} (the default)"
     )
-    actions.add_argument(
-        "--install",
-        action="store_true",
-        help="merge the hook into .claude/settings.json (keeps a backup)",
+    actions.add_argument("--install", action="store_true", help=installs)
+    if check:
+        actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
+    actions.add_argument("--remove", action="store_true", help=removes)
+
+
+def options_setup_claude(p) -> None:
+    setup_actions(
+        p,
+        shows="the hook settings",
+        installs="merge the hook into .claude/settings.json (keeps one backup)",
+        removes="take out only what stm added",
     )
-    actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
-    actions.add_argument("--remove", action="store_true", help="take out only what stm added")
     p.add_argument(
         "--command",
         metavar="CMD",
-        help="what the hook runs (default: `stm boot` if installed, else this stm.py)",
+        help=f"what the hook runs (default: `stm boot --max-chars {HOOK_MAX_CHARS}` if "
+        "installed, else this stm.py)",
     )
 
 
 def options_setup_agents_md(p) -> None:
-    actions = p.add_mutually_exclusive_group()
-    actions.add_argument(
-        "--print", dest="print_only", action="store_true", help="show the block (the default)"
+    setup_actions(
+        p,
+        shows="the block",
+        installs="add or update the block",
+        removes="take the block out",
+        check=False,
     )
-    actions.add_argument("--install", action="store_true", help="add or update the block")
-    actions.add_argument("--remove", action="store_true", help="take the block out")
     p.add_argument("--file", metavar="PATH", help="the instructions file (default: AGENTS.md)")
     p.add_argument(
         "--command",
@@ -8660,15 +8667,12 @@ def options_merge_file(p) -> None:
 
 
 def options_setup_mcp(p) -> None:
-    actions = p.add_mutually_exclusive_group()
-    actions.add_argument(
-        "--print", dest="print_only", action="store_true", help="show the config (the default)"
+    setup_actions(
+        p,
+        shows="the config",
+        installs="merge the stm server into the client's config",
+        removes="take the stm server out",
     )
-    actions.add_argument(
-        "--install", action="store_true", help="merge the stm server into the client's config"
-    )
-    actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
-    actions.add_argument("--remove", action="store_true", help="take the stm server out")
     p.add_argument(
         "--client",
         choices=tuple(MCP_CLIENT_FILES),
@@ -8679,18 +8683,12 @@ def options_setup_mcp(p) -> None:
 
 
 def options_setup_git(p) -> None:
-    actions = p.add_mutually_exclusive_group()
-    actions.add_argument(
-        "--print",
-        dest="print_only",
-        action="store_true",
-        help="show the git config lines (the default)",
+    setup_actions(
+        p,
+        shows="the git config lines",
+        installs="write the driver into this clone's git config",
+        removes="take the driver out",
     )
-    actions.add_argument(
-        "--install", action="store_true", help="write the driver into this clone's git config"
-    )
-    actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
-    actions.add_argument("--remove", action="store_true", help="take the driver out")
     p.add_argument(
         "--command",
         metavar="CMD",
