@@ -930,17 +930,32 @@ def context_path_problem(value) -> str | None:
     return None
 
 
-def links_on_the_way(root: str, path: str) -> bool:
-    """Whether `path`, or a folder between `root` and it, is a symbolic link."""
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        return True
+def first_link_below(root: str, path: str) -> str | None:
+    """The first of `path` and the folders between `root` and it that is a symbolic link
+    (`root` itself may be one: the trees' roots are allowed to be links)."""
     walk = root
-    for part in rel.split(os.sep):
+    for part in os.path.relpath(path, root).split(os.sep):
         walk = os.path.join(walk, part)
         if os.path.islink(walk):
-            return True
-    return False
+            return walk
+    return None
+
+
+def links_on_the_way(root: str, path: str) -> bool:
+    """Whether `path` is outside `root`, or it or a folder on the way is a link."""
+    return os.path.relpath(path, root).startswith("..") or first_link_below(root, path) is not None
+
+
+def refuse_links_below(root: str, path: str) -> None:
+    """Refuse `path` when it, or any folder between `root` and it, is a symbolic link: stm
+    writes and deletes there, and a cloned repository chooses what links point to. A path
+    the user named outside `root` has only its last part checked."""
+    if os.path.relpath(path, root).startswith(".."):
+        refuse_symlink(path, "path")
+        return
+    link = first_link_below(root, path)
+    if link is not None:
+        refuse_symlink(link, "path")
 
 
 def require_inside(path: str, root: str, what: str) -> str:
@@ -2971,24 +2986,28 @@ def config_problems(data) -> list[str]:
     return problems
 
 
-def load_config(store: Store, *, strict: bool = False) -> dict:
-    """.stacks/config.json over the defaults; none means the defaults. A broken file is
-    an error when `strict` (commands that act on the limits), else ignored (boot)."""
+def read_config(store: Store) -> tuple[dict, list[str]]:
+    """(config over the defaults, problems): no file means the defaults and no problem;
+    a broken file gives the defaults and says what is wrong."""
     path = store.layer(CONFIG_FILE)
     try:
         data = read_config_json(path)
     except FileNotFoundError:
-        return dict(CONFIG_DEFAULTS)
+        return dict(CONFIG_DEFAULTS), []
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        if strict:
-            raise StmError(f"{store.rel(path)} is not valid JSON ({exc}); fix it first") from None
-        return dict(CONFIG_DEFAULTS)
+        return dict(CONFIG_DEFAULTS), [f"not a valid config ({exc})"]
     problems = config_problems(data)
-    if problems:
-        if strict:
-            raise StmError(f"{store.rel(path)}: " + "; ".join(problems) + "; fix it first")
-        return dict(CONFIG_DEFAULTS)
-    return {**CONFIG_DEFAULTS, **data}
+    return (dict(CONFIG_DEFAULTS) if problems else {**CONFIG_DEFAULTS, **data}), problems
+
+
+def load_config(store: Store, *, strict: bool = False) -> dict:
+    """The config; a broken file is an error when `strict` (commands that act on the
+    limits), else the defaults stand in (boot, status)."""
+    config, problems = read_config(store)
+    if problems and strict:
+        shown = store.rel(store.layer(CONFIG_FILE))
+        raise StmError(f"{shown}: " + "; ".join(problems) + "; fix it first")
+    return config
 
 
 def section_limit(config: dict, name: str) -> int:
@@ -3197,6 +3216,7 @@ class BootParts:
         self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
         self.workflow: str | None = None
         self.waiting: list[str] = []
+        self.freshness: str | None = None  # how old session memory is (the first line)
         self._workflow()
         self.refs = self._refs()
         self._memory_notices()
@@ -3279,7 +3299,6 @@ class BootParts:
     def _memory_notices(self) -> None:
         text = self.raw.get("session")
         stamp = memory_stamp(text) if text is not None else None
-        self.freshness = None
         if stamp is None:
             return
         days = int((utc_now() - stamp) // 86400)
@@ -3452,11 +3471,8 @@ def context_file_inside(ref: SessionRef, rel: str) -> bool:
     """A context path that, resolved, stays inside its session folder and passes
     through no symlink: boot tells an agent to read it."""
     path = os.path.join(ref.path, *rel.split("/"))
-    walk = ref.path
-    for part in rel.split("/"):
-        walk = os.path.join(walk, part)
-        if os.path.islink(walk):
-            return False
+    if first_link_below(ref.path, path) is not None:
+        return False
     real, root = os.path.realpath(path), os.path.realpath(ref.path)
     return real.startswith(root + os.sep)
 
@@ -4091,20 +4107,11 @@ class Checker:
 
     def check_config(self) -> None:
         """config.json valid (when there is one), and MEMORY.md within its threshold."""
-        path = self.store.layer(CONFIG_FILE)
-        config = dict(CONFIG_DEFAULTS)
-        if os.path.lexists(path):
-            try:
-                data = read_config_json(path)
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                self.report("config-invalid", path, f"not a valid config ({exc})")
-                return
-            problems = config_problems(data)
-            for problem in problems:
-                self.report("config-invalid", path, problem)
-            if problems:
-                return
-            config.update(data)
+        config, problems = read_config(self.store)
+        for problem in problems:
+            self.report("config-invalid", self.store.layer(CONFIG_FILE), problem)
+        if problems:
+            return
         try:
             count = memory_bullet_count(read_text(self.store.memory_path))
         except OSError:
@@ -5620,8 +5627,9 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
         except StmError:
             warnings.append(f"session {sid} has an unreadable state.json; run `stm check`")
             continue
-        if handoff_summary(state):
-            handoffs.append({"session_id": sid, **handoff_summary(state)})
+        handoff = handoff_summary(state)
+        if handoff:
+            handoffs.append({"session_id": sid, **handoff})
         updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
         if updated is not None and now - updated > SESSION_IDLE_DAYS * 86400:
             idle.append(sid)
@@ -7207,18 +7215,6 @@ def settings_text(data: dict) -> str:
 SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove deletes it
 
 
-def refuse_links_below(root: str, path: str) -> None:
-    """Refuse `path` when it, or any folder between `root` and it, is a symbolic link:
-    setup writes and deletes there, and a cloned repository chooses what links point to."""
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        return  # a path the user named outside the project: only its last part is checked
-    walk = root
-    for part in rel.split(os.sep):
-        walk = os.path.join(walk, part)
-        refuse_symlink(walk, "path")
-
-
 def write_settings(path: str, data: dict) -> None:
     make_dir(os.path.dirname(path))
     atomic_write(path, settings_text(data).encode("utf-8"))
@@ -7587,14 +7583,6 @@ def import_target(store: Store, name: str) -> str:
     return os.path.join(roots[parts[0]], *parts[1:])
 
 
-def refuse_links_on_the_way(target: str, roots) -> None:
-    """Refuse `target` if it, or a folder between it and its tree's root, is a link."""
-    path = target
-    while path not in roots and os.path.dirname(path) != path:
-        refuse_symlink(path, "path")
-        path = os.path.dirname(path)
-
-
 def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]], list[str]]:
     """Every (name, target, bytes) of the archive, all checked before anything is written,
     and the names of entries left out (the session pointer: it belongs to one checkout)."""
@@ -7679,7 +7667,8 @@ def cmd_import(args) -> int:
         )
     plan = []
     for _, target, _ in files:
-        refuse_links_on_the_way(target, (store.stacks, store.state))
+        root = store.stacks if target.startswith(store.stacks + os.sep) else store.state
+        refuse_links_below(root, target)
     for name, target, data in files:
         if not os.path.lexists(target):
             plan.append(("create", name, target, data))
@@ -8123,7 +8112,7 @@ def mcp_fact_get(store: Store, args: dict):
     return fact.current, fact.as_dict(with_history=True)
 
 
-MCP_TOOLS += (
+MCP_TOOLS += (  # the fact tools, after the nine every client relies on
     (
         "fact_set",
         "Set a fact (refs/facts.md); the old value stays in its history.",
@@ -8206,10 +8195,8 @@ def ref_path(store: Store, name: str) -> str:
     for part in parts:
         check_component(part, f"ref {name!r}: component")
     path = os.path.join(store.refs_dir, *parts)
-    walk = store.refs_dir
-    for part in [None, *parts]:
-        walk = walk if part is None else os.path.join(walk, part)
-        refuse_symlink(walk, "ref path")
+    refuse_symlink(store.refs_dir, "refs folder")
+    refuse_links_below(store.refs_dir, path)
     require_inside(path, store.refs_dir, "ref")
     if not os.path.isfile(path):
         raise StmError(f"no ref {name!r} in {store.rel(store.refs_dir)}/")
