@@ -1125,9 +1125,43 @@ def command_name() -> str:
     return f"python3 {display_path(os.path.abspath(main_file))}"
 
 
+# Who reads the hints a command prints. A shell user runs stm the way this process was
+# started (command_name); an agent behind a hook runs it from its own shell, not the
+# hook's (`command`); an MCP client calls tools (`tools`). A front end sets the voice for
+# the length of its work (with_hint_voice), so operations never need to know who asked.
+_HINT_VOICE = {"command": None, "tools": frozenset()}
+
+
+@contextlib.contextmanager
+def with_hint_voice(*, command: str | None = None, tools=frozenset()):
+    saved = dict(_HINT_VOICE)
+    _HINT_VOICE.update(command=command, tools=frozenset(tools))
+    try:
+        yield
+    finally:
+        _HINT_VOICE.update(saved)
+
+
+_HINT_RE = LazyRegex(r"`stm ([^`]*)`")
+
+
+def tool_hint(match, tools: frozenset) -> str:
+    """`stm session checkpoint …` as "the `session_checkpoint` tool" when that tool exists;
+    a command with no tool stays a command."""
+    words = [w for w in match.group(1).split() if not w.startswith("-")]
+    for name in ("_".join(words[:2]), words[0] if words else ""):
+        if name in tools:
+            if "--no-limit" in match.group(1):
+                return f"the `{name}` tool without max_tokens or max_chars"
+            return f"the `{name}` tool"
+    return match.group(0)
+
+
 def as_invoked(text: str) -> str:
-    """`text` with each `stm …` command hint written the way stm was invoked."""
-    name = command_name()
+    """`text` with each `stm …` command hint written the way its reader runs stm."""
+    if _HINT_VOICE["tools"]:
+        text = _HINT_RE.sub(lambda m: tool_hint(m, _HINT_VOICE["tools"]), text)
+    name = _HINT_VOICE["command"] or command_name()
     return text if name == "stm" else text.replace("`stm ", f"`{name} ")
 
 
@@ -5911,6 +5945,9 @@ def archive_session(
         pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
         check_expected_version(ref, state, expect_version)
         destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
+        # Before the month folder is made: a link at history/ or history/YYYY-MM/ would
+        # have mkdir create it wherever the link points.
+        refuse_links_below(store.state, destination_dir)
         make_dir_undoable(destination_dir, rollback)
         require_inside(destination_dir, store.state, "history folder")
         destination = os.path.join(destination_dir, ref.id)
@@ -8269,7 +8306,12 @@ class McpServer:
                 stdout.flush()
 
     def answer(self, line: bytes) -> dict | None:
-        """The response to one message, or None for a notification."""
+        """The response to one message, or None for a notification. Hints in it name
+        tools, not shell commands: the client may have no shell."""
+        with with_hint_voice(tools=MCP_TOOL_BY_NAME):
+            return self.answer_in_voice(line)
+
+    def answer_in_voice(self, line: bytes) -> dict | None:
         try:
             message = load_json(line.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,23 @@ sys.path.insert(0, str(ROOT))
 import stm  # noqa: E402
 
 STM_PY = ROOT / "stm.py"
+
+# The run's clock. `STM_TESTS_CLOCK_DAYS=365 python3 -m pytest -m 'not file_times'` moves
+# it a year ahead for stm in this process (stm reads time through stm.utc_now alone) and
+# in every Python process the tests start (a sitecustomize shim on PYTHONPATH), so a test
+# that only passes near the day it was written shows up today. File modification times
+# come from the kernel and do not move: tests that need them to agree with the clock are
+# marked `file_times`.
+CLOCK_SHIFT_S = float(os.environ.get("STM_TESTS_CLOCK_DAYS") or 0) * 86400
+
+
+def clock() -> float:
+    return time.time() + CLOCK_SHIFT_S
+
+
+# Today by that clock: fixed dates in test data age, and boot announces a memory more
+# than a week old at the top of its output.
+TODAY = time.strftime("%Y-%m-%d", time.gmtime(clock()))
 
 IDENTITY = """\
 # Agent Identity
@@ -33,7 +51,7 @@ Small commits; tests before features.
 Python 3.9+, pytest, ruff.
 """
 
-MEMORY = """\
+MEMORY = f"""\
 # Session Memory
 
 ## Status
@@ -54,7 +72,7 @@ Port the expression grammar.
 
 ## Last Updated
 
-2026-11-22
+{TODAY}
 """
 
 
@@ -64,6 +82,29 @@ class Result:
 
     def __repr__(self) -> str:  # shown by pytest when an assertion fails
         return f"Result(code={self.code}, out={self.out!r}, err={self.err!r})"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def moved_clock(tmp_path_factory):
+    """With STM_TESTS_CLOCK_DAYS set: every Python process the tests start reads the
+    moved clock too (time.time, which stm.utc_now calls)."""
+    if not CLOCK_SHIFT_S:
+        yield
+        return
+    shim = tmp_path_factory.mktemp("clock-shim")
+    (shim / "sitecustomize.py").write_text(
+        "import time\n_real_time = time.time\n"
+        f"time.time = lambda: _real_time() + {CLOCK_SHIFT_S!r}\n"
+    )
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), saved) if p)
+    real_utc_now, stm.utc_now = stm.utc_now, clock  # for module-scoped fixtures too
+    yield
+    stm.utc_now = real_utc_now
+    if saved is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = saved
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from conftest import IDENTITY, run_stm
+from conftest import IDENTITY, TODAY, run_stm
 
 STAMP = re.compile(r"generated \S+ · ~\d+ tokens")
 
@@ -26,7 +26,7 @@ def long_memory(weeks: int = 20) -> str:
             f"- {section} note from week {w}: {'detail ' * 8}" for w in range(weeks * 3, 0, -1)
         ]
         lines.append("")
-    lines += ["## Last Updated", "", "2026-11-22", ""]
+    lines += ["## Last Updated", "", TODAY, ""]
     return "\n".join(lines)
 
 
@@ -121,7 +121,7 @@ def test_conflict_markers_are_announced_at_the_top(store, run):
 
 def test_a_stale_memory_is_announced_in_the_text(store, run):
     memory = store / ".stacks" / "MEMORY.md"
-    memory.write_text(memory.read_text().replace("2026-11-22", "2020-01-01"))
+    memory.write_text(memory.read_text().replace(TODAY, "2020-01-01"))
     out = run("boot").out
     assert "session memory was last updated 2020-01-01" in out.split("## Identity")[0]
 

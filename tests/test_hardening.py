@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, ROOT, STM_PY, Result, snapshot
+from conftest import IDENTITY, MEMORY, ROOT, STM_PY, TODAY, Result, snapshot
 
 import stm
 
@@ -537,6 +537,24 @@ def test_boot_does_not_point_at_a_symlinked_session_md_and_check_reports_it(stor
     rel = f".state/sessions/{sid}/Session.md"
     found = findings(call("check", "--json"))
     assert any(f["path"] == rel and f["severity"] == "error" for f in found), found
+
+
+@pytest.mark.parametrize("link", [".state/history", ".state/history/MONTH"])
+def test_archive_makes_no_month_folder_through_a_link(store, run, tmp_path_factory, link):
+    """The month folder a session is archived into does not exist yet (always so for the
+    first archive of a month): mkdir must not create it where a link points."""
+    victim = tmp_path_factory.mktemp("victim")
+    sid = run("session", "new", "--name", "x").out.strip()
+    path = store / link.replace("MONTH", sid[:7])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        shutil.rmtree(path)  # init makes history/ (with a .gitkeep)
+    path.symlink_to(victim)
+    before = tree(victim)
+    result = run("session", "archive")
+    assert result.code == 1 and "symbolic link" in result.err, result
+    assert tree(victim) == before  # nothing created there, not even for a moment
+    assert (store / ".state" / "sessions" / sid / "state.json").exists()
 
 
 # ---- -o targets -----------------------------------------------------------------------------
@@ -1208,7 +1226,7 @@ def test_no_traceback_from_a_zone_offset_of_24_hours_anywhere(store, call, where
             f"## {bad} · x <!-- stm:entry 0badf00d -->\n\nhi\n\n<!-- stm:end 0badf00d -->\n"
         )
     else:
-        text = MEMORY.replace("2026-11-22\n", bad + "\n")
+        text = MEMORY.replace(TODAY + "\n", bad + "\n")
         (store / ".stacks" / "MEMORY.md").write_text(text)
     for argv in (["boot"], ["status"], ["session", "list"], ["session", "show"], ["search", "x"]):
         result = call(*argv)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, STM_PY, all_command_paths, run_stm, snapshot
+from conftest import ROOT, STM_PY, TODAY, all_command_paths, run_stm, snapshot
 
 import stm
 
@@ -807,6 +807,7 @@ def test_status_reports_layers_budget_and_verdict(store, run, monkeypatch):
     assert result.out.rstrip().endswith("verdict: ok")
 
 
+@pytest.mark.file_times  # a template has no Last Updated: its age is the file's
 def test_status_warns_about_layers_that_hold_only_their_templates(project, run):
     run("init")
     data = json.loads(run("status", "--json").out)
@@ -826,7 +827,7 @@ def test_status_json_schema(store, run):
     for facts in data["layers"].values():
         assert {"files", "bytes", "tokens"} <= set(facts)
     assert data["boot"]["budget"] == 2000
-    assert data["memory"] == {"updated": "2026-11-22T00:00:00Z", "source": "Last Updated"}
+    assert data["memory"] == {"updated": f"{TODAY}T00:00:00Z", "source": "Last Updated"}
     assert data["verdict"] == "ok"
 
 
@@ -834,15 +835,20 @@ def at(monkeypatch, text):
     monkeypatch.setattr(stm, "utc_now", lambda: stm.parse_iso(text, need_zone=True))
 
 
+def days_after_memory(days: float) -> str:
+    """A moment `days` after the test memory's Last Updated (TODAY, 00:00 UTC)."""
+    return stm.iso(stm.parse_iso(TODAY, date_only_ok=True) + days * 86400)
+
+
 def test_status_warns_when_memory_is_older_than_seven_days(store, run, monkeypatch):
-    at(monkeypatch, "2026-12-05T00:00:00Z")
+    at(monkeypatch, days_after_memory(13))
     data = json.loads(run("status", "--json").out)
     assert any("not updated for 13 days" in w for w in data["warnings"])
     assert data["verdict"] == "1 warning(s)"
 
 
 def test_status_warns_when_the_log_is_newer_than_memory(store, run, monkeypatch):
-    at(monkeypatch, "2026-11-25T12:00:00Z")
+    at(monkeypatch, days_after_memory(3.5))
     run("log", "later work")
     data = json.loads(run("status", "--json").out)
     assert any("older than the newest log entry" in w for w in data["warnings"])

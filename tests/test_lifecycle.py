@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, ROOT, STM_PY, snapshot
+from conftest import IDENTITY, ROOT, STM_PY, TODAY, snapshot
 
 import stm
 
@@ -988,7 +988,7 @@ def random_memory(rng: random.Random) -> tuple[str, dict]:
             if rng.random() < 0.1:
                 lines.append("")  # a loose list
         lines.append("")
-    lines += ["## Last Updated", "", "2026-11-22", ""]
+    lines += ["## Last Updated", "", TODAY, ""]
     config: dict = {"default_section_limit": rng.randint(1, 32)}
     limits = {}
     for name in names:

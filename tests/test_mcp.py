@@ -6,7 +6,6 @@ initialize-based 2025-11-25 .. 2024-11-05 revisions); stm's own rules from its i
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import sys
 import time
 
 import pytest
-from conftest import IDENTITY, MEMORY, ROOT, STM_PY
+from conftest import IDENTITY, MEMORY, ROOT, STM_PY, clock
 from mcp_client import (
     CLIENT_INFO,
     INVALID_PARAMS,
@@ -183,7 +182,7 @@ def entries_with(project, text: str) -> list[dict]:
 
 
 def utc_today() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    return time.strftime("%Y-%m-%d", time.gmtime(clock()))
 
 
 def section(markdown: str, name: str) -> str:
@@ -549,6 +548,9 @@ def test_boot_tool_returns_identity_and_memory(server, era):
     assert_ok(small)
     assert (len(text_of(small)) + 3) // 4 <= 200
     assert "Maintainer of the parser project" in text_of(small)
+    # Its hints name tools, never a shell command holding the checkout's path (a long
+    # path would crowd the identity out of the budget, and the client may have no shell).
+    assert "stm.py" not in text_of(small) and "the `boot` tool" in text_of(small)
     capped = client.tool_result("boot", {"max_chars": 400}, era)
     assert_ok(capped)
     assert 0 < len(text_of(capped)) <= 400

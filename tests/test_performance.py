@@ -47,7 +47,11 @@ FORBIDDEN = [
 ]
 
 PROBE = r"""
-import json, os, sys
+import json, os, sys, time
+shift = float(os.environ.get("STM_TESTS_CLOCK_DAYS") or 0) * 86400  # conftest: clock()
+if shift:  # -S loads no sitecustomize: move the clock here
+    real_time = time.time
+    time.time = lambda: real_time() + shift
 before = set(sys.modules)
 events = []
 root = os.path.realpath(sys.argv[1])
