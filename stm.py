@@ -55,6 +55,7 @@ Sections (grep -n '^# ====' stm.py):
     Formats: Markdown layers   comments, refs index, log entries, secrets
     Formats: sessions          ids, state.json, history.jsonl, pointer
     Formats: handoffs
+    Formats: transcripts       read_transcript, find_project_transcript, git_state, redact
     Formats: three-way merge   merge_markdown (the git merge driver's core)
     Formats: fact blocks
     Formats: config and compaction
@@ -2412,6 +2413,725 @@ def has_content(value) -> bool:
 def handoff_key(handoff: dict) -> str:
     """What makes two handoffs the same: task, sender, and creation time."""
     return dumps_json([handoff["task_id"], handoff["from_agent"], handoff["created_at"]], None)
+
+
+# ==== Formats: transcripts ===================================================
+#
+# What an agent client's session did, read mechanically (no model) from its transcript:
+# Claude Code's `~/.claude/projects/<folder>/<session>.jsonl` or a Codex rollout
+# (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`). Both grow to hundreds of MB, so only
+# the tail is read; both change between client versions, so every field is optional and
+# whatever is not understood (a line, an entry type, a tool) is skipped. Every string
+# handed out has passed safe_line(): what capture stores is committed to git.
+
+TRANSCRIPT_TAIL_BYTES = 4 * 1024 * 1024  # read_transcript reads no more than this
+TRANSCRIPT_LINE_MAX_BYTES = 1024 * 1024  # a longer line is skipped unparsed
+TRANSCRIPT_PROBE_BYTES = 64 * 1024  # find_project_transcript reads this much at each end
+TRANSCRIPT_SCAN_MAX = 5000  # folder entries find_project_transcript considers
+TRANSCRIPT_CANDIDATES = 50  # of which it probes the newest this many
+REQUEST_MAX_CHARS = 500
+MESSAGE_MAX_CHARS = 300
+PLAN_ITEM_MAX_CHARS = 200
+PLAN_MAX_ITEMS = 50
+FILES_MAX = 20
+FILE_MAX_CHARS = 300
+FAILURES_MAX = 5
+COMMAND_MAX_CHARS = 200
+ID_MAX_CHARS = 200
+REDACT_MARGIN = 4096  # characters beyond a field's limit redacted with it (see safe_line)
+GIT_TIMEOUT_S = 2.0
+GIT_COMMITS_MAX = 10
+PLAN_STATUSES = ("pending", "in_progress", "completed")
+# Claude Code's answers to a call that never ran: the person stopped or refused it.
+NOT_A_FAILURE = ("[Request interrupted", "The user doesn't want to")
+CLAUDE_FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path"}
+CLAUDE_FILE_TOOLS["NotebookEdit"] = "notebook_path"
+CODEX_SHELL_TOOLS = ("shell", "container.exec", "shell_command", "exec_command", "local_shell")
+CODEX_ENTRY_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
+CLAUDE_ENTRY_TYPES = ("user", "assistant", "system", "summary", "attachment", "progress")
+# Where a scanner match is only the start of the secret: a PEM header is what the scanner
+# looks for, but the key is the body below it, up to the END line.
+SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
+
+PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
+# Control characters and the ones that reorder text on screen (Trojan Source).
+UNSHOWN_RE = LazyRegex(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+WRAPPER_RE = LazyRegex(r"(?:\s*<([A-Za-z][\w-]*)(?:\s[^>]*)?>.*?</\1>)+\s*", re.S)
+REMINDER_RE = LazyRegex(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
+PATCH_FILE_RE = LazyRegex(r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.+?)\s*$", re.M)
+TASK_NUMBER_RE = LazyRegex(r"#(\d+)")
+EXIT_CODE_RE = LazyRegex(r"^(?:Exit code:?|Process exited with code) (-?\d+)\s*$", re.M)
+
+
+class Record:
+    """A record with named fields, given by keyword and compared by value: a NamedTuple
+    without `typing`, which costs every boot a millisecond."""
+
+    __slots__ = ()
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.pop(name))
+        if fields:
+            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(fields)}")
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.as_dict() == self.as_dict()
+
+    __hash__ = None  # the fields hold lists
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
+        return f"{type(self).__name__}({fields})"
+
+
+class Transcript(Record):
+    """What one session did, as far as its transcript's tail tells. Every string is
+    redacted, one line and bounded; `plan` holds (text, status) pairs in list order,
+    `failures` (command, first line of the error) pairs, oldest first."""
+
+    __slots__ = (
+        "client",  # "claude", "codex", or "" when no line was recognised
+        "session_id",
+        "cwd",
+        "plan",  # [(text, "pending" | "in_progress" | "completed")]
+        "request",  # the user's last request
+        "last_message",  # the agent's last text
+        "files",  # written or edited, relative to cwd when inside it, newest last
+        "failures",  # [(command, error)]
+        "position",  # "size:last entry id": the same value means the same transcript
+        "ended_at",  # the last entry's time, YYYY-MM-DDTHH:MM:SSZ
+        "compacted",  # whether the client compacted the conversation in the window
+    )
+
+
+class GitState(Record):
+    """Where a git work tree stands: see git_state."""
+
+    __slots__ = ("branch", "head", "changed", "changed_total", "commits")
+
+
+def redact(text: str) -> str:
+    """`text` without what must never be stored: each `<private>…</private>` dropped (an
+    unclosed one drops the rest), and each credential the secret scanner knows
+    (SECRET_PATTERNS) replaced by `[redacted: KIND]`.
+
+    >>> redact("key AKIAABCDEFGHIJKLMNOP, <PRIVATE>mine\\n</private>ok <private>x")
+    'key [redacted: AWS access key id], ok '
+    """
+    text = PRIVATE_RE.sub("", text)
+    for kind, pattern, hints in SECRET_PATTERNS:
+        if any(hint in text for hint in hints):
+            marker = f"[redacted: {kind}]"
+            text = re.sub(pattern + SECRET_REST.get(kind, ""), lambda _, m=marker: m, text)
+    return text
+
+
+def safe_line(value, limit: int) -> str:
+    """Text from a transcript (or git) made fit to store and show on one line: redacted,
+    control and reordering characters gone, whitespace runs one space, at most `limit`
+    characters. Redaction comes before the cut, so a token cut in half is still found;
+    the last word of a longer text's window becomes "...": a token cut there would no
+    longer be recognised.
+
+    >>> safe_line("run\\x1b[2J  it\\n\\tnow " + "x" * 50, 12)
+    'run [2J i...'
+    """
+    if not isinstance(value, str):
+        return ""
+    window = value[: limit + REDACT_MARGIN]
+    text = redact(window)
+    if len(window) < len(value):
+        words = text.rsplit(None, 1)
+        text = (words[0] if len(words) == 2 else "") + " ..."
+    text = " ".join(UNSHOWN_RE.sub(" ", text).split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def read_span(fd: int, offset: int, count: int) -> bytes:
+    """`count` bytes from `offset`, fewer at the end of the file: pread may return less
+    than asked."""
+    chunks = []
+    while count > 0:
+        chunk = pread(fd, min(count, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def open_regular(path: str) -> int:
+    """A read descriptor on the regular file `path` (not through a link in its last part).
+    O_NONBLOCK: a FIFO planted as a transcript is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        require_regular(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def tail_lines(fd: int, size: int, count: int) -> list[bytes]:
+    """The whole lines among the last `count` bytes of a file of `size` bytes. One byte
+    more is read, to tell whether the window starts at a line's beginning: a line cut by
+    the window's start is dropped. A last line without its newline stays: it parses only
+    if its writer finished it."""
+    start = max(0, size - count - 1)
+    lines = read_span(fd, start, size - start).split(b"\n")
+    return lines[1:] if start else lines
+
+
+def head_lines(fd: int, size: int, count: int) -> list[bytes]:
+    """The whole lines among the first `count` bytes of a file of `size` bytes."""
+    lines = read_span(fd, 0, min(size, count)).split(b"\n")
+    return lines if size <= count else lines[:-1]
+
+
+def parse_entry(line: bytes):
+    """One transcript line as a JSON object, or None (blank, too long, not JSON, not an
+    object, or nested deeper than Python's recursion allows)."""
+    line = line.strip()
+    if not line.startswith(b"{") or len(line) > TRANSCRIPT_LINE_MAX_BYTES:
+        return None
+    try:
+        entry = load_json(line.decode("utf-8", "replace"), bounded=False)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def entry_client(entry: dict) -> str:
+    """Which client wrote a transcript line: Codex wraps each in {timestamp, type,
+    payload}; Claude Code's carry a message or a session id beside their type."""
+    kind = entry.get("type")
+    if kind in CODEX_ENTRY_TYPES and isinstance(entry.get("payload"), dict):
+        return "codex"
+    if kind in CLAUDE_ENTRY_TYPES and ("message" in entry or "sessionId" in entry):
+        return "claude"
+    return ""
+
+
+def text_of(value, limit: int = 65536) -> str:
+    """The text in a message or tool result's content: a string, or the `text` of its
+    blocks (text, input_text, output_text) joined by newlines, cut at `limit`."""
+    if isinstance(value, str):
+        return value[:limit]
+    parts, size = [], 0
+    for block in value if isinstance(value, list) else ():
+        text = block.get("text") if isinstance(block, dict) else None
+        if isinstance(text, str) and size < limit:
+            parts.append(text[: limit - size])
+            size += len(parts[-1])
+    return "\n".join(parts)
+
+
+def request_text(text: str) -> str:
+    """A user message's text when a person wrote it; "" for what a client wraps around
+    the conversation: command and shell-output wrappers, reminders, environment context,
+    AGENTS.md instructions, interruption notes."""
+    text = REMINDER_RE.sub("", text).strip()
+    if not text or WRAPPER_RE.fullmatch(text):
+        return ""
+    if text.startswith(("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")):
+        return ""
+    return text
+
+
+def first_error_line(text: str) -> str:
+    """The first telling line of a failed command's output: not an exit-code header.
+    Private blocks go first: a line picked from inside one would carry no marker."""
+    lines = [line.strip() for line in PRIVATE_RE.sub("", text[:4096]).splitlines()]
+    lines = [line for line in lines if line]
+    telling = [
+        line
+        for line in lines
+        if not EXIT_CODE_RE.match(line) and not line.startswith(("Wall time:", "Output:"))
+    ]
+    return (telling or lines or [""])[0]
+
+
+class TranscriptReader:
+    """What read_transcript gathers entry by entry, before finish() cleans it."""
+
+    def __init__(self):
+        self.client = self.session_id = self.cwd = self.request = self.message = ""
+        self.last_id = self.ended_at = ""
+        self.compacted = False
+        self.plan_tool = ""  # "list" (TodoWrite, update_plan) or "tasks": the newest wins
+        self.plan_list: list = []  # the newest whole-list plan: [(text, status)]
+        self.tasks: dict = {}  # task number -> [subject, status]
+        self.next_task = 1  # the number a task gets when its result does not say
+        self.creating: dict = {}  # TaskCreate call id -> subject, until its result
+        self.commands: dict = {}  # shell call id -> command, until its result
+        self.files: dict = {}  # path -> None, newest last
+        self.failures: list = []
+
+    def feed(self, entry: dict) -> None:
+        client = entry_client(entry)
+        if not client or (self.client and client != self.client):
+            return
+        self.client = client
+        stamp = entry.get("timestamp")
+        if isinstance(stamp, str) and parse_iso(stamp, need_zone=True) is not None:
+            self.ended_at = stamp
+        if client == "claude":
+            self.claude_entry(entry)
+        else:
+            self.codex_entry(entry)
+        marker = entry.get("uuid") or stamp
+        if isinstance(marker, str):
+            self.last_id = marker
+
+    def touch(self, path) -> None:
+        if isinstance(path, str) and path.strip():
+            self.files.pop(path, None)
+            self.files[path] = None
+
+    def fail(self, command: str, error: str) -> None:
+        self.failures.append((command, error))
+        del self.failures[:-FAILURES_MAX]
+
+    def set_list_plan(self, items, text_key: str) -> None:
+        if isinstance(items, list):
+            self.plan_tool = "list"
+            self.plan_list = [
+                (item.get(text_key), item.get("status")) for item in items if isinstance(item, dict)
+            ]
+
+    # Claude Code
+
+    def claude_entry(self, entry: dict) -> None:
+        if isinstance(entry.get("sessionId"), str):
+            self.session_id = entry["sessionId"]
+        if isinstance(entry.get("cwd"), str):
+            self.cwd = entry["cwd"]
+        kind, message = entry.get("type"), entry.get("message")
+        if kind == "system" and entry.get("subtype") == "compact_boundary":
+            self.compacted = True
+        if not isinstance(message, dict):
+            return
+        content = message.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        # Subagents' lines, meta lines (expanded commands, caveats) and the summary written
+        # after compaction are no one's request or answer.
+        aside = any(entry.get(k) for k in ("isSidechain", "isMeta", "isCompactSummary"))
+        if kind == "assistant":
+            for block in blocks:
+                if block.get("type") == "tool_use":
+                    self.claude_tool_use(block, sidechain=bool(entry.get("isSidechain")))
+            text = text_of([b for b in blocks if b.get("type") == "text"])
+            if text.strip() and not aside and not entry.get("isApiErrorMessage"):
+                self.message = text
+        elif kind == "user":
+            results = [b for b in blocks if b.get("type") == "tool_result"]
+            for block in results:
+                self.claude_tool_result(block, entry.get("toolUseResult"))
+            if not results and not aside:
+                text = request_text(text_of(content))
+                self.request = text or self.request
+
+    def claude_tool_use(self, block: dict, sidechain: bool) -> None:
+        name, call_id, args = block.get("name"), call_key(block.get("id")), block.get("input")
+        if not isinstance(name, str) or not isinstance(args, dict):
+            return
+        if sidechain and name in ("TodoWrite", "TaskCreate", "TaskUpdate"):
+            return  # a subagent's own checklist, not the session's plan
+        if name == "TodoWrite":
+            self.set_list_plan(args.get("todos"), "content")
+        elif name == "TaskCreate":
+            self.plan_tool = "tasks"
+            self.creating[call_id] = args.get("subject")
+        elif name == "TaskUpdate":
+            self.plan_tool = "tasks"
+            self.update_task(args)
+        elif name in CLAUDE_FILE_TOOLS:
+            self.touch(args.get(CLAUDE_FILE_TOOLS[name]))
+        elif name == "Bash" and isinstance(args.get("command"), str):
+            self.commands[call_id] = args["command"]
+
+    def claude_tool_result(self, block: dict, detail) -> None:
+        call_id = call_key(block.get("tool_use_id"))
+        failed = block.get("is_error") is True
+        if call_id in self.commands:
+            command = self.commands.pop(call_id)
+            error = first_error_line(text_of(block.get("content")))
+            if failed and not error.startswith(NOT_A_FAILURE):
+                self.fail(command, error)
+        elif call_id in self.creating:
+            subject = self.creating.pop(call_id)
+            if not failed:
+                self.add_task(task_number(text_of(block.get("content"), 4096), detail), subject)
+
+    def add_task(self, number: int | None, subject) -> None:
+        """A created task; without a number from its result, the next one (tasks are
+        numbered 1, 2, … in the order they are created)."""
+        number = self.next_task if number is None else number
+        self.tasks[number] = [subject, "pending"]
+        self.next_task = max(self.next_task, number + 1)
+
+    def update_task(self, args: dict) -> None:
+        number = as_task_number(args.get("taskId"))
+        status, subject = args.get("status"), args.get("subject")
+        if number is None:
+            return
+        if status == "deleted":
+            self.tasks.pop(number, None)
+        elif number in self.tasks:
+            task = self.tasks[number]
+            task[0] = subject if isinstance(subject, str) and subject.strip() else task[0]
+            task[1] = status if status in PLAN_STATUSES else task[1]
+        elif isinstance(subject, str) and subject.strip():
+            # Created before the window: known only when the update names it.
+            self.tasks[number] = [subject, status if status in PLAN_STATUSES else "pending"]
+
+    # Codex
+
+    def codex_entry(self, entry: dict) -> None:
+        kind, payload = entry.get("type"), entry["payload"]
+        if kind == "session_meta" and isinstance(payload.get("id"), str):
+            self.session_id = payload["id"]
+        if kind in ("session_meta", "turn_context") and isinstance(payload.get("cwd"), str):
+            self.cwd = payload["cwd"]
+        if kind == "compacted":
+            self.compacted = True
+        elif kind == "event_msg":
+            self.codex_event(payload)
+        elif kind == "response_item":
+            self.codex_item(payload)
+
+    def codex_event(self, payload: dict) -> None:
+        kind, text = payload.get("type"), payload.get("message")
+        if not isinstance(text, str):
+            return
+        if kind == "user_message":
+            self.request = request_text(text) or self.request
+        elif kind == "agent_message" and text.strip():
+            self.message = text
+
+    def codex_item(self, item: dict) -> None:
+        kind, call_id = item.get("type"), call_key(item.get("call_id"))
+        if kind == "message":
+            text = text_of(item.get("content"))
+            if item.get("role") == "user":
+                self.request = request_text(text) or self.request
+            elif item.get("role") == "assistant" and text.strip():
+                self.message = text
+        elif kind == "function_call":
+            self.codex_call(item.get("name"), codex_arguments(item.get("arguments")), call_id)
+        elif kind == "custom_tool_call":  # freeform tools: apply_patch's input is the patch
+            self.codex_call(item.get("name"), {"input": item.get("input")}, call_id)
+        elif kind == "local_shell_call" and isinstance(item.get("action"), dict):
+            self.codex_call("local_shell", item["action"], call_id)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            command = self.commands.pop(call_id, None)
+            code, error = codex_exit(item.get("output")) if command else (None, "")
+            if code:
+                self.fail(command, error)
+
+    def codex_call(self, name, args: dict, call_id) -> None:
+        if name == "update_plan":
+            self.set_list_plan(args.get("plan"), "step")
+        elif name == "apply_patch":
+            self.touch_patch(args.get("input"))
+        elif name in CODEX_SHELL_TOOLS:
+            command = codex_command(args)
+            self.touch_patch(command)  # `apply_patch <<EOF …` run through the shell
+            if command:
+                self.commands[call_id] = command
+
+    def touch_patch(self, patch) -> None:
+        if isinstance(patch, str) and "*** " in patch:
+            for match in PATCH_FILE_RE.finditer(patch):
+                self.touch(match[1])
+
+    # The result
+
+    def plan(self) -> list:
+        if self.plan_tool == "list":
+            items = self.plan_list
+        else:
+            for subject in self.creating.values():  # results not (yet) in the transcript
+                self.add_task(None, subject)
+            items = [tuple(self.tasks[number]) for number in sorted(self.tasks)]
+        plan = []
+        for text, status in items:
+            line = safe_line(text, PLAN_ITEM_MAX_CHARS)
+            if line:
+                plan.append((line, status if status in PLAN_STATUSES else "pending"))
+        return plan[:PLAN_MAX_ITEMS]
+
+    def finish(self, size: int | None) -> Transcript:
+        """The Transcript; `size` is the file's (None when it could not be read)."""
+        ended = parse_iso(self.ended_at, need_zone=True) if self.ended_at else None
+        files = [relative_to(path, self.cwd) for path in list(self.files)[-FILES_MAX:]]
+        return Transcript(
+            client=self.client,
+            session_id=safe_line(self.session_id, ID_MAX_CHARS),
+            cwd=safe_line(self.cwd, FILE_MAX_CHARS),
+            plan=self.plan(),
+            request=safe_line(self.request, REQUEST_MAX_CHARS),
+            last_message=safe_line(self.message, MESSAGE_MAX_CHARS),
+            files=[line for line in (safe_line(f, FILE_MAX_CHARS) for f in files) if line],
+            failures=[
+                (safe_line(command, COMMAND_MAX_CHARS), safe_line(error, COMMAND_MAX_CHARS))
+                for command, error in self.failures
+            ],
+            position="" if size is None else f"{size}:{safe_line(self.last_id, ID_MAX_CHARS)}",
+            ended_at=iso(ended) if ended is not None else "",
+            compacted=self.compacted,
+        )
+
+
+def call_key(value) -> str | None:
+    """A tool call's id as a key: a string, else None (ids pair calls with results)."""
+    return value if isinstance(value, str) else None
+
+
+def as_task_number(value) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def task_number(result: str, detail) -> int | None:
+    """A created task's number: the "#3" of its result ("Task #3 created successfully: …"),
+    else the id in the entry's structured result ({"task": {"id": "3"}})."""
+    match = TASK_NUMBER_RE.search(result)
+    if match:
+        return int(match[1])
+    task = detail.get("task") if isinstance(detail, dict) else None
+    return as_task_number(task.get("id")) if isinstance(task, dict) else None
+
+
+def codex_arguments(raw) -> dict:
+    """A Codex function call's arguments: a JSON object in a string."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = load_json(raw, bounded=False) if isinstance(raw, str) else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def codex_command(args: dict) -> str:
+    """The command line of a Codex shell call: `command` as a list (shell, local_shell) or
+    a string (shell_command), or `cmd` (exec_command); `bash -lc SCRIPT` shows SCRIPT."""
+    command = args.get("command", args.get("cmd"))
+    if isinstance(command, list) and all(isinstance(part, str) for part in command):
+        if len(command) == 3 and command[1] in ("-lc", "-c"):
+            return command[2]
+        return " ".join(command)
+    return command if isinstance(command, str) else ""
+
+
+def codex_exit(output) -> tuple[int | None, str]:
+    """The exit code a Codex shell call's output reports, and its first error line.
+
+    The output is JSON ({"output", "metadata": {"exit_code"}}) or text headed by
+    "Exit code: N" or "Process exited with code N", depending on the tool and version;
+    it may sit in a {"content"} object or a list of text items.
+    """
+    text = output.get("content") if isinstance(output, dict) else output
+    text = PRIVATE_RE.sub("", text_of(text))  # before "Output:" is looked for in it
+    if text.lstrip().startswith("{"):
+        value = codex_arguments(text)
+        metadata = value.get("metadata")
+        code = metadata.get("exit_code") if isinstance(metadata, dict) else None
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code, first_error_line(text_of(value.get("output")))
+    match = EXIT_CODE_RE.search(text[:4096])
+    if match is None:
+        return None, ""
+    return int(match[1]), first_error_line(text.split("Output:", 1)[-1])
+
+
+def relative_to(path: str, cwd: str) -> str:
+    """`path` relative to `cwd` when it lies inside; as written otherwise."""
+    if not cwd or not os.path.isabs(path) or not os.path.isabs(cwd):
+        return path
+    try:
+        rel = os.path.relpath(path, cwd)
+    except ValueError:  # pragma: no cover - another drive on Windows
+        return path
+    outside = rel in (os.curdir, os.pardir) or rel.startswith(os.pardir + os.sep)
+    return path if outside else rel
+
+
+def read_transcript(path: str, *, max_bytes: int = TRANSCRIPT_TAIL_BYTES) -> Transcript:
+    """What the session behind the transcript at `path` did (see Transcript), from the
+    last `max_bytes` of it only. A file that cannot be read (missing, a link, a FIFO or
+    device) gives an empty Transcript: capture runs in hooks, which must not fail."""
+    reader = TranscriptReader()
+    try:
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            lines = tail_lines(fd, size, max_bytes)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return reader.finish(None)
+    for line in lines:
+        entry = parse_entry(line)
+        if entry is not None:
+            reader.feed(entry)
+    return reader.finish(size)
+
+
+def find_project_transcript(
+    folder: str, cwd: str, *, exclude=(), limit: int = TRANSCRIPT_CANDIDATES
+) -> str | None:
+    """The newest `*.jsonl` in `folder` (not below it), other than those in `exclude`,
+    whose entries name `cwd` as their working folder; None when there is none. For a new
+    session whose predecessor's transcript was never recorded: Claude Code keeps a
+    project's sessions side by side, in a folder whose name two projects may share.
+    Bounded: the `limit` newest files are probed, each at its first and last
+    TRANSCRIPT_PROBE_BYTES."""
+    if not cwd:
+        return None
+    skip = {os.path.abspath(path) for path in exclude}
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for count, entry in enumerate(entries):
+                if count >= TRANSCRIPT_SCAN_MAX:
+                    break
+                if not entry.name.endswith(".jsonl") or os.path.abspath(entry.path) in skip:
+                    continue
+                with contextlib.suppress(OSError):
+                    if entry.is_file(follow_symlinks=False):
+                        found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+    except (OSError, ValueError):
+        return None
+    found.sort(reverse=True)
+    places = same_folder_names(cwd)
+    for _, path in found[:limit]:
+        if transcript_names_folder(path, places):
+            return path
+    return None
+
+
+def same_folder_names(path: str) -> set:
+    """The spellings of a folder a transcript may record: as given and resolved."""
+    with contextlib.suppress(OSError, ValueError):
+        return {os.path.normpath(path), os.path.realpath(path)}
+    return {os.path.normpath(path)}
+
+
+def transcript_names_folder(path: str, places: set) -> bool:
+    """Whether an entry near either end of the transcript at `path` names one of `places`
+    as its working folder (Claude Code: every entry's `cwd`; Codex: the payload of
+    session_meta and turn_context)."""
+    try:
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            lines = head_lines(fd, size, TRANSCRIPT_PROBE_BYTES)
+            if size > TRANSCRIPT_PROBE_BYTES:
+                lines += tail_lines(fd, size, TRANSCRIPT_PROBE_BYTES)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return False
+    for line in lines:
+        entry = parse_entry(line)
+        payload = entry.get("payload") if entry is not None else None
+        where = entry.get("cwd") if entry is not None else None
+        if isinstance(payload, dict) and not isinstance(where, str):
+            where = payload.get("cwd")
+        if isinstance(where, str) and where and os.path.normpath(where) in places:
+            return True
+    return False
+
+
+def git(root: str, *args: str, **options):
+    """Run git in `root`, its output captured as text; `options` go to subprocess.run."""
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, **options)
+
+
+def git_output(root: str, *args: str) -> str | None:
+    """The output of a read-only git command, or None when it fails, times out, or git is
+    missing. It never prompts (no terminal, GIT_TERMINAL_PROMPT=0), never waits long, and
+    takes no optional lock (GIT_OPTIONAL_LOCKS=0: `git status` would otherwise refresh
+    the index under the lock, colliding with the user's own git commands)."""
+    import subprocess
+
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
+    # No fsmonitor hook and no signature check: git runs nothing but itself here.
+    quiet = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false")
+    try:
+        done = git(
+            root,
+            *quiet,
+            *args,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=GIT_TIMEOUT_S,
+            encoding="utf-8",
+            errors="replace",
+        )
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def parse_git_status(output: str) -> tuple[str, str, list[str]]:
+    """(branch, commit, changed paths) from `git status --porcelain=v2 --branch -z`. The
+    branch is "" when detached, the commit "" before the first one."""
+    branch = commit = ""
+    paths = []
+    records = iter(output.split("\0"))
+    for record in records:
+        if record.startswith("# branch.head "):
+            branch = "" if record.endswith("(detached)") else record[len("# branch.head ") :]
+        elif record.startswith("# branch.oid "):
+            commit = "" if record.endswith("(initial)") else record[len("# branch.oid ") :]
+        elif record[:2] in ("1 ", "2 ", "u "):
+            fields = {"1": 8, "2": 9, "u": 10}[record[0]]  # fields before the path
+            paths.append(record.split(" ", fields)[-1])
+            if record[0] == "2":
+                next(records, None)  # a rename's or copy's original path follows
+        elif record[:2] in ("? ", "! "):
+            paths.append(record[2:])
+    return branch, commit, paths
+
+
+def git_state(root: str, *, since: float | None = None, max_files: int = 20) -> GitState | None:
+    """Where the git work tree at `root` stands: `branch` ("" when detached), `head` (the
+    short commit hash, "" before the first commit), `changed` (up to `max_files` paths
+    not committed, tracked or not, relative to the top folder; `changed_total` counts
+    them all) and `commits` ("hash subject" of the newest GIT_COMMITS_MAX commits since
+    the epoch time `since`, newest first). None outside a work tree or without git."""
+    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z")
+    if output is None:
+        return None
+    branch, commit, paths = parse_git_status(output)
+    commits = []
+    if isinstance(since, (int, float)) and abs(since) < 1e11:  # NaN and infinity fail too
+        log = git_output(
+            root, "log", f"--since=@{int(since)}", f"-n{GIT_COMMITS_MAX}", "--format=%h %s"
+        )
+        lines = (log or "").splitlines()
+        commits = [line for line in (safe_line(s, COMMAND_MAX_CHARS) for s in lines) if line]
+    changed = [safe_line(path, FILE_MAX_CHARS) for path in paths[: max(0, max_files)]]
+    return GitState(
+        branch=safe_line(branch, ID_MAX_CHARS),
+        head=commit[:7],
+        changed=changed,
+        changed_total=len(paths),
+        commits=commits,
+    )
 
 
 # ==== Formats: three-way merge ===============================================
@@ -7757,12 +8477,6 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
         return
     for action, name, _, _ in plan:
         out(f"{words[action]:13} {name}")
-
-
-def git(root: str, *args: str):
-    import subprocess
-
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
 MERGE_MARKER_MAX = 100

@@ -1,0 +1,840 @@
+"""Formats: transcripts. Reading what an agent client's session did from its transcript
+(Claude Code's project JSONL, Codex's rollout), finding a project's last transcript, and
+the state of a git work tree. Fixtures are built from the clients' documented formats."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import random
+import shutil
+import string
+import subprocess
+import time
+
+import pytest
+
+import stm
+
+ALNUM = string.ascii_letters + string.digits
+B64 = ALNUM + "/+"
+URLSAFE = ALNUM + "-_"
+
+
+# ---- fixture builders ---------------------------------------------------------------------
+
+
+class Clock:
+    """Timestamps counting up from an hour ago: no calendar date that ages."""
+
+    def __init__(self):
+        self.start = time.time() - 3600
+        self.ticks = itertools.count()
+
+    def __call__(self) -> str:
+        moment = self.start + next(self.ticks)
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + ".250Z"
+
+
+def write_jsonl(path, entries, tail: str = "") -> str:
+    """Entries one per line; `tail` is written after the last newline as it is."""
+    text = "".join(json.dumps(entry) + "\n" for entry in entries) + tail
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+class Claude:
+    """Claude Code transcript lines: {type, uuid, parentUuid, sessionId, timestamp, cwd,
+    version, gitBranch, message {role, content}}; tool calls are `tool_use` blocks of an
+    assistant line, their results `tool_result` blocks of the next user line."""
+
+    def __init__(self, cwd: str, session: str = "5b1e7c9a-0000-4000-8000-000000000001"):
+        self.cwd, self.session, self.clock = cwd, session, Clock()
+        self.count = itertools.count(1)
+        self.parent = None
+
+    def entry(self, kind: str, content, **extra) -> dict:
+        uuid = f"uuid-{next(self.count):04d}"
+        entry = {
+            "type": kind,
+            "uuid": uuid,
+            "parentUuid": self.parent,
+            "sessionId": self.session,
+            "timestamp": self.clock(),
+            "cwd": self.cwd,
+            "version": "2.1.0",
+            "gitBranch": "main",
+            "isSidechain": False,
+            "userType": "external",
+            "message": {"role": kind, "content": content},
+            **extra,
+        }
+        self.parent = uuid
+        return entry
+
+    def user(self, text, **extra) -> dict:
+        return self.entry("user", text, **extra)
+
+    def say(self, text: str) -> dict:
+        return self.entry("assistant", [{"type": "text", "text": text}])
+
+    def call(self, call_id: str, name: str, **args) -> dict:
+        return self.calls((call_id, name, args))
+
+    def calls(self, *calls) -> dict:
+        blocks = [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls]
+        return self.entry("assistant", blocks)
+
+    def result(self, call_id: str, content, *, is_error: bool = False, detail=None) -> dict:
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+        if is_error:
+            block["is_error"] = True
+        extra = {"toolUseResult": detail} if detail is not None else {}
+        return self.entry("user", [block], **extra)
+
+    def compact(self) -> dict:
+        entry = self.entry("system", None, subtype="compact_boundary")
+        del entry["message"]
+        entry["content"] = "Conversation compacted"
+        return entry
+
+
+class Codex:
+    """Codex rollout lines: {timestamp, type, payload}; session_meta first, then
+    response_item payloads (message, function_call, function_call_output,
+    custom_tool_call, …), event_msg and turn_context."""
+
+    def __init__(self, cwd: str, session: str = "0199a213-81c0-7800-8aa1-bbab2a035a53"):
+        self.cwd, self.session, self.clock = cwd, session, Clock()
+
+    def line(self, kind: str, payload: dict) -> dict:
+        return {"timestamp": self.clock(), "type": kind, "payload": payload}
+
+    def meta(self) -> dict:
+        payload = {"id": self.session, "timestamp": self.clock(), "cwd": self.cwd}
+        payload.update(originator="codex_cli_rs", cli_version="0.46.0", source="cli")
+        return self.line("session_meta", {**payload, "instructions": None})
+
+    def turn(self) -> dict:
+        payload = {"cwd": self.cwd, "approval_policy": "on-request", "model": "gpt-5-codex"}
+        return self.line("turn_context", payload)
+
+    def message(self, role: str, text: str) -> dict:
+        kind = "output_text" if role == "assistant" else "input_text"
+        payload = {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+        return self.line("response_item", payload)
+
+    def event(self, kind: str, message: str) -> dict:
+        return self.line("event_msg", {"type": kind, "message": message})
+
+    def call(self, call_id: str, name: str, **args) -> dict:
+        payload = {"type": "function_call", "name": name, "arguments": json.dumps(args)}
+        return self.line("response_item", {**payload, "call_id": call_id})
+
+    def custom_call(self, call_id: str, name: str, text: str) -> dict:
+        payload = {"type": "custom_tool_call", "status": "completed", "name": name}
+        return self.line("response_item", {**payload, "call_id": call_id, "input": text})
+
+    def output(self, call_id: str, output, kind: str = "function_call_output") -> dict:
+        return self.line("response_item", {"type": kind, "call_id": call_id, "output": output})
+
+
+def exec_json(output: str, code: int) -> str:
+    """A shell call's output in the structured form: JSON with metadata.exit_code."""
+    return json.dumps({"output": output, "metadata": {"exit_code": code, "duration_seconds": 0.4}})
+
+
+def patch(*headers: str) -> str:
+    body = "".join(f"*** {header}\n+line\n" for header in headers)
+    return f"*** Begin Patch\n{body}*** End Patch"
+
+
+@pytest.fixture
+def cwd(tmp_path) -> str:
+    return str(tmp_path / "project")
+
+
+# ---- Claude Code ------------------------------------------------------------------------------
+
+
+def test_claude_todowrite_plan_request_files_and_failures(tmp_path, cwd):
+    c = Claude(cwd)
+    todos = [
+        {"content": "Port the lexer", "status": "completed", "activeForm": "Porting the lexer"},
+        {"content": "Port the parser", "status": "in_progress", "activeForm": "Porting"},
+        {"content": "Ship it", "status": "pending", "activeForm": "Shipping"},
+    ]
+    entries = [
+        c.user("Port the parser to the new grammar"),
+        c.call("t1", "TodoWrite", todos=[{**todos[0], "status": "pending"}]),
+        c.result("t1", "Todos have been modified successfully."),
+        c.call("w1", "Write", file_path=f"{cwd}/src/lexer.py", content="x = 1\n"),
+        c.result("w1", "File created successfully"),
+        c.call("e1", "Edit", file_path=f"{cwd}/src/parser.py", old_string="a", new_string="b"),
+        c.result("e1", "The file has been updated."),
+        c.call("n1", "NotebookEdit", notebook_path="/elsewhere/nb.ipynb", new_source="x"),
+        c.result("n1", "Updated cell"),
+        c.call("m1", "MultiEdit", file_path=f"{cwd}/src/lexer.py", edits=[]),
+        c.result("m1", "Applied 0 edits"),
+        c.call("b1", "Bash", command="pytest -q tests/test_parser.py", description="Run tests"),
+        c.result(
+            "b1", "Exit code 1\nFAILED tests/test_parser.py::test_expr\n1 failed", is_error=True
+        ),
+        c.call("b2", "Bash", command="ls"),
+        c.result("b2", "src\ntests"),
+        c.call("b3", "Bash", command="rm -rf build"),
+        c.result("b3", "[Request interrupted by user for tool use]", is_error=True),
+        c.call("t2", "TodoWrite", todos=todos),
+        c.result("t2", "Todos have been modified successfully."),
+        c.say("The parser is ported; one test still fails in test_expr."),
+    ]
+    path = write_jsonl(tmp_path / "session.jsonl", entries)
+    result = stm.read_transcript(path)
+    assert result.client == "claude"
+    assert result.session_id == c.session
+    assert result.cwd == cwd
+    assert result.plan == [
+        ("Port the lexer", "completed"),
+        ("Port the parser", "in_progress"),
+        ("Ship it", "pending"),
+    ]
+    assert result.request == "Port the parser to the new grammar"
+    assert result.last_message == "The parser is ported; one test still fails in test_expr."
+    # newest last, each once; inside cwd relative, outside as written
+    assert result.files == ["src/parser.py", "/elsewhere/nb.ipynb", "src/lexer.py"]
+    assert result.failures == [
+        ("pytest -q tests/test_parser.py", "FAILED tests/test_parser.py::test_expr")
+    ]
+    last = entries[-1]
+    assert result.ended_at == last["timestamp"][:19] + "Z"
+    assert result.position == f"{os.path.getsize(path)}:{last['uuid']}"
+    assert result.compacted is False
+
+
+def test_claude_task_tools_take_ids_from_results_and_drop_deleted_tasks(tmp_path, cwd):
+    c = Claude(cwd)
+    entries = [
+        c.user("Plan the release"),
+        c.calls(
+            ("c1", "TaskCreate", {"subject": "Write notes", "description": "d", "activeForm": "W"}),
+            ("c2", "TaskCreate", {"subject": "Tag it", "description": "d"}),
+            ("c3", "TaskCreate", {"subject": "Announce", "description": "d"}),
+        ),
+        # results arrive in any order; the number in each result is the task's id
+        c.result("c2", "Task #2 created successfully: Tag it"),
+        c.result("c1", "Task #1 created successfully: Write notes"),
+        c.result("c3", [{"type": "text", "text": "Task #3 created successfully: Announce"}]),
+        c.call("u1", "TaskUpdate", taskId="1", status="in_progress"),
+        c.call("u2", "TaskUpdate", taskId="1", status="completed"),
+        c.call("u3", "TaskUpdate", taskId="2", status="deleted"),
+        c.call("u4", "TaskUpdate", taskId="3", subject="Announce on the list"),
+        c.call("u5", "TaskUpdate", taskId="9", status="completed"),  # unknown: no text
+        c.call("u6", "TaskList"),
+        c.result("u6", "#1 [completed] Write notes"),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert result.plan == [("Write notes", "completed"), ("Announce on the list", "pending")]
+
+
+def test_claude_task_ids_count_up_when_results_do_not_say(tmp_path, cwd):
+    c = Claude(cwd)
+    entries = [
+        c.call("c1", "TaskCreate", subject="first", description="d"),
+        c.result("c1", "Task created"),
+        c.call("c2", "TaskCreate", subject="second", description="d"),
+        c.result("c2", "ok", detail={"task": {"id": "5", "subject": "second"}}),
+        c.call("c3", "TaskCreate", subject="third", description="d"),  # no result yet
+        c.call("c4", "TaskCreate", subject="refused", description="d"),
+        c.result("c4", "Error: no", is_error=True),
+        c.call("u1", "TaskUpdate", taskId=5, status="completed"),
+        c.call("u2", "TaskUpdate", taskId="1", status="bogus"),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert result.plan == [("first", "pending"), ("second", "completed"), ("third", "pending")]
+
+
+def test_the_plan_tool_used_last_wins(tmp_path, cwd):
+    c = Claude(cwd)
+    todo = c.call("t1", "TodoWrite", todos=[{"content": "from todo", "status": "pending"}])
+    tasks = [
+        c.call("c1", "TaskCreate", subject="from tasks", description="d"),
+        c.result("c1", "Task #1 created successfully: from tasks"),
+    ]
+    late_todo = write_jsonl(tmp_path / "a.jsonl", [*tasks, todo])
+    assert stm.read_transcript(late_todo).plan == [("from todo", "pending")]
+    late_tasks = write_jsonl(tmp_path / "b.jsonl", [todo, *tasks])
+    assert stm.read_transcript(late_tasks).plan == [("from tasks", "pending")]
+
+
+def test_tasks_created_before_the_window_are_known_only_by_what_updates_say(tmp_path, cwd):
+    c = Claude(cwd)
+    before = [
+        c.call("c1", "TaskCreate", subject="Alpha", description="d"),
+        c.result("c1", "Task #1 created successfully: Alpha"),
+        c.call("c2", "TaskCreate", subject="Beta", description="d"),
+        c.result("c2", "Task #2 created successfully: Beta"),
+        c.say("x" * 20000),  # padding the window will not reach back over
+    ]
+    after = [
+        c.call("c3", "TaskCreate", subject="Gamma", description="d"),
+        c.result("c3", "Task #3 created successfully: Gamma"),
+        c.call("u1", "TaskUpdate", taskId="1", status="completed"),
+        c.call("u2", "TaskUpdate", taskId="2", status="in_progress", subject="Beta again"),
+    ]
+    path = write_jsonl(tmp_path / "s.jsonl", before + after)
+    window = sum(len(json.dumps(entry)) + 1 for entry in after) + 100
+    result = stm.read_transcript(path, max_bytes=window)
+    assert result.plan == [("Beta again", "in_progress"), ("Gamma", "pending")]
+    assert stm.read_transcript(path).plan == [
+        ("Alpha", "completed"),
+        ("Beta again", "in_progress"),
+        ("Gamma", "pending"),
+    ]
+
+
+def test_claude_requests_skip_wrappers_meta_lines_and_tool_results(tmp_path, cwd):
+    c = Claude(cwd)
+    command = "<command-message>review</command-message>\n<command-name>/review</command-name>"
+    entries = [
+        c.user("Fix the flaky test in test_io.py"),
+        c.user([{"type": "text", "text": "and keep the fix small"}]),
+        c.user("Caveat: The messages below were generated by the user", isMeta=True),
+        c.user(command),
+        c.user("<local-command-stdout>done</local-command-stdout>"),
+        c.user("<system-reminder>\nremember the todo list\n</system-reminder>"),
+        c.user("expanded prompt of a command", isMeta=True),
+        c.user("This session is being continued from a previous one", isCompactSummary=True),
+        c.user([{"type": "text", "text": "[Request interrupted by user]"}]),
+        c.user("subagent prompt", isSidechain=True),
+        c.user([{"type": "image", "source": {"type": "base64", "data": "AAAA"}}]),
+        c.result("x1", "tool output is no request"),
+        c.compact(),
+        c.say("Fixed: the test waited on a real clock."),
+        c.entry("assistant", [{"type": "text", "text": "subagent says hi"}], isSidechain=True),
+        c.entry("assistant", [{"type": "text", "text": "API Error: 500"}], isApiErrorMessage=True),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert result.request == "and keep the fix small"
+    assert result.last_message == "Fixed: the test waited on a real clock."
+    assert result.compacted is True
+    assert result.plan == [] and result.files == [] and result.failures == []
+
+
+def test_without_a_plan_the_rest_is_still_found(tmp_path, cwd):
+    c = Claude(cwd)
+    entries = [
+        c.user("Rename the config loader"),
+        c.call("w1", "Write", file_path=f"{cwd}/config.py", content=""),
+        c.result("w1", "ok"),
+        c.call("b1", "Bash", command="python -m mypy ."),
+        c.result("b1", [{"type": "text", "text": "config.py:3: error: bad"}], is_error=True),
+        c.say("Renamed; mypy still reports one error."),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert result.plan == []
+    assert result.request == "Rename the config loader"
+    assert result.last_message == "Renamed; mypy still reports one error."
+    assert result.files == ["config.py"]
+    assert result.failures == [("python -m mypy .", "config.py:3: error: bad")]
+
+
+def test_files_and_failures_are_bounded_to_the_newest(tmp_path, cwd):
+    c = Claude(cwd)
+    entries = []
+    for n in range(30):
+        entries += [c.call(f"w{n}", "Write", file_path=f"{cwd}/f{n}.txt", content="")]
+        entries += [c.call(f"b{n}", "Bash", command=f"false {n}")]
+        entries += [c.result(f"b{n}", f"Exit code 1\nerror {n}", is_error=True)]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert result.files == [f"f{n}.txt" for n in range(10, 30)]
+    assert result.failures == [(f"false {n}", f"error {n}") for n in range(25, 30)]
+
+
+# ---- Codex ----------------------------------------------------------------------------------
+
+
+def test_codex_rollout_plan_patches_and_failing_shell_calls(tmp_path, cwd):
+    x = Codex(cwd)
+    heredoc = f"apply_patch <<'EOF'\n{patch('Update File: docs/readme.md')}\nEOF\n"
+    plan = [
+        {"step": "Read the parser", "status": "completed"},
+        {"step": "Fix precedence", "status": "in_progress"},
+        {"step": "Add tests", "status": "pending"},
+    ]
+    entries = [
+        x.meta(),
+        x.message("developer", "<permissions instructions>sandboxed</permissions instructions>"),
+        x.message(
+            "user", "# AGENTS.md instructions for /p\n\n<INSTRUCTIONS>be nice</INSTRUCTIONS>"
+        ),
+        x.message("user", "<environment_context>\n  <cwd>/p</cwd>\n</environment_context>"),
+        x.message("user", "Fix operator precedence in the parser"),
+        x.event("user_message", "Fix operator precedence in the parser"),
+        x.turn(),
+        x.line("response_item", {"type": "reasoning", "summary": [], "encrypted_content": "gA"}),
+        x.call("p1", "update_plan", plan=[{"step": "Read the parser", "status": "pending"}]),
+        x.output("p1", "Plan updated"),
+        x.custom_call(
+            "a1", "apply_patch", patch("Add File: src/new.py", f"Update File: {cwd}/src/old.py")
+        ),
+        x.output(
+            "a1", exec_json("Success. Updated the following files:", 0), "custom_tool_call_output"
+        ),
+        x.call(
+            "a2", "apply_patch", input=patch("Delete File: gone.txt", "Update File: src/new.py")
+        ),
+        x.output("a2", "Success."),
+        x.call("s1", "shell", command=["bash", "-lc", "pytest -q"], workdir=cwd),
+        x.output("s1", exec_json("E   AssertionError: boom\n1 failed", 1)),
+        x.call("s2", "shell_command", command="make lint"),
+        x.output("s2", "Exit code: 2\nWall time: 0.4 seconds\nOutput:\nlint.py:1: E999 bad\n"),
+        x.call("s3", "exec_command", cmd="ls", yield_time_ms=250),
+        x.output(
+            "s3", "Chunk ID: 1a\nWall time: 0.1 seconds\nProcess exited with code 0\nOutput:\nsrc\n"
+        ),
+        x.call("s4", "exec_command", cmd="cargo build"),
+        x.output(
+            "s4", "Wall time: 2.0 seconds\nProcess exited with code 101\nOutput:\nerror[E0425]: x\n"
+        ),
+        x.call("s5", "shell", command=["bash", "-lc", heredoc]),
+        x.output("s5", {"content": "Exit code: 0\nOutput:\nSuccess.", "success": True}),
+        x.call("s6", "shell", command=["git", "push"]),
+        x.output(
+            "s6", [{"type": "input_text", "text": "Exit code: 128\nOutput:\nfatal: no remote"}]
+        ),
+        x.call("w1", "web_search", query="precedence climbing"),  # an unknown tool: skipped
+        x.output("w1", "results"),
+        x.call("p2", "update_plan", explanation="progress", plan=plan),
+        x.output("p2", "Plan updated"),
+        x.message("assistant", "Precedence fixed; pytest still fails on one case."),
+        x.event("token_count", "ignored"),
+    ]
+    path = write_jsonl(tmp_path / "rollout.jsonl", entries)
+    result = stm.read_transcript(path)
+    assert result.client == "codex"
+    assert result.session_id == x.session and result.cwd == cwd
+    assert result.plan == [
+        ("Read the parser", "completed"),
+        ("Fix precedence", "in_progress"),
+        ("Add tests", "pending"),
+    ]
+    assert result.request == "Fix operator precedence in the parser"
+    assert result.last_message == "Precedence fixed; pytest still fails on one case."
+    assert result.files == ["src/old.py", "gone.txt", "src/new.py", "docs/readme.md"]
+    assert result.failures == [
+        ("pytest -q", "E AssertionError: boom"),
+        ("make lint", "lint.py:1: E999 bad"),
+        ("cargo build", "error[E0425]: x"),
+        ("git push", "fatal: no remote"),
+    ]
+    assert result.ended_at == entries[-1]["timestamp"][:19] + "Z"
+    assert result.position == f"{os.path.getsize(path)}:{entries[-1]['timestamp']}"
+
+
+def test_codex_compaction_and_a_request_from_the_event_alone(tmp_path, cwd):
+    x = Codex(cwd)
+    entries = [
+        x.meta(),
+        x.line("compacted", {"message": "summary", "replacement_history": []}),
+        x.event("user_message", "Now update the changelog"),
+        x.event("agent_message", "Changelog updated."),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "r.jsonl", entries))
+    assert result.compacted is True
+    assert result.request == "Now update the changelog"
+    assert result.last_message == "Changelog updated."
+
+
+# ---- damaged and hostile input --------------------------------------------------------------
+
+
+def test_malformed_lines_unknown_types_and_a_truncated_last_line_are_skipped(tmp_path, cwd):
+    c = Claude(cwd)
+    good = [
+        c.user("the real request"),
+        {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}},
+        {"type": "summary", "summary": "Earlier work", "leafUuid": "uuid-0001"},
+        c.entry("queue-operation", "later"),
+        c.call("m1", "mcp__github__create_issue", title="x"),
+        c.result("m1", "created", is_error=True),
+        c.call("k1", "Bash", command=None),
+        c.entry("assistant", "not a list of blocks"),
+        c.entry("assistant", [{"type": "tool_use", "id": "z", "name": "Write", "input": "nope"}]),
+        c.say("the real answer"),
+    ]
+    lines = [json.dumps(entry) for entry in good]
+    lines[1:1] = ["not json at all", "[1, 2, 3]", "42", '"a string"', "{broken", "", "   "]
+    lines.append('{"a":' * 100000 + "1" + "}" * 100000)  # deeper than recursion allows
+    lines.append(json.dumps(c.user("x" * (stm.TRANSCRIPT_LINE_MAX_BYTES + 10))))
+    late = json.dumps(c.user("a request still being written"))
+    data = "\n".join(lines).encode() + b"\n"
+    data += b'\xff\xfe{"type": "user", "message": {"content": "\xff"}}\n'  # not UTF-8
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data + late[: len(late) // 2].encode())  # its writer is still at it
+    result = stm.read_transcript(str(path))
+    assert result.client == "claude"
+    assert result.request == "the real request"
+    assert result.last_message == "the real answer"
+    assert result.files == [] and result.failures == []
+
+
+def test_a_window_that_starts_on_a_line_boundary_keeps_that_line(tmp_path, cwd):
+    c = Claude(cwd)
+    first, last = c.user("older request"), c.user("newest request")
+    path = write_jsonl(tmp_path / "s.jsonl", [first, last])
+    whole = len(json.dumps(last)) + 1
+    assert stm.read_transcript(path, max_bytes=whole).request == "newest request"
+    assert stm.read_transcript(path, max_bytes=whole - 1).request == ""
+
+
+def test_a_100_mb_transcript_is_read_from_its_tail_only(tmp_path, cwd, monkeypatch):
+    c = Claude(cwd)
+    head = [
+        c.user("an old request"),
+        c.call("t0", "TodoWrite", todos=[{"content": "old plan", "status": "pending"}]),
+    ]
+    padding = (json.dumps(c.say("p" * 4000)) + "\n") * 2500  # about 10 MB of valid lines
+    tail = [
+        c.user("the newest request"),
+        c.call("t1", "TodoWrite", todos=[{"content": "new plan", "status": "in_progress"}]),
+        c.say("working on it"),
+    ]
+    path = tmp_path / "big.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        out.writelines(json.dumps(entry) + "\n" for entry in head)
+        for _ in range(10):
+            out.write(padding)
+        out.writelines(json.dumps(entry) + "\n" for entry in tail)
+    size = path.stat().st_size
+    assert size > 100_000_000
+    read = []
+    real_pread = stm.pread
+    monkeypatch.setattr(
+        stm, "pread", lambda fd, n, at: read.append(real_pread(fd, n, at)) or read[-1]
+    )
+    try:
+        result = stm.read_transcript(str(path))
+    finally:
+        path.unlink()  # pytest keeps the last runs' folders: do not keep 100 MB
+    assert sum(map(len, read)) <= stm.TRANSCRIPT_TAIL_BYTES + 1
+    assert result.request == "the newest request"
+    assert result.plan == [("new plan", "in_progress")]
+    assert result.last_message == "working on it"
+    assert result.position.startswith(f"{size}:")
+
+
+def test_a_fifo_or_a_link_in_place_of_the_transcript_gives_an_empty_result(tmp_path, cwd):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    empty = stm.read_transcript(str(fifo))  # would block forever if it waited on a writer
+    assert empty.client == "" and empty.position == "" and empty.plan == []
+    real = write_jsonl(tmp_path / "real.jsonl", [Claude(cwd).user("hello")])
+    (tmp_path / "link.jsonl").symlink_to(real)
+    assert stm.read_transcript(str(tmp_path / "link.jsonl")).client == ""
+    assert stm.read_transcript(str(tmp_path / "missing.jsonl")).position == ""
+    assert stm.read_transcript(str(tmp_path)).client == ""  # a folder
+    assert stm.read_transcript("nul\0byte").client == ""
+
+
+def test_control_characters_go_and_every_string_is_one_bounded_line(tmp_path, cwd):
+    c = Claude(cwd)
+    noisy = "\x1b[2J\x1b]0;title\x07 line one\r\nline\ttwo\u202e\u2066 \u2028end\x7f\x9b"
+    entries = [
+        c.user(noisy + " " + "r" * 5000),
+        c.call("t1", "TodoWrite", todos=[{"content": noisy + "t" * 900, "status": "pending"}]),
+        c.call("w1", "Write", file_path=f"{cwd}/{'d' * 400}/x\nfile.py", content=""),
+        c.call("b1", "Bash", command=noisy + "c" * 900),
+        c.result("b1", noisy + "e" * 900, is_error=True),
+        c.say(noisy + "m" * 5000),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert result.request.startswith("[2J ]0;title line one line two end")
+    strings = [result.request, result.last_message, *result.files]
+    strings += [text for text, _ in result.plan]
+    strings += [part for failure in result.failures for part in failure]
+    for text in strings:
+        assert text and not any(ord(ch) < 32 or 0x7F <= ord(ch) <= 0x9F for ch in text)
+        assert not set(text) & set("\u202e\u2066\u2028")
+    assert len(result.request) <= stm.REQUEST_MAX_CHARS
+    assert len(result.last_message) <= stm.MESSAGE_MAX_CHARS
+    assert result.request.endswith("...") and result.last_message.endswith("...")
+    assert all(len(text) <= stm.PLAN_ITEM_MAX_CHARS for text, _ in result.plan)
+    assert all(len(path) <= stm.FILE_MAX_CHARS for path in result.files)
+    assert all(len(part) <= stm.COMMAND_MAX_CHARS for f in result.failures for part in f)
+
+
+def every_shape_of(entry):
+    """Copies of `entry` with one value (anywhere in it) replaced by a value of another
+    JSON type: shapes no client writes, which the reader must survive."""
+    others = [None, 7, True, "s", [], {}, [{"a": []}], {"task": []}]
+
+    def places(value, path=()):
+        yield path
+        if isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                yield from places(child, (*path, key))
+
+    for path in places(entry):
+        for other in others:
+            if path:
+                copy = json.loads(json.dumps(entry))
+                holder = copy
+                for key in path[:-1]:
+                    holder = holder[key]
+                holder[path[-1]] = other
+                yield copy
+
+
+def test_entries_of_unexpected_shapes_never_raise(cwd):
+    c, x = Claude(cwd), Codex(cwd)
+    entries = [
+        c.user("request"),
+        c.call("t1", "TodoWrite", todos=[{"content": "a", "status": "pending"}]),
+        c.call("c1", "TaskCreate", subject="s", description="d"),
+        c.result("c1", "Task #1 created", detail={"task": {"id": "1"}}),
+        c.call("u1", "TaskUpdate", taskId="1", status="completed", subject="x"),
+        c.calls(("w1", "Write", {"file_path": f"{cwd}/a"}), ("b1", "Bash", {"command": "ls"})),
+        c.result("b1", [{"type": "text", "text": "Exit code 1\nerr"}], is_error=True),
+        c.say("hi"),
+        x.meta(),
+        x.message("user", "u"),
+        x.event("agent_message", "m"),
+        x.call("p", "update_plan", plan=[{"step": "s", "status": "pending"}]),
+        x.custom_call("a", "apply_patch", patch("Add File: f")),
+        x.call("s", "shell", command=["bash", "-lc", "ls"]),
+        x.output("s", {"content": "Exit code: 3\nOutput:\nx"}),
+        x.line("response_item", {"type": "local_shell_call", "call_id": "l", "action": {}}),
+    ]
+    for entry in entries:
+        for odd in every_shape_of(entry):
+            reader = stm.TranscriptReader()
+            for before in entries:
+                reader.feed(before)
+            reader.feed(odd)
+            assert isinstance(reader.finish(1), stm.Transcript)
+
+
+# ---- redaction ------------------------------------------------------------------------------
+
+
+def fake_token(prefix: str, length: int, alphabet: str = ALNUM) -> str:
+    """A realistic-looking but random (never real) credential."""
+    rng = random.Random(prefix + str(length))
+    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
+
+
+JWT = ".".join(
+    [
+        base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=").decode(),
+        base64.urlsafe_b64encode(b'{"sub":"1234567890","name":"Test"}').rstrip(b"=").decode(),
+        fake_token("", 43, URLSAFE),
+    ]
+)
+KEY_BODY = fake_token("", 64, B64)
+# One sample per kind in stm's scanner table (a new kind fails the test until it has one).
+SECRET_SAMPLES = {
+    "GitHub token": fake_token("ghp_", 36),
+    "AWS access key id": fake_token("AKIA", 16, string.ascii_uppercase + string.digits),
+    "AWS secret access key": "aws_secret_access_key = " + fake_token("", 40, B64),
+    "OpenAI-style API key": fake_token("sk-proj-", 32, URLSAFE),
+    "Slack token": fake_token("xoxb-", 24),
+    "Slack webhook": "https://hooks.slack.com/services/"
+    + fake_token("T", 8, string.ascii_uppercase)
+    + "/"
+    + fake_token("B", 8, string.ascii_uppercase)
+    + "/"
+    + fake_token("", 24),
+    "GitLab token": fake_token("glpat-", 20, URLSAFE),
+    "Google API key": fake_token("AIza", 35, URLSAFE),
+    "Stripe key": fake_token("sk_live_", 24),
+    "npm token": fake_token("npm_", 36),
+    "PyPI token": "pypi-AgEIcHlwaS5vcmc" + fake_token("", 60, URLSAFE),
+    "Hugging Face token": fake_token("hf_", 34, string.ascii_letters),
+    "JSON Web Token": JWT,
+    "URL with a password": "https://deploy:" + fake_token("", 14) + "@git.example.com/x.git",
+    "private key block": "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    + KEY_BODY
+    + "\n-----END OPENSSH PRIVATE KEY-----",
+}
+
+
+def test_every_scanner_kind_has_a_sample_the_scanner_finds():
+    assert set(SECRET_SAMPLES) == {kind for kind, _, _ in stm.SECRET_PATTERNS}
+    for kind, sample in SECRET_SAMPLES.items():
+        assert kind in {found for found, _, _ in stm.find_secrets(sample)}, kind
+
+
+@pytest.mark.parametrize("kind", sorted(SECRET_SAMPLES))
+def test_each_secret_kind_is_redacted_in_every_field(tmp_path, cwd, kind):
+    secret = SECRET_SAMPLES[kind]
+    c, x = Claude(cwd), Codex(cwd)
+    claude = [
+        c.user(f"deploy with {secret} please"),
+        c.call("t1", "TodoWrite", todos=[{"content": f"rotate {secret}", "status": "pending"}]),
+        c.call("w1", "Write", file_path=f"{cwd}/{secret}", content=""),
+        c.call("b1", "Bash", command=f"curl -H 'token: {secret}' https://example.com"),
+        c.result("b1", f"Exit code 22\ndenied for {secret}", is_error=True),
+        c.say(f"I used {secret} for that"),
+    ]
+    codex = [
+        x.meta(),
+        x.message("user", f"deploy with {secret} please"),
+        x.call("p1", "update_plan", plan=[{"step": f"rotate {secret}", "status": "pending"}]),
+        x.call("s1", "shell_command", command=f"login {secret}"),
+        x.output("s1", f"Exit code: 1\nOutput:\nbad {secret}"),
+        x.message("assistant", f"I used {secret} for that"),
+    ]
+    marker = f"[redacted: {kind}]"
+    for name, entries in (("claude", claude), ("codex", codex)):
+        result = stm.read_transcript(write_jsonl(tmp_path / f"{name}.jsonl", entries))
+        shown = json.dumps(result.as_dict())
+        assert result.client == name
+        for part in {secret, *secret.split()} - {"=", "aws_secret_access_key"}:
+            if len(part) >= 8:
+                assert part not in shown, (name, part)
+        assert KEY_BODY not in shown
+        assert marker in result.request and marker in result.last_message
+        assert marker in result.plan[0][0] and marker in result.failures[0][0]
+        assert marker in result.failures[0][1]
+
+
+def test_private_blocks_never_appear(tmp_path, cwd):
+    c = Claude(cwd)
+    entries = [
+        c.user("deploy <private>the password is hunter2</private> to staging"),
+        c.call(
+            "t1",
+            "TodoWrite",
+            todos=[{"content": "a <PRIVATE>\nhunter2\n</Private>b", "status": "pending"}],
+        ),
+        c.call("b1", "Bash", command="echo ok <private>hunter2"),
+        c.result("b1", "Exit code 1\n<private>hunter2</private>failed", is_error=True),
+        c.say(
+            "Done. <private>\nhunter2 is the\npassword\n</private> Next: tests. <private>hunter2"
+        ),
+    ]
+    result = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert "hunter2" not in json.dumps(result.as_dict())
+    assert result.request == "deploy to staging"
+    assert result.plan == [("a b", "pending")]
+    assert result.failures == [("echo ok", "failed")]
+    assert result.last_message == "Done. Next: tests."
+
+
+def test_a_secret_cut_by_the_redaction_window_leaves_nothing_of_itself():
+    token = fake_token("ghp_", 36)
+    text = " " * (5 + stm.REDACT_MARGIN) + token + " tail"
+    for cut in range(5, 40):
+        shown = stm.safe_line(text[cut:], 10)
+        assert "ghp_" not in shown
+    assert stm.safe_line("x " * 10 + "last", 100).endswith(" last")  # not cut: kept
+
+
+# ---- find_project_transcript ----------------------------------------------------------------
+
+
+def aged(path: str, seconds: float) -> str:
+    moment = time.time() - seconds
+    os.utime(path, (moment, moment))
+    return path
+
+
+def test_find_project_transcript_picks_the_newest_that_names_the_folder(tmp_path, cwd):
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    mine, other = Claude(cwd), Claude(str(tmp_path / "other-project"))
+    old = aged(write_jsonl(folder / "old.jsonl", [mine.user("a")]), 300)
+    codex = aged(write_jsonl(folder / "codex.jsonl", [Codex(cwd).meta()]), 200)
+    aged(write_jsonl(folder / "others.jsonl", [other.user("b")]), 10)
+    current = aged(write_jsonl(folder / "current.jsonl", [mine.user("c")]), 0)
+    aged(write_jsonl(folder / "notes.txt", [mine.user("d")]), 0)
+    os.symlink(old, folder / "link.jsonl")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "fifo.jsonl")
+    find = stm.find_project_transcript
+    assert find(str(folder), cwd, exclude=[current]) == codex
+    assert find(str(folder), cwd + "/", exclude=[current, codex]) == old
+    assert find(str(folder), cwd) == current
+    assert find(str(folder), cwd, exclude=[current], limit=1) is None  # only others.jsonl probed
+    assert find(str(folder), str(tmp_path / "nowhere")) is None
+    assert find(str(tmp_path / "missing"), cwd) is None
+
+
+def test_find_project_transcript_looks_at_both_ends_of_a_long_file(tmp_path, cwd):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    x = Codex(cwd)
+    meta = x.meta()
+    meta["payload"]["cwd"] = "/somewhere/else"
+    meta["payload"]["instructions"] = "i" * (2 * stm.TRANSCRIPT_PROBE_BYTES)
+    filler = [x.message("assistant", "f" * 1000) for _ in range(200)]
+    path = write_jsonl(folder / "rollout.jsonl", [meta, *filler, x.turn()])
+    assert stm.find_project_transcript(str(folder), cwd) == path
+    write_jsonl(folder / "rollout.jsonl", [meta, x.turn(), *filler])  # cwd in the middle
+    assert stm.find_project_transcript(str(folder), cwd) is None
+
+
+# ---- git_state --------------------------------------------------------------------------------
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def git(root, *args: str) -> str:
+    identity = ["-c", "user.name=Tester", "-c", "user.email=t@example.com"]
+    command = ["git", *identity, "-c", "commit.gpgsign=false", *args]
+    return subprocess.run(command, cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def no_parent_repo(tmp_path, monkeypatch):
+    """git must not find a repository above tmp_path (a checkout holding the temp folder)."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@needs_git
+def test_git_state_in_a_repository(tmp_path, no_parent_repo):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "symbolic-ref", "HEAD", "refs/heads/trunk")
+    fresh = stm.git_state(str(repo), since=time.time() - 60)
+    assert fresh == stm.GitState(branch="trunk", head="", changed=[], changed_total=0, commits=[])
+    (repo / "a.txt").write_text("one\n")
+    (repo / "b.txt").write_text("one\n")
+    git(repo, "add", "a.txt", "b.txt")
+    git(repo, "commit", "-q", "-m", "first commit")
+    git(repo, "mv", "b.txt", "c.txt")
+    (repo / "a.txt").write_text("two\n")
+    (repo / "new file.txt").write_text("x\n")
+    state = stm.git_state(str(repo), since=time.time() - 3600)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert state.branch == "trunk" and state.head == head[:7]
+    assert state.changed == ["a.txt", "c.txt", "new file.txt"] and state.changed_total == 3
+    assert state.commits == [f"{head[:7]} first commit"]
+    assert stm.git_state(str(repo), since=time.time() + 3600).commits == []
+    assert stm.git_state(str(repo)).commits == []
+    bounded = stm.git_state(str(repo), max_files=1)
+    assert bounded.changed == ["a.txt"] and bounded.changed_total == 3
+    git(repo, "checkout", "-q", "--detach")
+    assert stm.git_state(str(repo), since=float("nan")).branch == ""
+
+
+@needs_git
+def test_git_state_outside_a_repository_or_without_git(tmp_path, no_parent_repo, monkeypatch):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert stm.git_state(str(plain)) is None
+    assert stm.git_state(str(tmp_path / "missing")) is None
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    assert stm.git_state(str(repo)) is not None
+    monkeypatch.setenv("PATH", str(plain))  # no git on the PATH
+    assert stm.git_state(str(repo)) is None
