@@ -133,6 +133,7 @@ REFS_DIR = "refs"
 LOGS_DIR = "logs"
 POINTER_FILE = "current-session.json"
 LAST_BOOT_FILE = ".last-boot"  # an empty local file whose modification time is the last boot
+HOOKS_FILE = ".hooks.json"  # local: which client session each hook saw, and when hooks ran
 STATE_FILE = "state.json"
 HISTORY_FILE = "history.jsonl"
 SESSION_MD = "Session.md"
@@ -245,6 +246,8 @@ STATE_GITIGNORE = """\
 current-session.json
 # When this checkout last booted (its time is the file's): `stm digest --since last-boot`.
 .last-boot
+# Which agent-client session this checkout's hooks saw last, and when each hook ran.
+.hooks.json
 # stm's lock and temp files are never committed.
 .stm.lock
 *.tmp
@@ -1090,6 +1093,21 @@ def human_age(seconds: float) -> str:
     return f"{seconds // 86400}d"
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """ "1 file", "3 files": counts agree with their nouns."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def age_words(seconds: float) -> str:
+    """How long ago, in the unit a reader wants: minutes, hours, then days."""
+    seconds = max(0, int(seconds))
+    if seconds < 3600:
+        return plural(seconds // 60, "minute")
+    if seconds < 2 * 86400:
+        return plural(seconds // 3600, "hour")
+    return plural(seconds // 86400, "day")
+
+
 def estimate_tokens(text: str) -> int:
     """The token estimate used everywhere: characters / 4, rounded up."""
     return (len(text) + 3) // 4
@@ -1271,6 +1289,14 @@ class Settings:
                 "committed to git: set STM_USER to a name; nothing written"
             )
         return self._author
+
+    def cap_lock_timeout(self, seconds: float) -> None:
+        """Wait for a lock at most `seconds` (a hook must stay fast), or less if asked."""
+        try:
+            wanted = min(self.lock_timeout, seconds)
+        except StmError:
+            wanted = seconds
+        self._lock_timeout_raw = str(wanted)
 
     @author.setter
     def author(self, name: str) -> None:
@@ -2130,12 +2156,15 @@ def check_expected_version(ref: SessionRef, state: dict, expected: int | None) -
         )
 
 
-def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | None = None):
+def update_session(
+    store: Store, ref: SessionRef, mutate, expect_version: int | None = None, now=None
+):
     """Read-modify-write one session under the state lock.
 
     `mutate(state)` edits the state in place and returns (event_name, details); when it
     changes nothing, nothing is written (no version bump, no event), so agents may
-    safely retry. Returns (state, changed).
+    safely retry. `now` (an ISO stamp) is the update's time when the change carries it.
+    Returns (state, changed).
     """
     with store.state_lock():
         fresh = locate_session(store, ref.id)
@@ -2154,7 +2183,7 @@ def update_session(store: Store, ref: SessionRef, mutate, expect_version: int | 
         if dumps_json(state) == before:
             return state, False
         state["version"] += 1
-        state["updated_at"] = iso_now()
+        state["updated_at"] = now or iso_now()
         with Rollback() as rollback:
             rollback.add(restorer(fresh.state_path))
             save_state(fresh, state)
@@ -2243,6 +2272,28 @@ def check_phase_name(phase: str, flag: str) -> str:
             "'.', '_' or '-', starting with a letter or digit"
         )
     return phase
+
+
+# What `stm capture` keeps in state.json's "captured": read from an agent client's
+# transcript and from git, beside the agent's own checkpoint and never over it
+# (spec/capture.md). Kinds as in STATE_OPTIONAL_FIELDS (Check).
+CAPTURED_FIELDS = {
+    "at": "stamp",
+    "agent_at": "str",
+    "client": "str",
+    "client_session": "str",
+    "event": "str",
+    "ended_at": "str",
+    "request": "str",
+    "plan": "plan",
+    "files": "strs",
+    "failures": "strs",
+    "last_message": "str",
+    "branch": "str",
+    "head": "str",
+    "position": "str",
+    "logged": "str",
+}
 
 
 def one_line(value, limit: int = 300) -> str:
@@ -3107,20 +3158,29 @@ def parse_git_status(output: str) -> tuple[str, str, list[str]]:
     return branch, commit, paths
 
 
-def git_state(root: str, *, since: float | None = None, max_files: int = 20) -> GitState | None:
+def git_state(
+    root: str, *, since: float | None = None, max_files: int = 20, exclude=()
+) -> GitState | None:
     """Where the git work tree at `root` stands: `branch` ("" when detached), `head` (the
     short commit hash, "" before the first commit), `changed` (up to `max_files` paths
     not committed, tracked or not, relative to the top folder; `changed_total` counts
     them all) and `commits` ("hash subject" of the newest GIT_COMMITS_MAX commits since
-    the epoch time `since`, newest first). None outside a work tree or without git."""
-    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z")
+    the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
+    itself) count for neither. None outside a work tree or without git."""
+    where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
+    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", *where)
     if output is None:
         return None
     branch, commit, paths = parse_git_status(output)
     commits = []
     if isinstance(since, (int, float)) and abs(since) < 1e11:  # NaN and infinity fail too
         log = git_output(
-            root, "log", f"--since=@{int(since)}", f"-n{GIT_COMMITS_MAX}", "--format=%h %s"
+            root,
+            "log",
+            f"--since=@{int(since)}",
+            f"-n{GIT_COMMITS_MAX}",
+            "--format=%h %s",
+            *where,
         )
         lines = (log or "").splitlines()
         commits = [line for line in (safe_line(s, COMMAND_MAX_CHARS) for s in lines) if line]
@@ -3971,9 +4031,15 @@ class BootParts:
         self.workflow: str | None = None
         self.waiting: list[str] = []
         self.freshness: str | None = None  # how old session memory is (the first line)
+        self.captured: dict | None = None  # what `stm capture` read (spec/capture.md)
+        self.agent_at: float | None = None  # when the agent itself last wrote its session
+        self.capture: str | None = None  # the rendered "Last session" block
+        self.capture_first = False  # newer than the agent's own checkpoint: shown first
+        self.git = None  # GitState of the project, when it is a git work tree
         self._workflow()
         self.refs = self._refs()
         self._memory_notices()
+        self._capture()
 
     @property
     def identity(self) -> str:
@@ -4020,7 +4086,7 @@ class BootParts:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
         if ref is None:
-            self.waiting = waiting_sessions(store)
+            self.waiting = waiting_sessions(store, captures=self._captures)
             return
         try:
             state = load_state(ref)
@@ -4037,6 +4103,22 @@ class BootParts:
         with contextlib.suppress(OSError):
             self._conflict_notice(session_md, read_text(session_md, 1 << 20))
         self.workflow = render_workflow(store, ref, state)
+        self._captures(state)
+
+    def _captures(self, state: dict) -> None:
+        """Keep the newest capture among the sessions read (the current one, else those
+        waiting), with when the agent itself last wrote that session."""
+        captured = state.get("captured")
+        if not isinstance(captured, dict) or not is_iso_utc(captured.get("at")):
+            return  # check reports a mistyped field
+        if self.captured is not None and self.captured["at"] >= captured["at"]:
+            return
+        self.captured = captured
+        updated = str(state.get("updated_at", ""))
+        # The capture bumps updated_at itself: then the agent's own last write is the
+        # time the capture recorded as agent_at.
+        agent = captured.get("agent_at") if updated == captured["at"] else updated
+        self.agent_at = parse_iso(str(agent or ""), need_zone=True)
 
     def _refs(self) -> list[RefInfo]:
         refs = []
@@ -4057,14 +4139,137 @@ class BootParts:
             return
         days = int((utc_now() - stamp) // 86400)
         since = entries_since(self.store, stamp)
+        entries = "log entry" if since == "1" else "log entries"
         self.freshness = (
-            f"memory updated {iso(stamp)[:10]}, {days} day(s) ago; {since} log entries since"
+            f"memory updated {iso(stamp)[:10]}, {age_words(utc_now() - stamp)} ago; "
+            f"{since} {entries} since"
         )
         if days > MEMORY_STALE_DAYS:
             self.notices.append(
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
             )
+
+    def _capture(self) -> None:
+        """The "Last session" block: what stm captured from the agent client, and what
+        git says memory does not hold yet (files changed and not committed, commits since
+        MEMORY.md was last updated). Nothing from git outside a git work tree."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        stamp = memory_stamp(self.raw["session"]) if "session" in self.raw else None
+        if is_git_work_tree(root):
+            self.git = git_state(root, since=stamp, exclude=memory_folders(self.store))
+        now = utc_now()
+        lines = render_capture(self.captured, now) if self.captured else []
+        behind = render_git_behind(self.git, stamp) if self.git else []
+        if not lines and not behind:
+            return
+        self.capture_first = True
+        captured_at = parse_iso(self.captured["at"], need_zone=True) if self.captured else None
+        if captured_at and self.workflow is not None and self.agent_at is not None:
+            # Both the agent's checkpoint and a capture: newest first, and the older one
+            # says so, with both times, so a stale Resume line is never acted on blindly.
+            self.capture_first = captured_at >= self.agent_at
+            if self.capture_first:
+                self.workflow = (
+                    f"- Written before the work shown above: the agent last wrote this "
+                    f"session at {iso(self.agent_at)}, stm captured newer work at "
+                    f"{iso(captured_at)}; check the Resume line against it\n" + self.workflow
+                )
+            else:
+                lines.insert(
+                    0,
+                    f"- Written before the workflow above: captured at {iso(captured_at)}, "
+                    f"the agent wrote its checkpoint later, at {iso(self.agent_at)}",
+                )
+        if behind and not self.captured:
+            self.notices.append(
+                f"memory may be behind the work: {behind_summary(self.git)} "
+                '(see "Work not yet in memory"); record it with `stm log` or '
+                "`stm session checkpoint`"
+            )
+        self.capture = "\n".join(lines + behind)
+
+
+CAPTURE_EVENT_WORDS = {
+    "PreCompact": "before a compaction",
+    "SessionEnd": "at session end",
+    "Stop": "after a turn",
+    "SessionStart": "at the next start",
+    "capture": "by `stm capture`",
+}
+PLAN_MARKS = {"completed": "done", "in_progress": "in progress", "pending": "pending"}
+
+
+def render_capture(captured: dict, now: float) -> list[str]:
+    """Boot's lines for a capture: what the agent client's transcript and git showed of
+    the last session, which the agent itself may never have written down."""
+    at = parse_iso(str(captured.get("at", "")), need_zone=True) or now
+    client = one_line(captured.get("client") or "agent", 40)
+    session = one_line(captured.get("client_session") or "?", 40)[:8]
+    how = CAPTURE_EVENT_WORDS.get(str(captured.get("event")), "by a hook")
+    lines = [
+        f"- Captured {age_words(now - at)} ago {how}, from {client} session {session}: "
+        "the agent did not write this itself"
+    ]
+    if captured.get("request"):
+        lines.append(f"- Asked: {one_line(captured['request'], 400)}")
+    plan = captured.get("plan") if isinstance(captured.get("plan"), list) else []
+    for status, word in PLAN_MARKS.items():
+        items = [
+            one_line(item.get("text"), 160)
+            for item in plan
+            if isinstance(item, dict) and item.get("status") == status
+        ]
+        if items:
+            lines.append(f"- Plan, {word}: " + "; ".join(items))
+    for key, word in (("files", "Touched"), ("failures", "Failed")):
+        values = captured.get(key) if isinstance(captured.get(key), list) else []
+        if values:
+            lines.append(f"- {word}: " + "; ".join(f"`{one_line(v, 160)}`" for v in values))
+    if captured.get("last_message"):
+        lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
+    return lines
+
+
+def is_git_work_tree(root: str) -> bool:
+    """Whether the project folder is a git work tree's top (a `.git` folder, or the file
+    a worktree or submodule has): stm's discovery stops at that boundary."""
+    return os.path.lexists(os.path.join(root, ".git"))
+
+
+def memory_folders(store: Store) -> list[str]:
+    """.stacks and .state relative to the project root (the work tree's top): changes
+    there are memory, not the work memory may be behind on."""
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    folders = [os.path.relpath(os.path.abspath(p), root) for p in (store.stacks, store.state)]
+    return [f.replace(os.sep, "/") for f in folders if not f.startswith("..")]
+
+
+def behind_summary(git) -> str:
+    parts = []
+    if git.changed_total:
+        parts.append(plural(git.changed_total, "file") + " changed and not committed")
+    if git.commits:
+        parts.append(plural(len(git.commits), "commit") + " since MEMORY.md was last updated")
+    return " and ".join(parts)
+
+
+def render_git_behind(git, stamp: float | None) -> list[str]:
+    """What git holds that memory may not: files changed and not committed, commits newer
+    than MEMORY.md's Last Updated. Bounded lists."""
+    lines = []
+    if git.changed_total:
+        shown = ", ".join(f"`{one_line(path_text(p), 120)}`" for p in git.changed)
+        more = git.changed_total - len(git.changed)
+        lines.append(
+            f"- Uncommitted now: {plural(git.changed_total, 'file')}: {shown}"
+            + (f" and {more} more" if more > 0 else "")
+            + (f" (branch {one_line(git.branch, 80)})" if git.branch else "")
+        )
+    if git.commits and stamp is not None:
+        shown = "; ".join(one_line(c, 100) for c in git.commits)
+        lines.append(f"- Commits since MEMORY.md was last updated ({iso(stamp)[:10]}): {shown}")
+    return lines
 
 
 def label_conflict_markers(text: str) -> str:
@@ -4122,10 +4327,11 @@ def count_entries_after(path: str, stamp: float, *, whole_day: bool) -> int:
     return count
 
 
-def waiting_sessions(store: Store) -> list[str]:
+def waiting_sessions(store: Store, captures=None) -> list[str]:
     """Boot's lines for the active sessions in .state/sessions/ when this clone has no
     current one (a fresh clone: the pointer is local): handoffs addressed to this user
-    first, then the newest; each with the command that adopts it."""
+    first, then the newest; each with the command that adopts it. `captures(state)` is
+    shown every state read (boot keeps the newest capture among them)."""
     rows = []
     user = (store.settings.user or "").strip().lower()
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
@@ -4133,6 +4339,8 @@ def waiting_sessions(store: Store) -> list[str]:
             state = load_state(SessionRef(sid, path, False))
         except StmError:
             continue  # check reports it
+        if captures is not None:
+            captures(state)
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
         rows.append((not to_me, "task_id" not in state, updated, sid, state))
@@ -4374,6 +4582,16 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             f"{identity_path} in full"
         )
     sections.append((f"Identity ({identity_path})", identity))
+    capture = None
+    if parts.capture and cut.workflow != "none":
+        title = "Last session (captured by stm)" if parts.captured else "Work not yet in memory"
+        capture = (title, as_invoked(parts.capture))
+        if parts.capture_first:
+            sections.append(capture)
+    elif parts.capture:
+        notices.append(
+            as_invoked(f"the captured last session was left out to fit {cut.limit}: run `stm boot`")
+        )
     if parts.workflow is not None and cut.workflow != "none":
         workflow = parts.workflow
         if cut.workflow == "short":
@@ -4385,6 +4603,8 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
                 f"the active workflow was left out to fit {cut.limit}: run `stm session show`"
             )
         )
+    if capture and not parts.capture_first:
+        sections.append(capture)
     if parts.waiting and cut.workflow != "none":
         sections.append(
             (
@@ -5867,6 +6087,7 @@ STATE_OPTIONAL_FIELDS = {
     "to_agent": "str",
     "handoff_status": "str",
     "handoff_created_at": "str",
+    "captured": CAPTURED_FIELDS,
 }
 
 
@@ -5892,6 +6113,14 @@ def field_problem(value, kind) -> str | None:
     if kind == "paths":
         ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
         return None if ok else "must be an object of paths"
+    if kind == "plan":
+        ok = isinstance(value, list) and all(
+            isinstance(e, dict)
+            and isinstance(e.get("text"), str)
+            and e.get("status") in PLAN_STATUSES
+            for e in value
+        )
+        return None if ok else "must be a list of {text, status} objects"
     if kind == "phases":
         if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
             return "must be a list of {phase, entered_at, exited_at} objects"
@@ -7864,6 +8093,338 @@ def cmd_search(args) -> int:
     return EXIT_OK if found else EXIT_FAIL
 
 
+# ---- capture: what an interrupted agent session leaves behind (spec/capture.md) -------
+#
+# `stm capture` runs from an agent client's lifecycle hooks with the hook's JSON payload
+# on stdin. It reads the client's transcript (the tail only) and git, and records what
+# the session did in the agent's stm session, beside the agent's own checkpoint, so the
+# next boot shows the work even when the agent never wrote to memory. A hook must never
+# break the agent: every failure is a one-line reason on stderr and exit 0.
+
+HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
+HOOK_LOCK_TIMEOUT_S = 1.0  # a hook waits at most this long for the lock, then skips
+HOOK_RECORD_MAX = 64 * 1024
+HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
+CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
+HOOK_CLIENTS = ("claude", "codex")
+
+
+def read_hook_payload(data: bytes) -> dict:
+    """The hook's JSON object, or StmError saying why it is not one."""
+    if len(data) > HOOK_PAYLOAD_MAX:
+        raise StmError(f"the payload is over {HOOK_PAYLOAD_MAX} bytes; not a hook payload")
+    if not data.strip():
+        raise StmError("no payload on stdin (a hook passes one as JSON)")
+    try:
+        payload = load_json(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(f"the payload is not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise StmError("the payload is not a JSON object")
+    return payload
+
+
+def payload_text(payload: dict, key: str, limit: int = 4096) -> str:
+    """A string field of the payload, or "" (a hook tolerates every missing or odd field)."""
+    value = payload.get(key)
+    return value if isinstance(value, str) and len(value) <= limit else ""
+
+
+def payload_client(payload: dict, given: str | None) -> str:
+    """Which client ran the hook: --client, else Claude Code when its variable is set or
+    its transcript folder is named, else Codex when the transcript is a rollout."""
+    if given:
+        return given
+    path = payload_text(payload, "transcript_path")
+    if os.environ.get("CLAUDE_PROJECT_DIR") or f"{os.sep}.claude{os.sep}" in path:
+        return "claude"
+    if f"{os.sep}.codex{os.sep}" in path or os.path.basename(path).startswith("rollout-"):
+        return "codex"
+    return "agent"
+
+
+def read_hook_record(store: Store) -> dict:
+    """The local record of .state/.hooks.json: {"sessions": {client: {...}}, "runs":
+    {"client Event": stamp}}. A missing, unreadable or corrupt record starts afresh: it
+    only decides what to capture next, and a capture is never lost by re-reading."""
+    path = os.path.join(store.state, HOOKS_FILE)
+    record = {"sessions": {}, "runs": {}}
+    if links_on_the_way(store.state, path) or not os.path.lexists(path):
+        return record
+    try:
+        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
+    except (OSError, StmError, UnicodeDecodeError, ValueError):
+        return record
+    if isinstance(data, dict):
+        for key in record:
+            if isinstance(data.get(key), dict):
+                record[key] = data[key]
+    return record
+
+
+def write_hook_record(store: Store, record: dict) -> None:
+    path = os.path.join(store.state, HOOKS_FILE)
+    refuse_links_below(store.state, path)
+    atomic_write(path, dumps_json(record).encode("utf-8"))
+
+
+def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
+    """What to capture for this hook: (client session, transcript path, log it?) rows.
+
+    A SessionStart for another client session first captures the previous one from the
+    transcript recorded when it started (or, with none recorded, the newest other
+    transcript beside this one that names this project); a start after compaction or a
+    resume of the same session captures the live transcript. Other events capture their
+    own session."""
+    session = payload_text(payload, "session_id", 200)
+    transcript = payload_text(payload, "transcript_path")
+    if event != "SessionStart":
+        return [(session, transcript, event in CAPTURE_LOG_EVENTS)] if transcript else []
+    jobs = []
+    previous = record["sessions"].get(client)
+    previous = previous if isinstance(previous, dict) else {}
+    before, before_path = previous.get("id"), previous.get("transcript")
+    if before and before != session and isinstance(before_path, str) and before_path:
+        jobs.append((str(before), before_path, True))
+    elif not before and transcript:
+        other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
+        if other:
+            name = os.path.splitext(os.path.basename(other))[0]
+            jobs.append((name, other, True))
+    source = payload_text(payload, "source", 40)
+    if transcript and source in ("compact", "resume") and before in (None, session):
+        jobs.append((session, transcript, False))
+    return jobs
+
+
+def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:
+    """The "captured" object of state.json (CAPTURED_FIELDS) from one transcript read."""
+    record = {
+        "at": iso_now(),
+        "client": client,
+        "client_session": session,
+        "event": event,
+        "plan": [{"text": text, "status": status} for text, status in transcript.plan],
+        "files": list(transcript.files),
+        "failures": [
+            f"{command} — {error}" if error else command for command, error in transcript.failures
+        ],
+        "position": str(transcript.position),
+    }
+    for key, value in (
+        ("request", transcript.request),
+        ("last_message", transcript.last_message),
+        ("ended_at", transcript.ended_at),
+        ("branch", git.branch if git else None),
+        ("head", git.head if git else None),
+    ):
+        if value:
+            record[key] = value
+    return record
+
+
+def capture_is_empty(transcript) -> bool:
+    return not (
+        transcript.request
+        or transcript.plan
+        or transcript.files
+        or transcript.failures
+        or transcript.last_message
+    )
+
+
+def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef, bool]:
+    """The stm session a capture goes to, and whether the capture made it: the current
+    one (STM_SESSION, else the pointer), else the active session an earlier capture of
+    the same client session went to, else a new one named after the client and its
+    session (current, when nothing is)."""
+    try:
+        ref = current_session(store)
+    except StmError:
+        ref = None  # a pointer to a session gone: a hook captures all the same
+    if ref is not None and not ref.archived:
+        return ref, False
+    for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
+        with contextlib.suppress(StmError):
+            state = load_state(SessionRef(sid, path, False))
+            captured = state.get("captured")
+            if isinstance(captured, dict) and captured.get("client_session") == session:
+                return SessionRef(sid, path, False), False
+    switch = ref is None and not store.settings.session
+    ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
+    return ref, True
+
+
+def capture_log_text(captured: dict) -> str:
+    """The log entry a capture writes: one paragraph a later search finds."""
+    how = CAPTURE_EVENT_WORDS.get(captured["event"], "by a hook")
+    lines = [
+        f"Captured by stm {how} from {captured['client']} session "
+        f"{captured['client_session'][:8]} (the agent did not write this itself)."
+    ]
+    if captured.get("request"):
+        lines.append(f"- Asked: {one_line(captured['request'], 400)}")
+    for status, word in PLAN_MARKS.items():
+        items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
+        if items:
+            lines.append(f"- Plan, {word}: " + "; ".join(items))
+    if captured["files"]:
+        lines.append("- Touched: " + ", ".join(one_line(f, 160) for f in captured["files"]))
+    if captured["failures"]:
+        lines.append("- Failed: " + "; ".join(one_line(f, 160) for f in captured["failures"]))
+    if captured.get("last_message"):
+        lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
+    return "\n".join(lines)
+
+
+def record_capture(store: Store, captured: dict, *, log: bool) -> tuple[SessionRef, bool]:
+    """Write one capture into its session (and, when asked, the log). The same
+    transcript position twice writes nothing new. Returns (session, changed)."""
+    ref, made = capture_target(store, captured["client"], captured["client_session"])
+    state = load_state(ref)
+    previous = state.get("captured") if isinstance(state.get("captured"), dict) else {}
+    same = (
+        previous.get("client_session") == captured["client_session"]
+        and previous.get("position") == captured["position"]
+    )
+    if same and (not log or previous.get("logged") == captured["position"]):
+        return ref, False
+    if log:
+        # The log entry first: a capture killed between the two writes logs twice at
+        # worst, never not at all.
+        append_log(store, capture_log_text(captured))
+        captured["logged"] = captured["position"]
+    elif same or previous.get("logged") == captured["position"]:
+        captured["logged"] = previous.get("logged", "")
+
+    def mutate(state: dict):
+        before = state.get("captured") if isinstance(state.get("captured"), dict) else {}
+        if made:
+            agent_at = None  # the agent has not written this session yet
+        elif state.get("updated_at") == before.get("at"):
+            agent_at = before.get("agent_at")  # the last write was a capture: keep the agent's
+        else:
+            agent_at = state.get("updated_at")
+        if agent_at:
+            captured["agent_at"] = agent_at
+        state["captured"] = captured
+        return "captured", {"captured": captured}
+
+    state, changed = update_session(store, ref, mutate, now=captured["at"])
+    return ref, changed
+
+
+def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_run=False):
+    """The `capture` operation: record what the hook's client session did. Returns
+    {"event", "client", "captured": [records], "sessions": [ids], "skipped": [reasons]};
+    raises StmError only for a store it cannot use."""
+    event = payload_text(payload, "hook_event_name", 60) or "capture"
+    client = payload_client(payload, client)
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    result = {"event": event, "client": client, "captured": [], "sessions": [], "skipped": []}
+    record = read_hook_record(store)
+    git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
+    jobs = capture_jobs(record, payload, client, event, root)
+    if not jobs and event != "SessionStart":
+        result["skipped"].append("the payload names no transcript (transcript_path)")
+    for session, path, log in jobs:
+        try:
+            transcript = read_transcript(path)
+        except (OSError, StmError, ValueError) as exc:
+            result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
+            continue
+        if capture_is_empty(transcript):
+            result["skipped"].append(f"transcript {path}: nothing to capture")
+            continue
+        who = client if client != "agent" else transcript.client or client
+        captured = captured_record(transcript, git, client=who, session=session, event=event)
+        result["captured"].append(captured)
+        if not dry_run:
+            ref, changed = record_capture(store, captured, log=log)
+            if changed:
+                result["sessions"].append(ref.id)
+    if not dry_run:
+        note_hook_run(store, payload, client, event)
+    return result
+
+
+def note_hook_run(store: Store, payload: dict, client: str, event: str) -> None:
+    """Record that this hook ran, and which client session it saw (re-read under the
+    lock: hooks of one client run in parallel)."""
+    now = iso_now()
+    session = payload_text(payload, "session_id", 200)
+    transcript = payload_text(payload, "transcript_path")
+    with store.state_lock():
+        record = read_hook_record(store)
+        record["runs"][f"{client} {event}"] = now
+        if session and (event == "SessionStart" or transcript):
+            record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
+        write_hook_record(store, record)
+
+
+def hook_shell_command(root: str) -> str:
+    """How the agent behind a hook runs stm from its own shell, anywhere in the project:
+    the installed `stm`, else this stm.py by its absolute path (the hook's own form, with
+    its PYTHONPATH, fails in the agent's shell)."""
+    import shlex
+    import shutil
+
+    if shutil.which("stm"):
+        return "stm"
+    return f"python3 {shlex.quote(os.path.abspath(__file__))}"
+
+
+def capture_report(result: dict) -> str:
+    """--print: what a capture would record, as the log entry it would write."""
+    if not result["captured"]:
+        return "nothing to capture\n"
+    return "\n\n".join(capture_log_text(c) for c in result["captured"]) + "\n"
+
+
+def cmd_capture(args) -> int:
+    """A hook's entry point: exit 0 on every input, reasons on stderr, stdout only for
+    --boot at a SessionStart (and for --print, which a person runs)."""
+    event = "capture"
+    try:
+        data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
+    except (OSError, ValueError):
+        data = b""
+    store = None
+    try:
+        payload = read_hook_payload(data)
+        event = payload_text(payload, "hook_event_name", 60) or event
+        store = store_from_args(args)
+        store.settings.cap_lock_timeout(HOOK_LOCK_TIMEOUT_S)
+        result = capture_hook(store, payload, client=args.client, dry_run=args.print)
+        for reason in result["skipped"]:
+            print(f"stm capture: skipped {path_text(reason)}", file=sys.stderr)
+        if args.print:
+            sys.stdout.write(capture_report(result))
+    except (StmError, OSError, ValueError) as exc:
+        reason = exc.line() if isinstance(exc, StmError) else str(exc)
+        print(f"stm capture: nothing captured: {escape_controls(reason)}", file=sys.stderr)
+    if args.boot and event in ("SessionStart", "capture") and not args.print:
+        hook_boot(args, store)
+    return EXIT_OK
+
+
+def hook_boot(args, store) -> None:
+    """The SessionStart hook's output: boot, its hints in the agent's shell form."""
+    try:
+        store = store or store_from_args(args)
+        root = os.path.dirname(os.path.abspath(store.stacks))
+        with with_hint_voice(command=hook_shell_command(root)):
+            limits = {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
+            text, warnings = boot_document(BootParts(store), **limits)
+        for warning in warnings:
+            warn(warning)
+        sys.stdout.write(text)
+        mark_boot(store)
+    except (StmError, OSError) as exc:
+        reason = exc.line() if isinstance(exc, StmError) else str(exc)
+        print(f"stm capture: no boot: {escape_controls(reason)}", file=sys.stderr)
+
+
 CLAUDE_MATCHER = "startup|resume|clear|compact"
 AGENTS_BEGIN = "<!-- stm:agents begin -->"
 AGENTS_END = "<!-- stm:agents end -->"
@@ -8267,7 +8828,8 @@ def export_members(store: Store, include_state: bool):
             for name in sorted(files):
                 path = os.path.join(folder, name)
                 skip = name == LOCK_NAME or name.endswith(".tmp") or os.path.islink(path)
-                if skip or (folder == store.state and name in (POINTER_FILE, LAST_BOOT_FILE)):
+                local = (POINTER_FILE, LAST_BOOT_FILE, HOOKS_FILE)
+                if skip or (folder == store.state and name in local):
                     continue
                 rel = os.path.relpath(path, top).replace(os.sep, "/")
                 yield f"{prefix}/{rel}", path
@@ -9275,6 +9837,24 @@ def options_boot(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
 
 
+def options_capture(p) -> None:
+    p.add_argument(
+        "--client",
+        choices=HOOK_CLIENTS,
+        help="the agent client running the hook (default: worked out from the payload)",
+    )
+    p.add_argument(
+        "--boot",
+        action="store_true",
+        help="then print boot (a SessionStart hook: capture first, then the memory to start from)",
+    )
+    p.add_argument("--max-tokens", type=int, metavar="N", help="with --boot: as boot's")
+    p.add_argument("--max-chars", type=int, metavar="N", help="with --boot: as boot's")
+    p.add_argument(
+        "--print", action="store_true", help="show what would be recorded; change nothing"
+    )
+
+
 def options_log(p) -> None:
     p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
     p.add_argument("--template", action="store_true", help="print the session-log template")
@@ -9695,6 +10275,13 @@ COMMANDS = (
         "wire stm into agent tools and git: claude, agents-md, mcp, git",
         "stm setup claude --install",
         None,
+    ),
+    (
+        "capture",
+        cmd_capture,
+        "record what an agent session did, from its client's hook payload (exit 0 always)",
+        "stm capture --boot < payload.json   (run by a SessionStart hook)",
+        options_capture,
     ),
     (
         "merge-file",

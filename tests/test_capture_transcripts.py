@@ -5,7 +5,6 @@ the state of a git work tree. Fixtures are built from the clients' documented fo
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import os
 import random
@@ -15,140 +14,13 @@ import subprocess
 import time
 
 import pytest
+from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
 
 ALNUM = string.ascii_letters + string.digits
 B64 = ALNUM + "/+"
 URLSAFE = ALNUM + "-_"
-
-
-# ---- fixture builders ---------------------------------------------------------------------
-
-
-class Clock:
-    """Timestamps counting up from an hour ago: no calendar date that ages."""
-
-    def __init__(self):
-        self.start = time.time() - 3600
-        self.ticks = itertools.count()
-
-    def __call__(self) -> str:
-        moment = self.start + next(self.ticks)
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + ".250Z"
-
-
-def write_jsonl(path, entries, tail: str = "") -> str:
-    """Entries one per line; `tail` is written after the last newline as it is."""
-    text = "".join(json.dumps(entry) + "\n" for entry in entries) + tail
-    path.write_text(text, encoding="utf-8")
-    return str(path)
-
-
-class Claude:
-    """Claude Code transcript lines: {type, uuid, parentUuid, sessionId, timestamp, cwd,
-    version, gitBranch, message {role, content}}; tool calls are `tool_use` blocks of an
-    assistant line, their results `tool_result` blocks of the next user line."""
-
-    def __init__(self, cwd: str, session: str = "5b1e7c9a-0000-4000-8000-000000000001"):
-        self.cwd, self.session, self.clock = cwd, session, Clock()
-        self.count = itertools.count(1)
-        self.parent = None
-
-    def entry(self, kind: str, content, **extra) -> dict:
-        uuid = f"uuid-{next(self.count):04d}"
-        entry = {
-            "type": kind,
-            "uuid": uuid,
-            "parentUuid": self.parent,
-            "sessionId": self.session,
-            "timestamp": self.clock(),
-            "cwd": self.cwd,
-            "version": "2.1.0",
-            "gitBranch": "main",
-            "isSidechain": False,
-            "userType": "external",
-            "message": {"role": kind, "content": content},
-            **extra,
-        }
-        self.parent = uuid
-        return entry
-
-    def user(self, text, **extra) -> dict:
-        return self.entry("user", text, **extra)
-
-    def say(self, text: str) -> dict:
-        return self.entry("assistant", [{"type": "text", "text": text}])
-
-    def call(self, call_id: str, name: str, **args) -> dict:
-        return self.calls((call_id, name, args))
-
-    def calls(self, *calls) -> dict:
-        blocks = [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls]
-        return self.entry("assistant", blocks)
-
-    def result(self, call_id: str, content, *, is_error: bool = False, detail=None) -> dict:
-        block = {"type": "tool_result", "tool_use_id": call_id, "content": content}
-        if is_error:
-            block["is_error"] = True
-        extra = {"toolUseResult": detail} if detail is not None else {}
-        return self.entry("user", [block], **extra)
-
-    def compact(self) -> dict:
-        entry = self.entry("system", None, subtype="compact_boundary")
-        del entry["message"]
-        entry["content"] = "Conversation compacted"
-        return entry
-
-
-class Codex:
-    """Codex rollout lines: {timestamp, type, payload}; session_meta first, then
-    response_item payloads (message, function_call, function_call_output,
-    custom_tool_call, …), event_msg and turn_context."""
-
-    def __init__(self, cwd: str, session: str = "0199a213-81c0-7800-8aa1-bbab2a035a53"):
-        self.cwd, self.session, self.clock = cwd, session, Clock()
-
-    def line(self, kind: str, payload: dict) -> dict:
-        return {"timestamp": self.clock(), "type": kind, "payload": payload}
-
-    def meta(self) -> dict:
-        payload = {"id": self.session, "timestamp": self.clock(), "cwd": self.cwd}
-        payload.update(originator="codex_cli_rs", cli_version="0.46.0", source="cli")
-        return self.line("session_meta", {**payload, "instructions": None})
-
-    def turn(self) -> dict:
-        payload = {"cwd": self.cwd, "approval_policy": "on-request", "model": "gpt-5-codex"}
-        return self.line("turn_context", payload)
-
-    def message(self, role: str, text: str) -> dict:
-        kind = "output_text" if role == "assistant" else "input_text"
-        payload = {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
-        return self.line("response_item", payload)
-
-    def event(self, kind: str, message: str) -> dict:
-        return self.line("event_msg", {"type": kind, "message": message})
-
-    def call(self, call_id: str, name: str, **args) -> dict:
-        payload = {"type": "function_call", "name": name, "arguments": json.dumps(args)}
-        return self.line("response_item", {**payload, "call_id": call_id})
-
-    def custom_call(self, call_id: str, name: str, text: str) -> dict:
-        payload = {"type": "custom_tool_call", "status": "completed", "name": name}
-        return self.line("response_item", {**payload, "call_id": call_id, "input": text})
-
-    def output(self, call_id: str, output, kind: str = "function_call_output") -> dict:
-        return self.line("response_item", {"type": kind, "call_id": call_id, "output": output})
-
-
-def exec_json(output: str, code: int) -> str:
-    """A shell call's output in the structured form: JSON with metadata.exit_code."""
-    return json.dumps({"output": output, "metadata": {"exit_code": code, "duration_seconds": 0.4}})
-
-
-def patch(*headers: str) -> str:
-    body = "".join(f"*** {header}\n+line\n" for header in headers)
-    return f"*** Begin Patch\n{body}*** End Patch"
 
 
 @pytest.fixture

@@ -1,0 +1,450 @@
+"""Capture: what an interrupted agent session leaves behind, recorded from the clients'
+hooks without the agent's help, and shown at the next boot (spec/capture.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import IDENTITY, MEMORY, snapshot
+from transcripts import Claude, Codex, exec_json, patch, write_jsonl
+
+import stm
+
+
+@pytest.fixture
+def agent(store, tmp_path_factory):
+    """A project (cwd) and a folder outside it where the client keeps transcripts."""
+    folder = tmp_path_factory.mktemp("client-transcripts")
+    return store, folder
+
+
+def todo_session(cwd: str, session: str = "2fc9b73b-1111-4000-8000-000000000001"):
+    """An hour of work on a new request, with a todo list, a written file, an edited one
+    and a failing test, the way Claude Code records it."""
+    c = Claude(cwd, session)
+    todos = [
+        {"content": "write rankine.py", "status": "completed", "activeForm": "Writing"},
+        {"content": "wire it into __init__", "status": "in_progress", "activeForm": "Wiring"},
+        {"content": "make the tests pass", "status": "pending", "activeForm": "Testing"},
+    ]
+    return [
+        c.user("Add a Rankine scale to tempconv and make the tests pass"),
+        c.call("t1", "TodoWrite", todos=todos),
+        c.result("t1", "Todos have been modified successfully."),
+        c.call("w1", "Write", file_path=f"{cwd}/tempconv/rankine.py", content="K = 1.8\n"),
+        c.result("w1", "File created successfully"),
+        c.call(
+            "e1", "Edit", file_path=f"{cwd}/tempconv/__init__.py", old_string="a", new_string="b"
+        ),
+        c.result("e1", "The file has been updated."),
+        c.call("b1", "Bash", command="pytest -q tests/test_rankine.py"),
+        c.result("b1", "Exit code 1\nFAILED tests/test_rankine.py::test_round", is_error=True),
+        c.say("test_round fails on rounding; next I fix the constant."),
+    ]
+
+
+def payload(event: str, session: str, transcript, cwd, **extra) -> str:
+    data = {
+        "session_id": session,
+        "transcript_path": str(transcript) if transcript is not None else None,
+        "cwd": str(cwd),
+        "hook_event_name": event,
+        **extra,
+    }
+    return json.dumps(data)
+
+
+SID = "2fc9b73b-1111-4000-8000-000000000001"
+
+
+def sessions(project):
+    base = project / ".state" / "sessions"
+    return sorted(p for p in base.iterdir() if p.is_dir()) if base.exists() else []
+
+
+def state_of(folder) -> dict:
+    return json.loads((folder / "state.json").read_text())
+
+
+def log_text(project) -> str:
+    return "".join(p.read_text() for p in sorted((project / ".stacks" / "logs").glob("*.md")))
+
+
+# ---- stm capture on one hook ------------------------------------------------------------------
+
+
+def test_precompact_records_the_session_and_logs_what_it_did(agent, run):
+    project, folder = agent
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    result = run(
+        "capture", "--client", "claude", stdin=payload("PreCompact", SID, transcript, project)
+    )
+    assert result.code == 0 and result.out == "", result  # PreCompact's stdout is not context
+    [folder_] = sessions(project)
+    captured = state_of(folder_)["captured"]
+    assert captured["client"] == "claude" and captured["client_session"] == SID
+    assert captured["event"] == "PreCompact"
+    assert captured["request"] == "Add a Rankine scale to tempconv and make the tests pass"
+    assert captured["plan"] == [
+        {"text": "write rankine.py", "status": "completed"},
+        {"text": "wire it into __init__", "status": "in_progress"},
+        {"text": "make the tests pass", "status": "pending"},
+    ]
+    assert captured["files"] == ["tempconv/rankine.py", "tempconv/__init__.py"]
+    assert captured["failures"][0].startswith("pytest -q tests/test_rankine.py")
+    log = log_text(project)
+    assert "Captured by stm before a compaction from claude session 2fc9b73b" in log
+    assert "- Plan, in progress: wire it into __init__" in log
+    assert "- Touched: tempconv/rankine.py, tempconv/__init__.py" in log
+    events = (folder_ / "history.jsonl").read_text().splitlines()
+    assert json.loads(events[-1])["event"] == "captured"
+    # the next boot shows it, right after identity
+    out = run("boot").out
+    block = out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert out.index("## Identity") < out.index("## Last session") < out.index("## Session memory")
+    assert "- Asked: Add a Rankine scale to tempconv" in block
+    assert "- Plan, done: write rankine.py" in block
+    assert "- Plan, in progress: wire it into __init__" in block
+    assert "- Plan, pending: make the tests pass" in block
+    assert "`tempconv/rankine.py`" in block and "pytest -q tests/test_rankine.py" in block
+    assert "the agent did not write this itself" in block
+
+
+def test_the_same_payload_twice_writes_nothing_new(agent, run):
+    project, folder = agent
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    body = payload("SessionEnd", SID, transcript, project, reason="other")
+    assert run("capture", "--client", "claude", stdin=body).code == 0
+    before = snapshot(project / ".stacks"), snapshot(project / ".state" / "sessions")
+    assert run("capture", "--client", "claude", stdin=body).code == 0
+    assert (snapshot(project / ".stacks"), snapshot(project / ".state" / "sessions")) == before
+    assert log_text(project).count("Captured by stm") == 1
+
+
+def test_more_work_in_the_transcript_updates_the_same_session(agent, run):
+    project, folder = agent
+    entries = todo_session(str(project))
+    transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
+    run("capture", "--client", "claude", stdin=payload("Stop", SID, transcript, project))
+    c = Claude(str(project), SID)
+    write_jsonl(folder / f"{SID}.jsonl", [*entries, c.user("now also add Delisle")])
+    run("capture", "--client", "claude", stdin=payload("Stop", SID, transcript, project))
+    [only] = sessions(project)
+    assert state_of(only)["captured"]["request"] == "now also add Delisle"
+    assert "Captured by stm" not in log_text(project)  # Stop never logs: once a turn is too often
+
+
+def test_print_shows_what_would_be_recorded_and_touches_nothing(agent, run):
+    project, folder = agent
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    before = snapshot(project)
+    result = run("capture", "--print", stdin=payload("PreCompact", SID, transcript, project))
+    assert result.code == 0
+    assert "- Asked: Add a Rankine scale to tempconv" in result.out
+    assert "- Plan, pending: make the tests pass" in result.out
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("event", ["Stop", "PreCompact", "SessionEnd"])
+def test_no_stdout_for_events_whose_output_the_client_parses(agent, run, event):
+    project, folder = agent
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    result = run("capture", "--boot", stdin=payload(event, SID, transcript, project))
+    assert result.code == 0 and result.out == ""
+
+
+BAD_PAYLOADS = [
+    ("empty", b"", "no payload"),
+    ("not json", b"{oops", "not JSON"),
+    ("not an object", b"[1, 2]", "not a JSON object"),
+    ("nan", b'{"hook_event_name": "Stop", "x": NaN}', "not JSON"),
+    ("not utf-8", b'{"session_id": "\xff"}', "not JSON"),
+]
+
+
+@pytest.mark.parametrize(
+    "raw,reason", [b[1:] for b in BAD_PAYLOADS], ids=[b[0] for b in BAD_PAYLOADS]
+)
+def test_a_bad_payload_exits_0_with_one_reason_and_changes_nothing(agent, run, raw, reason):
+    project, _ = agent
+    before = snapshot(project)
+    result = run("capture", stdin=raw)
+    assert result.code == 0 and result.out == ""
+    assert result.err.count("\n") == 1 and reason in result.err and "Traceback" not in result.err
+    assert snapshot(project) == before
+
+
+def test_a_missing_unreadable_or_special_transcript_exits_0(agent, run):
+    project, folder = agent
+    before = snapshot(project / ".stacks")
+    fifo = folder / "fifo.jsonl"
+    os.mkfifo(fifo)
+    for transcript in (folder / "missing.jsonl", fifo, folder, None):
+        result = run("capture", stdin=payload("PreCompact", SID, transcript, project))
+        assert result.code == 0 and result.out == "", result
+    assert snapshot(project / ".stacks") == before
+    assert sessions(project) == []
+
+
+def test_no_store_exits_0_and_writes_nothing(tmp_path, run, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("capture", stdin=payload("SessionEnd", SID, tmp_path / "t.jsonl", tmp_path))
+    assert result.code == 0 and "nothing captured" in result.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_held_lock_makes_the_hook_skip_within_a_second(agent):
+    """A real process holds the state lock; the hook gives up after HOOK_LOCK_TIMEOUT_S and
+    still exits 0 (STM_LOCK_TIMEOUT's 10 s would stall the agent's start)."""
+    project, folder = agent
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(project / ".state" / ".stm.lock")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = subprocess.run(
+            [sys.executable, str(stm.__file__), "capture"],
+            input=payload("PreCompact", SID, transcript, project),
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "STM_LOCK_TIMEOUT": "60"},
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert result.returncode == 0 and result.stdout == ""
+    assert "nothing captured" in result.stderr and "lock" in result.stderr
+
+
+HOLD_LOCK = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_secrets_are_redacted_and_private_text_never_captured(agent, run):
+    project, folder = agent
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    c = Claude(str(project), SID)
+    entries = [
+        c.user(f"deploy with {token} <private>my home address</private> please"),
+        c.say("done"),
+    ]
+    transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
+    assert run("capture", stdin=payload("PreCompact", SID, transcript, project)).code == 0
+    stored = log_text(project) + "".join(
+        (s / n).read_text() for s in sessions(project) for n in ("state.json", "history.jsonl")
+    )
+    assert token not in stored and "home address" not in stored
+    assert "[redacted: GitHub token]" in stored
+
+
+# ---- the agent's own checkpoint and the capture, side by side -------------------------------
+
+
+def test_the_agents_checkpoint_is_never_overwritten_and_the_newer_shows_first(
+    agent, run, monkeypatch
+):
+    project, folder = agent
+    clock = [stm.utc_now() - 7200]
+    monkeypatch.setattr(stm, "utc_now", lambda: clock[0])
+    run("session", "new", "--name", "old task")
+    run("session", "checkpoint", "--pending", "old step", "--resume", "run the old tests")
+    clock[0] += 3600  # an hour later the agent works on a new request and is cut off
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    run("capture", "--client", "claude", stdin=payload("PreCompact", SID, transcript, project))
+    [only] = sessions(project)
+    state = state_of(only)
+    assert state["checkpoint"]["pending_steps"] == ["old step"]  # kept as the agent wrote it
+    assert state["checkpoint"]["resume_instruction"] == "run the old tests"
+    out = run("boot").out
+    assert out.index("## Last session (captured by stm)") < out.index("## Active workflow")
+    workflow = out.split("## Active workflow")[1].split("\n## ")[0]
+    first = workflow.strip().splitlines()[0]
+    assert first.startswith("- Written before the work shown above")
+    assert first.index("the agent last wrote") < first.index("stm captured newer work")
+    assert workflow.index("Written before") < workflow.index("- Resume: run the old tests")
+    # then the agent checkpoints again: its workflow is newest, the capture says it is older
+    clock[0] += 600
+    run("session", "checkpoint", "--resume", "fix the rounding in rankine.py")
+    out = run("boot").out
+    assert out.index("## Active workflow") < out.index("## Last session (captured by stm)")
+    block = out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert block.strip().startswith("- Written before the workflow above")
+    # and a later capture of the same transcript keeps the agent's time, not its own
+    run("capture", "--client", "claude", stdin=payload("SessionEnd", SID, transcript, project))
+    out = run("boot").out
+    assert out.index("## Active workflow") < out.index("## Last session (captured by stm)")
+
+
+# ---- start-time recovery: the next SessionStart captures the session that ended -----------
+
+
+def test_the_next_start_recovers_a_session_that_was_killed(agent, run):
+    project, folder = agent
+    transcript = folder / f"{SID}.jsonl"
+    start = payload("SessionStart", SID, transcript, project, source="startup")
+    first = run("capture", "--client", "claude", "--boot", stdin=start)
+    assert first.code == 0 and "## Identity" in first.out and "Last session" not in first.out
+    write_jsonl(transcript, todo_session(str(project)))  # the work; then a kill: no hook
+    later = "7a7a7a7a-2222-4000-8000-000000000002"
+    start = payload("SessionStart", later, folder / f"{later}.jsonl", project, source="startup")
+    result = run("capture", "--client", "claude", "--boot", "--max-chars", "9500", stdin=start)
+    assert result.code == 0 and len(result.out) <= 9500
+    block = result.out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert "at the next start" in block and "2fc9b73b" in block
+    assert "- Plan, in progress: wire it into __init__" in block
+    assert "Captured by stm at the next start" in log_text(project)
+    record = json.loads((project / ".state" / ".hooks.json").read_text())
+    assert record["sessions"]["claude"]["id"] == later
+    assert ".hooks.json" in (project / ".state" / ".gitignore").read_text()
+
+
+def test_a_start_after_compaction_captures_the_live_transcript_first(agent, run):
+    project, folder = agent
+    transcript = folder / f"{SID}.jsonl"
+    start = payload("SessionStart", SID, transcript, project, source="startup")
+    run("capture", "--client", "claude", "--boot", stdin=start)
+    write_jsonl(transcript, todo_session(str(project)))  # no PreCompact hook ran
+    again = payload("SessionStart", SID, transcript, project, source="compact")
+    result = run("capture", "--client", "claude", "--boot", stdin=again)
+    assert "- Plan, in progress: wire it into __init__" in result.out
+
+
+def test_without_a_recorded_start_the_newest_transcript_naming_the_project_is_used(agent, run):
+    """stm installed mid-session: no SessionStart was recorded for the session that ended;
+    its transcript is found beside the new one, by the folder it names."""
+    project, folder = agent
+    elsewhere = Claude("/some/other/project", "0000aaaa-3333-4000-8000-000000000003")
+    write_jsonl(folder / "0000aaaa.jsonl", [elsewhere.user("other project's work")])
+    write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    later = "7a7a7a7a-2222-4000-8000-000000000002"
+    start = payload("SessionStart", later, folder / f"{later}.jsonl", project, source="startup")
+    out = run("capture", "--client", "claude", "--boot", stdin=start).out
+    assert "- Asked: Add a Rankine scale to tempconv" in out
+    assert "other project's work" not in out
+
+
+# ---- every client shape ---------------------------------------------------------------------
+
+
+def test_task_tools_and_codex_update_plan_become_the_plan(agent, run):
+    project, folder = agent
+    c = Claude(str(project), SID)
+    tasks = [
+        c.user("split the converter"),
+        c.call("c1", "TaskCreate", subject="move kelvin", description="", activeForm="Moving"),
+        c.result("c1", "Task #1 created successfully: move kelvin"),
+        c.call("c2", "TaskCreate", subject="drop dead code", description="", activeForm="x"),
+        c.result("c2", "Task #2 created successfully: drop dead code"),
+        c.call("u1", "TaskUpdate", taskId="1", status="completed"),
+        c.result("u1", "Updated task #1 status"),
+        c.call("u2", "TaskUpdate", taskId="2", status="deleted"),
+        c.result("u2", "Updated task #2 deleted"),
+    ]
+    transcript = write_jsonl(folder / "tasks.jsonl", tasks)
+    run("capture", "--client", "claude", stdin=payload("PreCompact", SID, transcript, project))
+    [only] = sessions(project)
+    assert state_of(only)["captured"]["plan"] == [{"text": "move kelvin", "status": "completed"}]
+
+    x = Codex(str(project))
+    plan = [
+        {"step": "read the spec", "status": "completed"},
+        {"step": "patch", "status": "pending"},
+    ]
+    rollout = [
+        x.meta(),
+        x.message("user", "port the Codex side"),
+        x.call("p1", "update_plan", plan=plan),
+        x.output("p1", "Plan updated"),
+        x.custom_call("a1", "apply_patch", patch("Add File: tempconv/delisle.py")),
+        x.output("a1", "Success", kind="custom_tool_call_output"),
+        x.call("s1", "shell", command=["pytest", "-q"]),
+        x.output("s1", exec_json("1 failed", 1)),
+    ]
+    path = write_jsonl(folder / "rollout-2.jsonl", rollout)
+    run("capture", "--client", "codex", stdin=payload("Stop", x.session, path, project))
+    captured = state_of(only)["captured"]
+    assert captured["client"] == "codex" and captured["request"] == "port the Codex side"
+    assert [p["status"] for p in captured["plan"]] == ["completed", "pending"]
+    assert captured["files"] == ["tempconv/delisle.py"]
+    assert captured["failures"][0].startswith("pytest -q")
+
+
+def test_a_transcript_with_no_plan_still_gives_request_files_and_failures(agent, run):
+    project, folder = agent
+    entries = [e for e in todo_session(str(project)) if "TodoWrite" not in json.dumps(e)]
+    transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
+    run("capture", stdin=payload("SessionEnd", SID, transcript, project))
+    out = run("boot").out
+    assert "- Asked: Add a Rankine scale" in out and "Plan," not in out
+    assert "`tempconv/rankine.py`" in out and "test_rankine" in out
+
+
+# ---- boot without any capture: git says when memory is behind the work ---------------------
+
+
+def git(cwd, *args):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+
+
+@pytest.fixture
+def repo(store, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(store.parent))
+    git(store, "init", "-q", "-b", "main")
+    git(store, "config", "user.email", "t@example.com")
+    git(store, "config", "user.name", "t")
+    git(store, "add", "-A")
+    git(store, "commit", "-qm", "memory")
+    return store
+
+
+def test_boot_says_when_memory_is_behind_the_work_from_git(repo, run):
+    (repo / "rankine.py").write_text("K = 1.8\n")
+    git(repo, "add", "rankine.py")
+    git(repo, "commit", "-qm", "add rankine")
+    (repo / "delisle.py").write_text("x\n")
+    (repo / ".stacks" / "logs" / "scratch.md").write_text("memory, not work\n")
+    out = run("boot").out
+    notices = out.split("## Identity")[0]
+    assert "memory may be behind the work: 1 file changed and not committed" in notices
+    assert "1 commit since MEMORY.md was last updated" in notices
+    block = out.split("## Work not yet in memory")[1].split("\n## ")[0]
+    assert "- Uncommitted now: 1 file: `delisle.py` (branch main)" in block
+    assert "add rankine" in block and ".stacks" not in block
+
+
+def test_boot_outside_git_says_nothing_of_git(store, run):
+    out = run("boot").out
+    assert "Work not yet in memory" not in out and "behind the work" not in out
+
+
+def test_boot_gives_memory_age_in_hours_and_counts_agree(store, run, monkeypatch):
+    memory = store / ".stacks" / "MEMORY.md"
+    stamp = stm.iso(stm.utc_now() - 5 * 3600)
+    memory.write_text(MEMORY.replace(MEMORY.split("## Last Updated\n\n")[1], stamp + "\n"))
+    run("log", "one entry")
+    first = run("boot").out.splitlines()[0]
+    assert first.endswith(f"memory updated {stamp[:10]}, 5 hours ago; 1 log entry since"), first
+
+
+def test_identity_stays_first_in_a_hook_sized_boot(agent, run):
+    project, folder = agent
+    (project / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    run("capture", stdin=payload("PreCompact", SID, transcript, project))
+    out = run("boot", "--max-chars", "1200").out
+    assert len(out) <= 1200 and "Maintainer of the parser project" in out
