@@ -232,7 +232,8 @@ def test_boot_prints_sections_in_order_with_a_header(store, run):
     first = result.out.splitlines()[0]
     assert re.match(
         r"^# stm memory boot · generated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ · ~\d+ tokens"
-        r"( · memory updated \d{4}-\d\d-\d\d, -?\d+ day\(s\) ago; \d+\+? log entries since)?$",
+        r"( · memory updated \d{4}-\d\d-\d\d, \d+ (minute|hour|day)s? ago; "
+        r"\d+\+? log entr(y|ies) since)?$",
         first,
     )
     headings = [line for line in result.out.splitlines() if line.startswith("## ")]
@@ -711,6 +712,8 @@ def test_check_git_files_rules_and_fix(store, run):
         "# mine\nscratch/\ncurrent-session.json\n"
         "# When this checkout last booted (its time is the file's): "
         "`stm digest --since last-boot`.\n.last-boot\n"
+        "# Which agent-client session this checkout's hooks saw last, and when each hook "
+        "ran.\n.hooks.json\n"
         "# stm's lock and temp files are never committed.\n.stm.lock\n*.tmp\n"
     )
     assert run("check", "--strict").code == 0

@@ -1444,9 +1444,10 @@ def test_boot_first_line_says_how_old_memory_is(store, run, monkeypatch):
     ok(run("log", "entry today"))
     first = ok(run("boot")).out.splitlines()[0]
     assert first.startswith("# stm memory boot · generated 2026-11-25T12:00:00Z")
-    assert first.endswith("· memory updated 2026-11-22, 3 day(s) ago; 3 log entries since"), first
+    assert first.endswith("· memory updated 2026-11-22, 3 days ago; 3 log entries since"), first
     notices = ok(run("boot")).out
-    assert "days ago" not in notices.split("## Identity")[0]  # 3 days: no staleness notice
+    head = notices.split("## Identity")[0].split("\n", 1)[1]  # below the first line
+    assert "days ago" not in head  # 3 days: no staleness notice
 
 
 def test_boot_counts_entries_after_an_iso_last_updated(store, run, monkeypatch):
@@ -1456,7 +1457,7 @@ def test_boot_counts_entries_after_an_iso_last_updated(store, run, monkeypatch):
         ok(run("log", f"entry at {stamp}"))
     pin(monkeypatch, "2026-11-25T12:00:00Z")
     first = ok(run("boot")).out.splitlines()[0]
-    assert first.endswith("· memory updated 2026-11-22, 3 day(s) ago; 2 log entries since"), first
+    assert first.endswith("· memory updated 2026-11-22, 3 days ago; 2 log entries since"), first
     data = json.loads(ok(run("digest", "--json")).out)
     assert data["since"] == "2026-11-22T12:00:00Z"
     assert [e["timestamp"] for e in data["entries"]] == [
@@ -1472,7 +1473,7 @@ def test_boot_counts_at_most_62_days_back_as_a_lower_bound(store, run, monkeypat
         ok(run("log", f"entry at {stamp}"))
     pin(monkeypatch, "2026-11-25T12:00:00Z")
     first = ok(run("boot")).out.splitlines()[0]
-    assert first.endswith("· memory updated 2026-08-01, 116 day(s) ago; 2+ log entries since")
+    assert first.endswith("· memory updated 2026-08-01, 116 days ago; 2+ log entries since")
 
 
 def test_boot_notices_memory_older_than_a_week(store, run, monkeypatch):
@@ -1480,7 +1481,7 @@ def test_boot_notices_memory_older_than_a_week(store, run, monkeypatch):
     pin(monkeypatch, "2026-12-01T12:00:00Z")
     out = ok(run("boot")).out
     first = out.splitlines()[0]
-    assert first.endswith("· memory updated 2026-11-22, 9 day(s) ago; 0 log entries since"), first
+    assert first.endswith("· memory updated 2026-11-22, 9 days ago; 0 log entries since"), first
     head = out.split("## Identity")[0]
     assert "2026-11-22" in head.split("\n", 1)[1] and "9 days ago" in head, head
 
