@@ -1111,6 +1111,35 @@ def escape_controls(text: str) -> str:
     )
 
 
+class ShellText(str):
+    """Shell text stm writes itself (`"$CLAUDE_PROJECT_DIR"`, git's `%A`): shell_command
+    leaves it as it is. Nothing from outside (a path, a name) may ever be one."""
+
+    __slots__ = ()
+
+
+def shell_command(*words, env: dict | None = None) -> str:
+    """A POSIX sh command line, the one way stm writes a command for a shell (the Claude
+    hook, the AGENTS.md block, the git merge driver, hints): `NAME=word ... word ...`.
+    A word is a str, quoted with shlex.quote unless it is ShellText, or a tuple of such
+    pieces joined into one word. A folder named `a$(touch x)`, `"`, or a backquote is
+    then one literal word: the shell runs nothing from it.
+
+    >>> shell_command("python3", "sub dir$(x)/stm.py", "boot")
+    "python3 'sub dir$(x)/stm.py' boot"
+    >>> print(shell_command("python3", env={"P": (ShellText('"$HOME"'), "/a b")}))
+    P="$HOME"'/a b' python3
+    """
+    import shlex
+
+    def word(value) -> str:
+        pieces = value if isinstance(value, tuple) else (value,)
+        return "".join(p if isinstance(p, ShellText) else shlex.quote(p) for p in pieces)
+
+    assigned = [f"{name}={word(value)}" for name, value in (env or {}).items()]
+    return " ".join([*assigned, *(word(w) for w in words)])
+
+
 def command_name() -> str:
     """How the user runs stm, for hints: `python3 path/to/stm.py` when this file was run
     as a script, `python3 -m stm` when run as a module, else `stm` (the installed command,
@@ -1122,7 +1151,7 @@ def command_name() -> str:
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name == "stm":
         return "python3 -m stm"
-    return f"python3 {display_path(os.path.abspath(main_file))}"
+    return shell_command("python3", display_path(os.path.abspath(main_file)))
 
 
 def as_invoked(text: str) -> str:
@@ -7112,15 +7141,29 @@ AGENTS_BEGIN = "<!-- stm:agents begin -->"
 AGENTS_END = "<!-- stm:agents end -->"
 
 
+def md_code(text: str) -> str:
+    """`text` as a Markdown code span, fenced by more backquotes than it holds in a row
+    (a quoted path may hold one), so a reader copies exactly the command."""
+    runs = [len(run) for run in re.findall("`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if runs else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def agents_block(stm: str = "stm") -> str:
     """The AGENTS.md block; `stm` is how agents run stm in this project."""
+    boot, log = md_code(f"{stm} boot"), md_code(f'{stm} log "what changed, what was decided"')
+    note = md_code(f'{stm} note "Next Steps" "..."')
+    checkpoint = md_code(
+        f'{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"'
+    )
     return f"""{AGENTS_BEGIN}
 ## Memory (stm)
-- At the start of every session run `{stm} boot` and read all of it.
-- Before you stop, log what you did: `{stm} log "what changed, what was decided"`.
-- Keep the letter to the next session current: `{stm} note "Next Steps" "..."`.
+- At the start of every session run {boot} and read all of it.
+- Before you stop, log what you did: {log}.
+- Keep the letter to the next session current: {note}.
 - In multi-step work, leave a resumable state for whoever goes on:
-  `{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"`.
+  {checkpoint}.
 - Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
 {AGENTS_END}
 """
@@ -7141,18 +7184,22 @@ def default_boot_command(root: str) -> str:
     `python3 -m stm` (cached bytecode: cheaper than running the file as a script)."""
     import shutil
 
-    cap = f"boot --max-chars {HOOK_MAX_CHARS}"
+    cap = ("boot", "--max-chars", str(HOOK_MAX_CHARS))
     if shutil.which("stm"):
-        return f"stm {cap}"
+        return shell_command("stm", *cap)
     folder = os.path.dirname(os.path.abspath(__file__))
     rel = os.path.relpath(folder, root)
+    project = ShellText('"$CLAUDE_PROJECT_DIR"')
     if rel == ".":
-        folder = "$CLAUDE_PROJECT_DIR"
+        path = (project,)
     elif not rel.startswith(".."):
-        folder = f"$CLAUDE_PROJECT_DIR/{rel}"
+        path = (project, "/" + rel.replace(os.sep, "/"))
+    else:
+        path = (folder,)
     # The bytecode cache goes to the user's cache folder, not __pycache__/ in the project.
-    cache = "${XDG_CACHE_HOME:-$HOME/.cache}/stm"
-    return f'PYTHONPYCACHEPREFIX="{cache}" PYTHONPATH="{folder}" python3 -m stm {cap}'
+    cache = (ShellText('"${XDG_CACHE_HOME:-$HOME/.cache}"'), "/stm")
+    env = {"PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": path}
+    return shell_command("python3", "-m", "stm", *cap, env=env)
 
 
 def default_stm_command(root: str) -> str:
@@ -7169,7 +7216,7 @@ def default_stm_command(root: str) -> str:
             "the block says `stm`: install it, or name the command with --command"
         )
         return "stm"
-    return f"python3 {rel}"
+    return shell_command("python3", rel.replace(os.sep, "/"))
 
 
 def is_stm_boot_hook(hook, command: str) -> bool:
@@ -7768,15 +7815,17 @@ GIT_DRIVER_NAME = "stm: section-aware merge of stm Markdown (spec/merge.md)"
 def git_driver_command() -> str:
     """The merge driver line: the installed `stm`, else this stm.py by absolute path (git
     runs drivers from the work tree's top, and worktrees share the config), quoted."""
-    import shlex
     import shutil
 
     if shutil.which("stm"):
-        program = "stm"
+        program = ("stm",)
     else:
         python = "python3" if shutil.which("python3") else sys.executable
-        program = f"{shlex.quote(python)} {shlex.quote(os.path.abspath(__file__))}"
-    return f"{program} merge-file %O %A %B --marker-size %L --path %P"
+        program = (python, os.path.abspath(__file__))
+    # git puts each file name in place of %O, %A, %B and %P already quoted for the shell.
+    names = [ShellText(f"%{letter}") for letter in "OAB"]
+    marker, path = ShellText("%L"), ShellText("%P")
+    return shell_command(*program, "merge-file", *names, "--marker-size", marker, "--path", path)
 
 
 def git_work_tree(root: str) -> str:
@@ -7803,10 +7852,8 @@ def cmd_setup_git(args) -> int:
         raise usage_error("--command needs the driver command line; leave it out for stm's own")
     driver = args.command or git_driver_command()
     if not (args.install or args.check or args.remove):  # --print, the default
-        import shlex
-
-        out(f"git config --local merge.stm.name {shlex.quote(GIT_DRIVER_NAME)}")
-        out(f"git config --local merge.stm.driver {shlex.quote(driver)}")
+        out(shell_command("git", "config", "--local", "merge.stm.name", GIT_DRIVER_NAME))
+        out(shell_command("git", "config", "--local", "merge.stm.driver", driver))
         return EXIT_OK
     top = git_work_tree(root)
     current = installed_git_driver(top)
