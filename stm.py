@@ -979,13 +979,27 @@ def refuse_symlink(path: str, what: str) -> None:
 
 
 def user_slug(name: str) -> str:
-    """'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'."""
-    slug = re.sub(r"[^a-z0-9_-]", "-", name.strip().lower())[:64]
-    if not re.search(r"[a-z0-9]", slug):
+    """The user's namespace folder name (`user-<slug>`); the author stays verbatim.
+
+    'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'. A
+    name with no ASCII letter or digit ('Юрий', '李', an emoji) gets 'u-' and 8 hex of
+    the SHA-256 of its NFC, case-folded form: stable on every machine, one per name,
+    and a plain ASCII path component on every filesystem (no normalisation surprises).
+    A name that is only spaces or ASCII punctuation is refused.
+    """
+    import unicodedata
+
+    name = unicodedata.normalize("NFC", name.strip())
+    slug = re.sub(r"[^a-z0-9_-]", "-", name.lower())[:64]
+    if re.search(r"[a-z0-9]", slug):
+        return slug
+    if name.isascii():
         raise usage_error(
             f"user name {name!r} has no letter or digit; pass --user NAME or set STM_USER"
         )
-    return slug
+    import hashlib
+
+    return "u-" + hashlib.sha256(name.casefold().encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 # ==== Time and text helpers ==================================================

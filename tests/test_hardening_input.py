@@ -135,3 +135,44 @@ def test_a_hint_names_a_hostile_stm_path_quoted(tmp_path):
     assert done.returncode == 1  # no store here: the error hint names the command
     words = shlex.split(done.stderr.split("`")[1])  # the hint: `python3 PATH init`
     assert words[0] == "python3" and (tmp_path / words[1]).resolve() == folder / "stm.py"
+
+
+# ---- 7: a user name in any script ------------------------------------------------------------
+
+NON_ASCII_USERS = ["Юрий", "李", "🦊", "Ünal Çelik"]
+
+
+@pytest.mark.parametrize("user", NON_ASCII_USERS)
+def test_a_user_name_without_ascii_letters_works_everywhere(store, run, monkeypatch, user):
+    monkeypatch.setenv("STM_USER", user)
+    assert run("boot").code == 0
+    assert run("log", "worked on the lexer").code == 0
+    created = run("session", "new", "--name", "port").out.strip()
+    for argv in (["status"], ["check"], ["session", "list"], ["boot"]):
+        result = run(*argv)
+        assert result.code == 0, (argv, result)
+    assert created in run("session", "list").out
+    log = next((store / ".stacks" / "logs").iterdir()).read_text()
+    assert f"· {user} <!--" in log  # the author is kept verbatim
+    folders = [p.name for p in (store / ".state" / "sessions").iterdir() if p.is_dir()]
+    assert folders == [f"user-{stm.user_slug(user)}"]
+    slug = stm.user_slug(user)
+    assert slug == stm.user_slug(user.upper() if user.isalpha() else user)  # case-blind
+    assert slug.isascii() and stm.check_component(f"user-{slug}", "user folder")
+
+
+def test_user_slugs_are_stable_distinct_and_keep_ascii_names_as_they_were():
+    assert stm.user_slug("Alice Smith") == "alice-smith"  # unchanged for existing users
+    assert stm.user_slug("José") == "jos-"
+    slugs = {stm.user_slug(name) for name in NON_ASCII_USERS[:3] + ["Иван", "王"]}
+    assert len(slugs) == 5
+    assert stm.user_slug("Юрий") == stm.user_slug("ЮРИЙ") == stm.user_slug(" Юрий ")
+    # NFC and NFD spellings (a macOS file name, a Linux shell) are one user
+    assert stm.user_slug("Ünal") == stm.user_slug("U\u0308nal")
+
+
+@pytest.mark.parametrize("user", ["   ", "---", "..."])
+def test_a_user_name_with_nothing_to_name_is_still_refused(store, run, monkeypatch, user):
+    monkeypatch.setenv("STM_USER", user)
+    result = run("session", "list")
+    assert result.code == 2 and "STM_USER" in result.err
