@@ -1203,6 +1203,19 @@ def not_utf8(text: str) -> bool:
     return False
 
 
+def refuse_oversized(text: str, what: str) -> str:
+    """`text` when it fits the 1 MiB every text stm stores is held to (log entries,
+    notes, any MCP argument); else a usage error naming `what`. Checked in the operations,
+    so every front end gets the same refusal."""
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MESSAGE_MAX_BYTES:
+        raise usage_error(
+            f"{what} is larger than 1 MiB ({size} bytes); put big text in refs/ instead; "
+            "nothing written"
+        )
+    return text
+
+
 def author_name(environ=None) -> str:
     """STM_USER, else USER / LOGNAME, else the login name: made one line."""
     env = os.environ if environ is None else environ
@@ -5485,8 +5498,8 @@ def without_template_guidance(message: str) -> str:
 
 def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
     """A log message fit to store, or a refusal: not empty, more than the session-log
-    template, and (unless allowed) nothing that looks like a credential."""
-    message = without_template_guidance(message)
+    template, at most 1 MiB, and (unless allowed) nothing that looks like a credential."""
+    message = without_template_guidance(refuse_oversized(message, "the log message"))
     if not message.strip():
         raise usage_error("log message is empty; nothing written")
     if not content_beyond_template(message, SESSION_LOG_TEMPLATE):
@@ -6536,11 +6549,20 @@ def read_note_text(args) -> str:
     return note
 
 
+SECTION_NAME_MAX = 500  # characters of a `## ` heading stm writes
+
+
 def clean_section_name(section: str) -> str:
-    """A `## ` heading name as given: one line, controls visible, not itself a heading."""
+    """A `## ` heading name as given: one line, controls visible, not itself a heading,
+    at most SECTION_NAME_MAX characters."""
     name = " ".join(escape_controls(section).split())
     if not name or name.startswith("#"):
         raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
+    if len(name) > SECTION_NAME_MAX:
+        raise usage_error(
+            f"the section name is longer than {SECTION_NAME_MAX} characters; a heading is a "
+            "short title: name it shortly; nothing written"
+        )
     return name
 
 
@@ -6613,6 +6635,7 @@ def add_memory_note(
     MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
     the lock and read the result back. Returns the path, section and whether it replaced."""
     section = clean_section_name(section)
+    refuse_oversized(note, "the note")
     if not note.strip() and not replace:
         raise usage_error("note is empty; nothing written")
     # An HTML comment opener would hide everything after it from a Markdown reader, and
@@ -8228,6 +8251,8 @@ def mcp_check_arguments(name: str, arguments: dict) -> None:
         texts = value if isinstance(value, list) else [value]
         if ok and any(isinstance(t, str) and not_utf8(t) for t in texts):
             raise usage_error(f"{name}: argument {key!r} holds text that is not valid UTF-8")
+        if ok and kind in ("string", "array"):  # the CLI's limit, named as the client knows it
+            refuse_oversized("".join(texts), f"{name}: argument {key!r}")
         if ok and "enum" in schema:
             ok = value in schema["enum"]
         if not ok:

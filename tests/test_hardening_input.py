@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import STM_PY
+from conftest import STM_PY, snapshot
 
 import stm
 
@@ -176,3 +176,68 @@ def test_a_user_name_with_nothing_to_name_is_still_refused(store, run, monkeypat
     monkeypatch.setenv("STM_USER", user)
     result = run("session", "list")
     assert result.code == 2 and "STM_USER" in result.err
+
+
+# ---- 10: the 1 MiB text limit holds in every front end ----------------------------------------
+
+BIG = "x" * (3 * 1024 * 1024)
+
+
+@pytest.fixture
+def mcp(store):
+    """start() -> an `stm mcp` process on the store (tests/mcp_client.py); all reaped."""
+    from mcp_client import McpClient
+
+    clients = []
+
+    def start():
+        clients.append(McpClient(stacks=store / ".stacks", cwd=store))
+        return clients[-1]
+
+    yield start
+    for client in clients:
+        client.kill()
+
+
+@pytest.mark.parametrize(
+    "tool, arguments, named",
+    [
+        ("log", {"text": BIG}, "text"),
+        ("note", {"section": "Status", "text": BIG}, "text"),
+        ("note", {"section": "S" * (3 * 1024 * 1024), "text": "x"}, "section"),
+        ("session_new", {"name": BIG}, "name"),
+        ("search", {"query": BIG}, "query"),
+    ],
+    ids=["log-text", "note-text", "note-section", "session-name", "search-query"],
+)
+def test_mcp_refuses_text_over_the_cli_limit_naming_the_argument(
+    store, mcp, tool, arguments, named
+):
+    before = snapshot(store)
+    client = mcp()
+    result = client.tool_result(tool, arguments)
+    assert result["isError"] is True
+    message = result["content"][0]["text"]
+    assert message.startswith("stm: error:") and repr(named) in message and "1 MiB" in message
+    assert len(message) < 300
+    assert snapshot(store) == before
+    assert client.tool_result("status", {})["isError"] is False  # the server goes on
+    assert client.close() == 0
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda s: stm.append_log(s, BIG),
+        lambda s: stm.add_memory_note(s, "Status", BIG),
+        lambda s: stm.add_memory_note(s, "S" * 5000, "x"),
+    ],
+    ids=["append_log", "add_memory_note", "note-section-name"],
+)
+def test_the_operations_themselves_refuse_text_over_the_limit(store, operation):
+    before = snapshot(store)
+    s = stm.open_store(stacks=str(store / ".stacks"))
+    with pytest.raises(stm.StmError) as refused:
+        operation(s)
+    assert refused.value.code == 2
+    assert snapshot(store) == before
