@@ -1230,10 +1230,28 @@ def author_name(environ=None) -> str:
     return " ".join(escape_controls(name).split())[:100] or "unknown"
 
 
+def refuse_json_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
+
+
+def finite_json_float(text: str) -> float:
+    """A JSON number as a float, refused when it overflows (`1e999` would be inf, which
+    no JSON can carry back out)."""
+    value = float(text)
+    if value - value != 0.0:  # inf - inf is nan; every finite float gives 0.0
+        raise ValueError(f"the number {text[:40]} is out of range (RFC 8259)")
+    return value
+
+
 def load_json(data, *, bounded: bool = True, **options):
-    """json.loads, with nesting bounded: deeper than JSON_DEPTH_MAX levels (or deep enough
-    to exhaust Python's recursion) is a ValueError, like any other malformed JSON, so no
-    file or message can crash a command later (check renders what it reads)."""
+    """The one JSON reader for everything stm reads (state, history, handoffs, settings,
+    config, MCP messages): json.loads as RFC 8259 has it — NaN, Infinity and numbers
+    that overflow to infinity are a ValueError — with nesting bounded: deeper than
+    JSON_DEPTH_MAX levels (or deep enough to exhaust Python's recursion) is a ValueError
+    too, like any other malformed JSON, so no file or message can crash a command later
+    (check renders what it reads), and nothing read can make stm write non-JSON."""
+    options.setdefault("parse_constant", refuse_json_constant)
+    options.setdefault("parse_float", finite_json_float)
     try:
         value = json.loads(data, **options)
     except RecursionError:
@@ -1251,8 +1269,12 @@ def load_json(data, *, bounded: bool = True, **options):
 def dumps_json(obj, indent: int | None = 2) -> str:
     """Deterministic JSON: sorted keys, UTF-8 text, trailing newline when indented."""
     if indent is None:
-        return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent) + "\n"
+        return json.dumps(
+            obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+    return (
+        json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent, allow_nan=False) + "\n"
+    )
 
 
 # ==== Store locations ========================================================
@@ -2302,9 +2324,7 @@ def parse_handoff(raw: bytes, source: str) -> dict:
     if not text.strip():
         raise StmError(f"handoff {source} is empty; give the JSON file, or pipe it in")
     try:
-        handoff = load_json(
-            text, object_pairs_hook=unique_keys_object, parse_constant=refuse_json_constant
-        )
+        handoff = load_json(text, object_pairs_hook=unique_keys_object)
     except ValueError as exc:
         raise StmError(f"handoff {source} is not valid JSON: {exc}") from None
     if not isinstance(handoff, dict):
@@ -2325,10 +2345,6 @@ def unique_keys_object(pairs: list) -> dict:
             raise ValueError(f"key {key!r} appears twice in one object")
         seen.add(key)
     return dict(pairs)
-
-
-def refuse_json_constant(name: str):
-    raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
 
 
 def handoff_problems(handoff: dict) -> list[str]:
@@ -7293,7 +7309,9 @@ def installed_hooks(data: dict, command: str) -> int:
 
 
 def settings_text(data: dict) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # the user's key order kept
+    # The user's key order kept; allow_nan=False: what stm writes is JSON (load_json
+    # refuses a file holding NaN, so none can reach here).
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove deletes it
@@ -8350,8 +8368,7 @@ class McpServer:
                     continue
                 answer = self.answer(line)
             if answer is not None:
-                stdout.write(json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode())
-                stdout.write(b"\n")
+                stdout.write(mcp_encode(answer) + b"\n")
                 stdout.flush()
 
     def answer(self, line: bytes) -> dict | None:
@@ -8484,6 +8501,18 @@ class McpServer:
         if structured is not None:
             result["structuredContent"] = structured
         return result
+
+
+def mcp_encode(answer: dict) -> bytes:
+    """One message as one line of standard JSON (ASCII, so no line separator inside). A
+    value JSON cannot carry (NaN, infinity: load_json lets none in) becomes -32603."""
+    try:
+        text = json.dumps(answer, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        warn(f"mcp: internal error: an answer is not JSON ({exc})")
+        error = mcp_error_message(answer.get("id"), MCP_INTERNAL, "Internal error: not JSON")
+        text = json.dumps(error, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text.encode()
 
 
 def mcp_capabilities() -> dict:

@@ -241,3 +241,87 @@ def test_the_operations_themselves_refuse_text_over_the_limit(store, operation):
         operation(s)
     assert refused.value.code == 2
     assert snapshot(store) == before
+
+
+# ---- 11: JSON is RFC 8259 JSON, in and out ---------------------------------------------------
+
+
+def strict_json(line: bytes):
+    """Parse like a strict client: NaN, Infinity and numbers out of range are errors."""
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON: {token}")
+
+    def finite(text):
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise ValueError(f"out of range: {text}")
+        return value
+
+    return json.loads(line, parse_constant=refuse, parse_float=finite)
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
+@pytest.mark.parametrize("where", ["argument", "version", "id"])
+def test_mcp_refuses_non_standard_numbers_and_never_writes_them(store, mcp, number, where):
+    client = mcp()
+    meta = json.dumps(MODERN_META)
+    if where == "argument":
+        params = f'{{"_meta": {meta}, "name": "boot", "arguments": {{"max_chars": {number}}}}}'
+    elif where == "version":
+        params = f'{{"_meta": {{"io.modelcontextprotocol/protocolVersion": {number}}}}}'
+    else:
+        params = f'{{"_meta": {meta}, "name": "status"}}'
+    request_id = number if where == "id" else "7"
+    line = f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {params}}}'
+    client.send_raw(line.encode() + b"\n")
+    answer = client.recv()
+    assert answer["error"]["code"] == -32700 and answer["id"] is None, answer
+    assert client.tool_result("status", {})["isError"] is False  # the server goes on
+    assert client.close() == 0
+    for line in client.lines:
+        strict_json(line)  # every line the server wrote is standard JSON
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+@pytest.mark.parametrize(
+    "argv, path",
+    [
+        (["setup", "claude", "--install"], ".claude/settings.json"),
+        (["setup", "claude", "--remove"], ".claude/settings.json"),
+        (["setup", "mcp", "--install"], ".mcp.json"),
+    ],
+    ids=["claude-install", "claude-remove", "mcp-install"],
+)
+def test_setup_refuses_a_settings_file_holding_a_non_standard_number(
+    store, run, number, argv, path
+):
+    target = store / path
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(f'{{"timeout": {number}, "hooks": {{"SessionStart": []}}}}\n')
+    before = snapshot(store)
+    result = run(*argv)
+    assert result.code == 1, result
+    assert result.err.count("\n") == 1 and path.split("/")[-1] in result.err
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("number", ["NaN", "1e999"])
+def test_a_state_file_holding_a_non_standard_number_is_reported_not_used(store, run, number):
+    sid = run("session", "new", "--name", "x").out.strip()
+    state = next((store / ".state" / "sessions").glob(f"*/{sid}/state.json"), None) or next(
+        (store / ".state" / "sessions").glob(f"{sid}/state.json")
+    )
+    data = state.read_text()
+    state.write_text(data.replace('"version": 1', f'"version": 1, "x": {number}'))
+    before = snapshot(store)
+    assert run("session", "checkpoint", "--done", "a").code == 1
+    assert snapshot(store) == before
+    found = json.loads(run("check", "--json").out)
+    assert any(f["path"].endswith("state.json") for f in found["findings"])
