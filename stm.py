@@ -983,13 +983,27 @@ def refuse_symlink(path: str, what: str) -> None:
 
 
 def user_slug(name: str) -> str:
-    """'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'."""
-    slug = re.sub(r"[^a-z0-9_-]", "-", name.strip().lower())[:64]
-    if not re.search(r"[a-z0-9]", slug):
+    """The user's namespace folder name (`user-<slug>`); the author stays verbatim.
+
+    'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'. A
+    name with no ASCII letter or digit ('Юрий', '李', an emoji) gets 'u-' and 8 hex of
+    the SHA-256 of its NFC, case-folded form: stable on every machine, one per name,
+    and a plain ASCII path component on every filesystem (no normalisation surprises).
+    A name that is only spaces or ASCII punctuation is refused.
+    """
+    import unicodedata
+
+    name = unicodedata.normalize("NFC", name.strip())
+    slug = re.sub(r"[^a-z0-9_-]", "-", name.lower())[:64]
+    if re.search(r"[a-z0-9]", slug):
+        return slug
+    if name.isascii():
         raise usage_error(
             f"user name {name!r} has no letter or digit; pass --user NAME or set STM_USER"
         )
-    return slug
+    import hashlib
+
+    return "u-" + hashlib.sha256(name.casefold().encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 # ==== Time and text helpers ==================================================
@@ -1130,6 +1144,35 @@ def escape_controls(text: str) -> str:
     )
 
 
+class ShellText(str):
+    """Shell text stm writes itself (`"$CLAUDE_PROJECT_DIR"`, git's `%A`): shell_command
+    leaves it as it is. Nothing from outside (a path, a name) may ever be one."""
+
+    __slots__ = ()
+
+
+def shell_command(*words, env: dict | None = None) -> str:
+    """A POSIX sh command line, the one way stm writes a command for a shell (the Claude
+    hook, the AGENTS.md block, the git merge driver, hints): `NAME=word ... word ...`.
+    A word is a str, quoted with shlex.quote unless it is ShellText, or a tuple of such
+    pieces joined into one word. A folder named `a$(touch x)`, `"`, or a backquote is
+    then one literal word: the shell runs nothing from it.
+
+    >>> shell_command("python3", "sub dir$(x)/stm.py", "boot")
+    "python3 'sub dir$(x)/stm.py' boot"
+    >>> print(shell_command("python3", env={"P": (ShellText('"$HOME"'), "/a b")}))
+    P="$HOME"'/a b' python3
+    """
+    import shlex
+
+    def word(value) -> str:
+        pieces = value if isinstance(value, tuple) else (value,)
+        return "".join(p if isinstance(p, ShellText) else shlex.quote(p) for p in pieces)
+
+    assigned = [f"{name}={word(value)}" for name, value in (env or {}).items()]
+    return " ".join([*assigned, *(word(w) for w in words)])
+
+
 def command_name() -> str:
     """How the user runs stm, for hints: `python3 path/to/stm.py` when this file was run
     as a script, `python3 -m stm` when run as a module, else `stm` (the installed command,
@@ -1141,7 +1184,7 @@ def command_name() -> str:
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name == "stm":
         return "python3 -m stm"
-    return f"python3 {display_path(os.path.abspath(main_file))}"
+    return shell_command("python3", display_path(os.path.abspath(main_file)))
 
 
 # Who reads the hints a command prints. A shell user runs stm the way this process was
@@ -1213,6 +1256,19 @@ def not_utf8(text: str) -> bool:
     return False
 
 
+def refuse_oversized(text: str, what: str) -> str:
+    """`text` when it fits the 1 MiB every text stm stores is held to (log entries,
+    notes, any MCP argument); else a usage error naming `what`. Checked in the operations,
+    so every front end gets the same refusal."""
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MESSAGE_MAX_BYTES:
+        raise usage_error(
+            f"{what} is larger than 1 MiB ({size} bytes); put big text in refs/ instead; "
+            "nothing written"
+        )
+    return text
+
+
 def author_name(environ=None) -> str:
     """STM_USER, else USER / LOGNAME, else the login name: made one line."""
     env = os.environ if environ is None else environ
@@ -1227,10 +1283,28 @@ def author_name(environ=None) -> str:
     return " ".join(escape_controls(name).split())[:100] or "unknown"
 
 
+def refuse_json_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
+
+
+def finite_json_float(text: str) -> float:
+    """A JSON number as a float, refused when it overflows (`1e999` would be inf, which
+    no JSON can carry back out)."""
+    value = float(text)
+    if value - value != 0.0:  # inf - inf is nan; every finite float gives 0.0
+        raise ValueError(f"the number {text[:40]} is out of range (RFC 8259)")
+    return value
+
+
 def load_json(data, *, bounded: bool = True, **options):
-    """json.loads, with nesting bounded: deeper than JSON_DEPTH_MAX levels (or deep enough
-    to exhaust Python's recursion) is a ValueError, like any other malformed JSON, so no
-    file or message can crash a command later (check renders what it reads)."""
+    """The one JSON reader for everything stm reads (state, history, handoffs, settings,
+    config, MCP messages): json.loads as RFC 8259 has it — NaN, Infinity and numbers
+    that overflow to infinity are a ValueError — with nesting bounded: deeper than
+    JSON_DEPTH_MAX levels (or deep enough to exhaust Python's recursion) is a ValueError
+    too, like any other malformed JSON, so no file or message can crash a command later
+    (check renders what it reads), and nothing read can make stm write non-JSON."""
+    options.setdefault("parse_constant", refuse_json_constant)
+    options.setdefault("parse_float", finite_json_float)
     try:
         value = json.loads(data, **options)
     except RecursionError:
@@ -1248,8 +1322,12 @@ def load_json(data, *, bounded: bool = True, **options):
 def dumps_json(obj, indent: int | None = 2) -> str:
     """Deterministic JSON: sorted keys, UTF-8 text, trailing newline when indented."""
     if indent is None:
-        return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent) + "\n"
+        return json.dumps(
+            obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+    return (
+        json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent, allow_nan=False) + "\n"
+    )
 
 
 # ==== Store locations ========================================================
@@ -2332,9 +2410,7 @@ def parse_handoff(raw: bytes, source: str) -> dict:
     if not text.strip():
         raise StmError(f"handoff {source} is empty; give the JSON file, or pipe it in")
     try:
-        handoff = load_json(
-            text, object_pairs_hook=unique_keys_object, parse_constant=refuse_json_constant
-        )
+        handoff = load_json(text, object_pairs_hook=unique_keys_object)
     except ValueError as exc:
         raise StmError(f"handoff {source} is not valid JSON: {exc}") from None
     if not isinstance(handoff, dict):
@@ -2355,10 +2431,6 @@ def unique_keys_object(pairs: list) -> dict:
             raise ValueError(f"key {key!r} appears twice in one object")
         seen.add(key)
     return dict(pairs)
-
-
-def refuse_json_constant(name: str):
-    raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
 
 
 def handoff_problems(handoff: dict) -> list[str]:
@@ -6425,8 +6497,8 @@ def without_template_guidance(message: str) -> str:
 
 def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
     """A log message fit to store, or a refusal: not empty, more than the session-log
-    template, and (unless allowed) nothing that looks like a credential."""
-    message = without_template_guidance(message)
+    template, at most 1 MiB, and (unless allowed) nothing that looks like a credential."""
+    message = without_template_guidance(refuse_oversized(message, "the log message"))
     if not message.strip():
         raise usage_error("log message is empty; nothing written")
     if not content_beyond_template(message, SESSION_LOG_TEMPLATE):
@@ -7479,11 +7551,20 @@ def read_note_text(args) -> str:
     return note
 
 
+SECTION_NAME_MAX = 500  # characters of a `## ` heading stm writes
+
+
 def clean_section_name(section: str) -> str:
-    """A `## ` heading name as given: one line, controls visible, not itself a heading."""
+    """A `## ` heading name as given: one line, controls visible, not itself a heading,
+    at most SECTION_NAME_MAX characters."""
     name = " ".join(escape_controls(section).split())
     if not name or name.startswith("#"):
         raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
+    if len(name) > SECTION_NAME_MAX:
+        raise usage_error(
+            f"the section name is longer than {SECTION_NAME_MAX} characters; a heading is a "
+            "short title: name it shortly; nothing written"
+        )
     return name
 
 
@@ -7556,6 +7637,7 @@ def add_memory_note(
     MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
     the lock and read the result back. Returns the path, section and whether it replaced."""
     section = clean_section_name(section)
+    refuse_oversized(note, "the note")
     if not note.strip() and not replace:
         raise usage_error("note is empty; nothing written")
     # An HTML comment opener would hide everything after it from a Markdown reader, and
@@ -8430,15 +8512,29 @@ AGENTS_BEGIN = "<!-- stm:agents begin -->"
 AGENTS_END = "<!-- stm:agents end -->"
 
 
+def md_code(text: str) -> str:
+    """`text` as a Markdown code span, fenced by more backquotes than it holds in a row
+    (a quoted path may hold one), so a reader copies exactly the command."""
+    runs = [len(run) for run in re.findall("`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if runs else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def agents_block(stm: str = "stm") -> str:
     """The AGENTS.md block; `stm` is how agents run stm in this project."""
+    boot, log = md_code(f"{stm} boot"), md_code(f'{stm} log "what changed, what was decided"')
+    note = md_code(f'{stm} note "Next Steps" "..."')
+    checkpoint = md_code(
+        f'{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"'
+    )
     return f"""{AGENTS_BEGIN}
 ## Memory (stm)
-- At the start of every session run `{stm} boot` and read all of it.
-- Before you stop, log what you did: `{stm} log "what changed, what was decided"`.
-- Keep the letter to the next session current: `{stm} note "Next Steps" "..."`.
+- At the start of every session run {boot} and read all of it.
+- Before you stop, log what you did: {log}.
+- Keep the letter to the next session current: {note}.
 - In multi-step work, leave a resumable state for whoever goes on:
-  `{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"`.
+  {checkpoint}.
 - Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
 {AGENTS_END}
 """
@@ -8459,18 +8555,22 @@ def default_boot_command(root: str) -> str:
     `python3 -m stm` (cached bytecode: cheaper than running the file as a script)."""
     import shutil
 
-    cap = f"boot --max-chars {HOOK_MAX_CHARS}"
+    cap = ("boot", "--max-chars", str(HOOK_MAX_CHARS))
     if shutil.which("stm"):
-        return f"stm {cap}"
+        return shell_command("stm", *cap)
     folder = os.path.dirname(os.path.abspath(__file__))
     rel = os.path.relpath(folder, root)
+    project = ShellText('"$CLAUDE_PROJECT_DIR"')
     if rel == ".":
-        folder = "$CLAUDE_PROJECT_DIR"
+        path = (project,)
     elif not rel.startswith(".."):
-        folder = f"$CLAUDE_PROJECT_DIR/{rel}"
+        path = (project, "/" + rel.replace(os.sep, "/"))
+    else:
+        path = (folder,)
     # The bytecode cache goes to the user's cache folder, not __pycache__/ in the project.
-    cache = "${XDG_CACHE_HOME:-$HOME/.cache}/stm"
-    return f'PYTHONPYCACHEPREFIX="{cache}" PYTHONPATH="{folder}" python3 -m stm {cap}'
+    cache = (ShellText('"${XDG_CACHE_HOME:-$HOME/.cache}"'), "/stm")
+    env = {"PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": path}
+    return shell_command("python3", "-m", "stm", *cap, env=env)
 
 
 def default_stm_command(root: str) -> str:
@@ -8487,7 +8587,7 @@ def default_stm_command(root: str) -> str:
             "the block says `stm`: install it, or name the command with --command"
         )
         return "stm"
-    return f"python3 {rel}"
+    return shell_command("python3", rel.replace(os.sep, "/"))
 
 
 def is_stm_boot_hook(hook, command: str) -> bool:
@@ -8527,7 +8627,9 @@ def installed_hooks(data: dict, command: str) -> int:
 
 
 def settings_text(data: dict) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # the user's key order kept
+    # The user's key order kept; allow_nan=False: what stm writes is JSON (load_json
+    # refuses a file holding NaN, so none can reach here).
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove deletes it
@@ -9081,15 +9183,17 @@ GIT_DRIVER_NAME = "stm: section-aware merge of stm Markdown (spec/merge.md)"
 def git_driver_command() -> str:
     """The merge driver line: the installed `stm`, else this stm.py by absolute path (git
     runs drivers from the work tree's top, and worktrees share the config), quoted."""
-    import shlex
     import shutil
 
     if shutil.which("stm"):
-        program = "stm"
+        program = ("stm",)
     else:
         python = "python3" if shutil.which("python3") else sys.executable
-        program = f"{shlex.quote(python)} {shlex.quote(os.path.abspath(__file__))}"
-    return f"{program} merge-file %O %A %B --marker-size %L --path %P"
+        program = (python, os.path.abspath(__file__))
+    # git puts each file name in place of %O, %A, %B and %P already quoted for the shell.
+    names = [ShellText(f"%{letter}") for letter in "OAB"]
+    marker, path = ShellText("%L"), ShellText("%P")
+    return shell_command(*program, "merge-file", *names, "--marker-size", marker, "--path", path)
 
 
 def git_work_tree(root: str) -> str:
@@ -9116,10 +9220,8 @@ def cmd_setup_git(args) -> int:
         raise usage_error("--command needs the driver command line; leave it out for stm's own")
     driver = args.command or git_driver_command()
     if not (args.install or args.check or args.remove):  # --print, the default
-        import shlex
-
-        out(f"git config --local merge.stm.name {shlex.quote(GIT_DRIVER_NAME)}")
-        out(f"git config --local merge.stm.driver {shlex.quote(driver)}")
+        out(shell_command("git", "config", "--local", "merge.stm.name", GIT_DRIVER_NAME))
+        out(shell_command("git", "config", "--local", "merge.stm.driver", driver))
         return EXIT_OK
     top = git_work_tree(root)
     current = installed_git_driver(top)
@@ -9480,6 +9582,8 @@ def mcp_check_arguments(name: str, arguments: dict) -> None:
         texts = value if isinstance(value, list) else [value]
         if ok and any(isinstance(t, str) and not_utf8(t) for t in texts):
             raise usage_error(f"{name}: argument {key!r} holds text that is not valid UTF-8")
+        if ok and kind in ("string", "array"):  # the CLI's limit, named as the client knows it
+            refuse_oversized("".join(texts), f"{name}: argument {key!r}")
         if ok and "enum" in schema:
             ok = value in schema["enum"]
         if not ok:
@@ -9577,8 +9681,7 @@ class McpServer:
                     continue
                 answer = self.answer(line)
             if answer is not None:
-                stdout.write(json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode())
-                stdout.write(b"\n")
+                stdout.write(mcp_encode(answer) + b"\n")
                 stdout.flush()
 
     def answer(self, line: bytes) -> dict | None:
@@ -9716,6 +9819,18 @@ class McpServer:
         if structured is not None:
             result["structuredContent"] = structured
         return result
+
+
+def mcp_encode(answer: dict) -> bytes:
+    """One message as one line of standard JSON (ASCII, so no line separator inside). A
+    value JSON cannot carry (NaN, infinity: load_json lets none in) becomes -32603."""
+    try:
+        text = json.dumps(answer, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        warn(f"mcp: internal error: an answer is not JSON ({exc})")
+        error = mcp_error_message(answer.get("id"), MCP_INTERNAL, "Internal error: not JSON")
+        text = json.dumps(error, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text.encode()
 
 
 def mcp_capabilities() -> dict:

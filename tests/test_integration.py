@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -427,8 +428,9 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     data = json.loads(run("setup", "claude").out)
     command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    assert command.endswith('" python3 -m stm boot --max-chars 9500')  # under the hook cut
-    folder = command.split('PYTHONPATH="')[1].split('"')[0]
+    assert command.endswith(" python3 -m stm boot --max-chars 9500")  # under the hook cut
+    words = shlex.split(command)  # every path is quoted for the shell (shell_command)
+    folder = next(w for w in words if w.startswith("PYTHONPATH=")).split("=", 1)[1]
     assert os.path.exists(os.path.join(folder, "stm.py"))  # it names this checkout
 
 

@@ -1,0 +1,327 @@
+"""Hardening, second pass (issue 22): input that must never steer stm or make it slow.
+
+Each test reproduces one reported failure first, then states the guarantee as behaviour:
+commands stm writes for a shell are run for real with `sh -c`; complexity is proved by
+counting operations (calls of an inner function) on an input and on one twice as big,
+never by wall time; every refusal is one line, a documented exit code, the tree unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import STM_PY, snapshot
+
+import stm
+
+# Folder names a hostile or careless checkout may have: each would run `touch PWNED`, or
+# break the command, if pasted into a shell command unquoted (or inside double quotes).
+HOSTILE_NAMES = [
+    "sub dir$(touch PWNED)",
+    'quote"d',
+    "back`touch PWNED`tick",
+    "dollar$HOME 'single'",
+]
+
+
+def sh(command: str, cwd, **env) -> subprocess.CompletedProcess:
+    """`command` run by POSIX sh, as Claude Code, git and agents run what stm writes."""
+    full = {**os.environ, **env}
+    full.pop("PYTHONDONTWRITEBYTECODE", None)
+    return subprocess.run(
+        ["sh", "-c", command], cwd=cwd, env=full, capture_output=True, text=True, timeout=60
+    )
+
+
+def no_pwned(*roots) -> bool:
+    return not any(path.name == "PWNED" for root in roots for path in root.rglob("*"))
+
+
+# ---- 3: every command stm writes for a shell is quoted ------------------------------------
+
+
+@pytest.fixture
+def hostile_project(tmp_path, monkeypatch, run):
+    """A project whose folder, and the folder of its copy of stm.py, have hostile names;
+    no `stm` command on PATH, so stm names this stm.py by its path."""
+
+    def make(name: str, inside: bool):
+        project = tmp_path / name / "proj"
+        project.mkdir(parents=True)
+        tools = project / name if inside else tmp_path / f"tools {name}"
+        tools.mkdir()
+        shutil.copy(STM_PY, tools / "stm.py")
+        monkeypatch.chdir(project)
+        monkeypatch.setattr(stm, "__file__", str(tools / "stm.py"))
+        monkeypatch.setattr(shutil, "which", lambda cmd, *a, **k: None)
+        assert run("init").code == 0
+        return project
+
+    return make
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["stm-in-project", "stm-outside"])
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_the_claude_hook_runs_boot_and_nothing_else_whatever_the_folder_names(
+    hostile_project, run, tmp_path, name, inside
+):
+    project = hostile_project(name, inside)
+    assert run("setup", "claude", "--install").code == 0
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    done = sh(command, project, CLAUDE_PROJECT_DIR=str(project), HOME=str(tmp_path / "home"))
+    assert done.returncode == 0, done.stderr
+    assert "## Identity" in done.stdout
+    assert no_pwned(tmp_path)
+    assert run("setup", "claude", "--check").code == 0  # still recognised as stm's hook
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_the_agents_md_block_names_a_command_that_runs_as_written(
+    hostile_project, run, tmp_path, name
+):
+    project = hostile_project(name, True)
+    assert run("setup", "agents-md", "--install").code == 0
+    block = (project / "AGENTS.md").read_text()
+    span = re.search(r"run (`+) ?(.*?) ?\1 and read", block)  # a Markdown code span
+    command = span.group(2)
+    assert command.endswith(" boot")
+    done = sh(command, project, HOME=str(tmp_path / "home"))
+    assert done.returncode == 0, done.stderr
+    assert "## Identity" in done.stdout
+    assert no_pwned(tmp_path)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_the_merge_driver_command_runs_stm_and_nothing_else(hostile_project, run, tmp_path, name):
+    project = hostile_project(name, True)
+    driver = stm.git_driver_command()
+    files = {}
+    for side, text in (("O", "# M\n\n## A\n\n- a\n"), ("A", "# M\n\n## A\n\n- a\n- ours\n")):
+        files[side] = project / f"{side} {name}.md"
+        files[side].write_text(text)
+    files["B"] = project / f"B {name}.md"
+    files["B"].write_text("# M\n\n## A\n\n- theirs\n- a\n")
+    # What git does: each %-placeholder becomes the file name, quoted for the shell.
+    for letter in "OAB":
+        driver = driver.replace(f"%{letter}", shlex.quote(str(files[letter])))
+    driver = driver.replace("%L", "7").replace("%P", shlex.quote(f".stacks/{name}.md"))
+    done = sh(driver, project)
+    assert done.returncode == 0, done.stderr
+    assert files["A"].read_text() == "# M\n\n## A\n\n- theirs\n- a\n- ours\n"
+    assert no_pwned(tmp_path)
+    printed = run("setup", "git").out.splitlines()[-1]  # the `git config` line to paste
+    assert shlex.split(printed)[-1] == stm.git_driver_command()
+
+
+def test_a_hint_names_a_hostile_stm_path_quoted(tmp_path):
+    folder = tmp_path / "sub dir$(touch PWNED)"
+    folder.mkdir()
+    shutil.copy(STM_PY, folder / "stm.py")
+    done = subprocess.run(
+        [sys.executable, str(folder / "stm.py"), "boot"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1  # no store here: the error hint names the command
+    words = shlex.split(done.stderr.split("`")[1])  # the hint: `python3 PATH init`
+    assert words[0] == "python3" and (tmp_path / words[1]).resolve() == folder / "stm.py"
+
+
+# ---- 7: a user name in any script ------------------------------------------------------------
+
+NON_ASCII_USERS = ["Юрий", "李", "🦊", "Ünal Çelik"]
+
+
+@pytest.mark.parametrize("user", NON_ASCII_USERS)
+def test_a_user_name_without_ascii_letters_works_everywhere(store, run, monkeypatch, user):
+    monkeypatch.setenv("STM_USER", user)
+    assert run("boot").code == 0
+    assert run("log", "worked on the lexer").code == 0
+    created = run("session", "new", "--name", "port").out.strip()
+    for argv in (["status"], ["check"], ["session", "list"], ["boot"]):
+        result = run(*argv)
+        assert result.code == 0, (argv, result)
+    assert created in run("session", "list").out
+    log = next((store / ".stacks" / "logs").iterdir()).read_text()
+    assert f"· {user} <!--" in log  # the author is kept verbatim
+    folders = [p.name for p in (store / ".state" / "sessions").iterdir() if p.is_dir()]
+    assert folders == [f"user-{stm.user_slug(user)}"]
+    slug = stm.user_slug(user)
+    assert slug == stm.user_slug(user.upper() if user.isalpha() else user)  # case-blind
+    assert slug.isascii() and stm.check_component(f"user-{slug}", "user folder")
+
+
+def test_user_slugs_are_stable_distinct_and_keep_ascii_names_as_they_were():
+    assert stm.user_slug("Alice Smith") == "alice-smith"  # unchanged for existing users
+    assert stm.user_slug("José") == "jos-"
+    slugs = {stm.user_slug(name) for name in NON_ASCII_USERS[:3] + ["Иван", "王"]}
+    assert len(slugs) == 5
+    assert stm.user_slug("Юрий") == stm.user_slug("ЮРИЙ") == stm.user_slug(" Юрий ")
+    # NFC and NFD spellings (a macOS file name, a Linux shell) are one user
+    assert stm.user_slug("Ünal") == stm.user_slug("U\u0308nal")
+
+
+@pytest.mark.parametrize("user", ["   ", "---", "..."])
+def test_a_user_name_with_nothing_to_name_is_still_refused(store, run, monkeypatch, user):
+    monkeypatch.setenv("STM_USER", user)
+    result = run("session", "list")
+    assert result.code == 2 and "STM_USER" in result.err
+
+
+# ---- 10: the 1 MiB text limit holds in every front end ----------------------------------------
+
+BIG = "x" * (3 * 1024 * 1024)
+
+
+@pytest.fixture
+def mcp(store):
+    """start() -> an `stm mcp` process on the store (tests/mcp_client.py); all reaped."""
+    from mcp_client import McpClient
+
+    clients = []
+
+    def start():
+        clients.append(McpClient(stacks=store / ".stacks", cwd=store))
+        return clients[-1]
+
+    yield start
+    for client in clients:
+        client.kill()
+
+
+@pytest.mark.parametrize(
+    "tool, arguments, named",
+    [
+        ("log", {"text": BIG}, "text"),
+        ("note", {"section": "Status", "text": BIG}, "text"),
+        ("note", {"section": "S" * (3 * 1024 * 1024), "text": "x"}, "section"),
+        ("session_new", {"name": BIG}, "name"),
+        ("search", {"query": BIG}, "query"),
+    ],
+    ids=["log-text", "note-text", "note-section", "session-name", "search-query"],
+)
+def test_mcp_refuses_text_over_the_cli_limit_naming_the_argument(
+    store, mcp, tool, arguments, named
+):
+    before = snapshot(store)
+    client = mcp()
+    result = client.tool_result(tool, arguments)
+    assert result["isError"] is True
+    message = result["content"][0]["text"]
+    assert message.startswith("stm: error:") and repr(named) in message and "1 MiB" in message
+    assert len(message) < 300
+    assert snapshot(store) == before
+    assert client.tool_result("status", {})["isError"] is False  # the server goes on
+    assert client.close() == 0
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda s: stm.append_log(s, BIG),
+        lambda s: stm.add_memory_note(s, "Status", BIG),
+        lambda s: stm.add_memory_note(s, "S" * 5000, "x"),
+    ],
+    ids=["append_log", "add_memory_note", "note-section-name"],
+)
+def test_the_operations_themselves_refuse_text_over_the_limit(store, operation):
+    before = snapshot(store)
+    s = stm.open_store(stacks=str(store / ".stacks"))
+    with pytest.raises(stm.StmError) as refused:
+        operation(s)
+    assert refused.value.code == 2
+    assert snapshot(store) == before
+
+
+# ---- 11: JSON is RFC 8259 JSON, in and out ---------------------------------------------------
+
+
+def strict_json(line: bytes):
+    """Parse like a strict client: NaN, Infinity and numbers out of range are errors."""
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON: {token}")
+
+    def finite(text):
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise ValueError(f"out of range: {text}")
+        return value
+
+    return json.loads(line, parse_constant=refuse, parse_float=finite)
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
+@pytest.mark.parametrize("where", ["argument", "version", "id"])
+def test_mcp_refuses_non_standard_numbers_and_never_writes_them(store, mcp, number, where):
+    client = mcp()
+    meta = json.dumps(MODERN_META)
+    if where == "argument":
+        params = f'{{"_meta": {meta}, "name": "boot", "arguments": {{"max_chars": {number}}}}}'
+    elif where == "version":
+        params = f'{{"_meta": {{"io.modelcontextprotocol/protocolVersion": {number}}}}}'
+    else:
+        params = f'{{"_meta": {meta}, "name": "status"}}'
+    request_id = number if where == "id" else "7"
+    line = f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {params}}}'
+    client.send_raw(line.encode() + b"\n")
+    answer = client.recv()
+    assert answer["error"]["code"] == -32700 and answer["id"] is None, answer
+    assert client.tool_result("status", {})["isError"] is False  # the server goes on
+    assert client.close() == 0
+    for line in client.lines:
+        strict_json(line)  # every line the server wrote is standard JSON
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+@pytest.mark.parametrize(
+    "argv, path",
+    [
+        (["setup", "claude", "--install"], ".claude/settings.json"),
+        (["setup", "claude", "--remove"], ".claude/settings.json"),
+        (["setup", "mcp", "--install"], ".mcp.json"),
+    ],
+    ids=["claude-install", "claude-remove", "mcp-install"],
+)
+def test_setup_refuses_a_settings_file_holding_a_non_standard_number(
+    store, run, number, argv, path
+):
+    target = store / path
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(f'{{"timeout": {number}, "hooks": {{"SessionStart": []}}}}\n')
+    before = snapshot(store)
+    result = run(*argv)
+    assert result.code == 1, result
+    assert result.err.count("\n") == 1 and path.split("/")[-1] in result.err
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("number", ["NaN", "1e999"])
+def test_a_state_file_holding_a_non_standard_number_is_reported_not_used(store, run, number):
+    sid = run("session", "new", "--name", "x").out.strip()
+    state = next((store / ".state" / "sessions").glob(f"*/{sid}/state.json"), None) or next(
+        (store / ".state" / "sessions").glob(f"{sid}/state.json")
+    )
+    data = state.read_text()
+    state.write_text(data.replace('"version": 1', f'"version": 1, "x": {number}'))
+    before = snapshot(store)
+    assert run("session", "checkpoint", "--done", "a").code == 1
+    assert snapshot(store) == before
+    found = json.loads(run("check", "--json").out)
+    assert any(f["path"].endswith("state.json") for f in found["findings"])
