@@ -4088,6 +4088,7 @@ def logged_compact_moves(store: Store) -> list:
 BOOT_WAITING_MAX = 10  # sessions listed when none is current
 BOOT_SCAN_SESSIONS_MAX = 200  # newest active sessions read for that list
 HOOK_MAX_CHARS = 9500  # under Claude Code's 10,000-character cut of hook output
+CODEX_HOOK_MAX_TOKENS = 2400  # under Codex's ~2,500-token cut of hook context
 
 
 class BootParts:
@@ -4935,7 +4936,35 @@ class Checker:
         if os.path.isdir(self.store.state):
             self.check_state()
         self.check_git_files()
+        self.check_hooks()
         return self.findings
+
+    def check_hooks(self) -> None:
+        """The agent-client hooks stm installed: each command must run stm in this clone
+        (hook-command); one that never ran here, or not for long, is a notice (never a
+        failure: a hook runs only when an agent starts). Not said on CI, where no agent
+        starts."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        for client in HOOK_CLIENTS_TABLE:
+            path = os.path.join(root, client.file)
+            if not os.path.isfile(path) or links_on_the_way(root, path):
+                continue
+            events = tuple(event for event, _, _ in client.hooks)
+            try:
+                data, _ = load_settings(path, events)
+            except (StmError, OSError):
+                continue  # not stm's file to judge: setup refuses it with the reason
+            installed = {e: stm_hook_commands(data, e) for e in events}
+            for event, commands in installed.items():
+                for command in commands:
+                    problem = hook_command_problem(root, command)
+                    if problem:
+                        fix = f"run `stm setup {client.name} --install` in this clone"
+                        self.report("hook-command", path, f"the {event} hook: {problem}", fix)
+            installed = [e for e, commands in installed.items() if commands]
+            if installed and not os.environ.get("CI"):
+                for notice in hook_run_notices(self.store, client, installed):
+                    self.report("hook-not-run", path, notice)
 
     def check_git_files(self) -> None:
         """The .gitattributes and .gitignore lines init writes: without them a merge of
@@ -6029,6 +6058,8 @@ RULES = {
         Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
         Rule("git-ignore", "warning", FIX_RUN + " to add it", fix_git_file),
         Rule("merge-driver", "warning", "run `stm setup git --install` once in this clone"),
+        Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
+        Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
         # .state/ (spec/state-layout.md)
         Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
         Rule("session-id", "error", "move it out of .state/sessions/"),
@@ -6560,14 +6591,15 @@ def cmd_check(args) -> int:
                     f"at line {finding.line}; resolve them first"
                 )
     errors = sum(f.severity == "error" for f in findings)
-    warnings = len(findings) - errors
+    notices = sum(f.severity == "notice" for f in findings)  # never fail, even with --strict
+    warnings = len(findings) - errors - notices
     failed = errors > 0 or (args.strict and warnings > 0)
     if args.json:
         print_json(
             {
                 "ok": not failed,
                 "strict": bool(args.strict),
-                "counts": {"error": errors, "warning": warnings},
+                "counts": {"error": errors, "warning": warnings, "notice": notices},
                 "findings": [f.as_dict() for f in findings],
                 "fixed": [
                     {"rule": f.rule, "path": f.path, "action": action, "applied": not args.dry_run}
@@ -6582,7 +6614,8 @@ def cmd_check(args) -> int:
         for f in findings:
             out(f"{f.severity:7} {f.rule:18} {f.location()}: {f.message} (fix: {f.fix})")
         verdict = "failed" if failed else "ok"
-        out(f"check {verdict}: {errors} error(s), {warnings} warning(s)")
+        noticed = f", {plural(notices, 'notice')}" if notices else ""
+        out(f"check {verdict}: {errors} error(s), {warnings} warning(s){noticed}")
     return EXIT_FAIL if failed else EXIT_OK
 
 
@@ -8541,36 +8574,16 @@ def agents_block(stm: str = "stm") -> str:
 
 
 AGENTS_BLOCK = agents_block()
-STM_BOOT_COMMAND_RE = LazyRegex(r"(^|[\s/\"'])stm(\.py)?[\"']?\s+(.*\s)?boot(\s|$)")
+# A hook command stm wrote: it runs stm (the command, stm.py, or `-m stm`) with boot or
+# capture. Recognised whatever the prefix, so --install replaces an older form of its own
+# hook and --remove finds every one.
+STM_HOOK_COMMAND_RE = LazyRegex(r"(^|[\s/\"';])stm(\.py)?[\"']?\s+(.*\s)?(boot|capture)(\s|$)")
 
 
 def project_root(args) -> str:
     """The folder holding the memory (the nearest .stacks/'s parent), else here."""
     stacks = getattr(args, "dir", None) or find_stacks(os.getcwd())
     return os.path.dirname(os.path.abspath(stacks)) if stacks else os.getcwd()
-
-
-def default_boot_command(root: str) -> str:
-    """What the hook runs: the installed command, else this stm.py imported with
-    `python3 -m stm` (cached bytecode: cheaper than running the file as a script)."""
-    import shutil
-
-    cap = ("boot", "--max-chars", str(HOOK_MAX_CHARS))
-    if shutil.which("stm"):
-        return shell_command("stm", *cap)
-    folder = os.path.dirname(os.path.abspath(__file__))
-    rel = os.path.relpath(folder, root)
-    project = ShellText('"$CLAUDE_PROJECT_DIR"')
-    if rel == ".":
-        path = (project,)
-    elif not rel.startswith(".."):
-        path = (project, "/" + rel.replace(os.sep, "/"))
-    else:
-        path = (folder,)
-    # The bytecode cache goes to the user's cache folder, not __pycache__/ in the project.
-    cache = (ShellText('"${XDG_CACHE_HOME:-$HOME/.cache}"'), "/stm")
-    env = {"PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": path}
-    return shell_command("python3", "-m", "stm", *cap, env=env)
 
 
 def default_stm_command(root: str) -> str:
@@ -8590,12 +8603,108 @@ def default_stm_command(root: str) -> str:
     return shell_command("python3", rel.replace(os.sep, "/"))
 
 
-def is_stm_boot_hook(hook, command: str) -> bool:
+class HookClient:
+    """An agent client whose hooks stm installs: where its project hook file lives, how a
+    hook command finds the project folder, and which hooks stm adds (event, matcher, stm
+    arguments). SessionStart captures the session that ended, then boots; the others
+    capture (spec/capture.md)."""
+
+    __slots__ = ("name", "title", "file", "project_dir", "hooks")
+
+    def __init__(self, name, title, file, project_dir, hooks):
+        self.name, self.title, self.file = name, title, file
+        self.project_dir, self.hooks = project_dir, hooks
+
+
+HOOK_CLIENTS_TABLE = (
+    HookClient(
+        "claude",
+        "Claude Code",
+        os.path.join(".claude", "settings.json"),
+        '"$CLAUDE_PROJECT_DIR"',
+        (
+            ("SessionStart", CLAUDE_MATCHER, ("--boot", "--max-chars", str(HOOK_MAX_CHARS))),
+            ("PreCompact", None, ()),
+            ("SessionEnd", None, ()),
+        ),
+    ),
+    HookClient(
+        "codex",
+        "Codex",
+        os.path.join(".codex", "hooks.json"),
+        # Codex names no project folder for hooks; they run in the session's folder.
+        '"$(git rev-parse --show-toplevel 2>/dev/null || pwd)"',
+        (
+            ("SessionStart", None, ("--boot", "--max-tokens", str(CODEX_HOOK_MAX_TOKENS))),
+            ("PreCompact", None, ()),
+            ("Stop", None, ()),
+        ),
+    ),
+)
+
+
+def hook_client(name: str) -> HookClient:
+    return next(c for c in HOOK_CLIENTS_TABLE if c.name == name)
+
+
+def stm_in_project(root: str) -> str | None:
+    """This stm.py's folder relative to the project root, when it is inside the project
+    (then every clone has it); else None."""
+    rel = os.path.relpath(os.path.dirname(os.path.abspath(__file__)), root)
+    return None if rel.startswith("..") else rel
+
+
+def hook_command(root: str, client: HookClient, arguments) -> str:
+    """What one hook runs, quoted for sh. With stm.py in the project, that file imported
+    as `python3 -m stm` (cached bytecode, kept out of the project): it works in every
+    clone. Else the installed `stm`, and where a clone has none, one line saying how to
+    get it (on stdout at SessionStart, so the agent reads it; on stderr otherwise). With
+    neither, this stm.py by its absolute path, which only this machine has (`--check`
+    says so elsewhere)."""
+    import shutil
+
+    words = ("capture", "--client", client.name, *arguments)
+    rel = stm_in_project(root)
+    if rel is not None or not shutil.which("stm"):
+        if rel is None:  # neither in the project nor installed: this machine only
+            path = (os.path.dirname(os.path.abspath(__file__)),)
+        else:
+            project = ShellText(client.project_dir)
+            path = (project,) if rel == "." else (project, "/" + rel.replace(os.sep, "/"))
+        cache = (ShellText('"${XDG_CACHE_HOME:-$HOME/.cache}"'), "/stm")
+        env = {"PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": path}
+        return shell_command("python3", "-m", "stm", *words, env=env)
+    to = "" if "--boot" in arguments else " >&2"
+    missing = shell_command(
+        "echo",
+        "stm memory: the stm command is not installed in this environment: "
+        "`pip install stm-memory`, or copy stm.py into the project and run "
+        f"`stm setup {client.name} --install` again",
+    )
+    return (
+        f"if command -v stm >/dev/null 2>&1; then {shell_command('stm', *words)}; "
+        f"else {missing}{to}; fi"
+    )
+
+
+def wanted_hooks(root: str, client: HookClient, session_start: str | None = None) -> dict:
+    """{event: (matcher, command)} of the hooks stm installs for `client`; `session_start`
+    replaces the SessionStart command (setup's --command)."""
+    wanted = {}
+    for event, matcher, arguments in client.hooks:
+        command = hook_command(root, client, arguments)
+        if event == "SessionStart" and session_start:
+            command = session_start
+        wanted[event] = (matcher, command)
+    return wanted
+
+
+def is_stm_hook(hook, command: str) -> bool:
     text = hook.get("command") if isinstance(hook, dict) else None
-    return isinstance(text, str) and (text == command or bool(STM_BOOT_COMMAND_RE.search(text)))
+    return isinstance(text, str) and (text == command or bool(STM_HOOK_COMMAND_RE.search(text)))
 
 
-def load_settings(path: str) -> tuple[dict, bytes | None]:
+def load_settings(path: str, events=("SessionStart",)) -> tuple[dict, bytes | None]:
     if not os.path.lexists(path):
         return {}, None
     refuse_symlink(path, "settings file")
@@ -8605,25 +8714,30 @@ def load_settings(path: str) -> tuple[dict, bytes | None]:
     except (UnicodeDecodeError, ValueError) as exc:
         raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
     hooks = data.get("hooks", {}) if isinstance(data, dict) else None
-    starts = hooks.get("SessionStart", []) if isinstance(hooks, dict) else None
-    if not isinstance(starts, list):
-        raise StmError(
-            f"{path}: expected an object with hooks.SessionStart as a list; nothing changed"
-        )
+    for event in events:
+        entries = hooks.get(event, []) if isinstance(hooks, dict) else None
+        if not isinstance(entries, list):
+            raise StmError(
+                f"{path}: expected an object with hooks.{event} as a list; nothing changed"
+            )
     return data, raw
 
 
-def hook_entry(command: str) -> dict:
-    return {"matcher": CLAUDE_MATCHER, "hooks": [{"type": "command", "command": command}]}
+def hook_entry(command: str, matcher: str | None = CLAUDE_MATCHER) -> dict:
+    entry = {"matcher": matcher} if matcher else {}
+    entry["hooks"] = [{"type": "command", "command": command}]
+    return entry
 
 
-def installed_hooks(data: dict, command: str) -> int:
-    return sum(
-        is_stm_boot_hook(hook, command)
-        for entry in data.get("hooks", {}).get("SessionStart", [])
-        if isinstance(entry, dict)
-        for hook in entry.get("hooks", [])
-    )
+def stm_hook_commands(data: dict, event: str) -> list[str]:
+    """The commands of stm's own hooks for `event` in a settings object."""
+    return [
+        hook["command"]
+        for entry in data.get("hooks", {}).get(event, [])
+        if isinstance(entry, dict) and isinstance(entry.get("hooks"), list)
+        for hook in entry["hooks"]
+        if is_stm_hook(hook, "")
+    ]
 
 
 def settings_text(data: dict) -> str:
@@ -8640,18 +8754,21 @@ def write_settings(path: str, data: dict) -> None:
     atomic_write(path, settings_text(data).encode("utf-8"))
 
 
-def remove_stm_hooks(data: dict, command: str) -> None:
+def remove_stm_hooks(data: dict, command: str, events=("SessionStart",)) -> None:
     hooks = data.get("hooks", {})
-    kept = []
-    for entry in hooks.get("SessionStart", []):
-        if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
-            entry["hooks"] = [h for h in entry["hooks"] if not is_stm_boot_hook(h, command)]
-            if not entry["hooks"]:
-                continue
-        kept.append(entry)
-    hooks["SessionStart"] = kept
-    if not kept:
-        del hooks["SessionStart"]
+    for event in events:
+        if event not in hooks:
+            continue
+        kept = []
+        for entry in hooks.get(event, []):
+            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                entry["hooks"] = [h for h in entry["hooks"] if not is_stm_hook(h, command)]
+                if not entry["hooks"]:
+                    continue
+            kept.append(entry)
+        hooks[event] = kept
+        if not kept:
+            del hooks[event]
     if not hooks and "hooks" in data:
         del data["hooks"]
 
@@ -8669,37 +8786,87 @@ def matching_backup(backup: str, data: dict) -> bytes | None:
     return None
 
 
-def cmd_setup_claude(args) -> int:
+def hook_command_problem(root: str, command: str) -> str | None:
+    """Why an installed hook command would not run stm in this clone, or None: the file
+    its PYTHONPATH names is missing, or it runs `stm` and none is installed."""
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command.split(";")[0])
+    except ValueError:
+        return None  # a hand-written command stm cannot read: not stm's to judge
+    for word in words:
+        if word.startswith("PYTHONPATH="):
+            folder = word.split("=", 1)[1]
+            for var in (
+                "$CLAUDE_PROJECT_DIR",
+                "$(git rev-parse --show-toplevel 2>/dev/null || pwd)",
+            ):
+                folder = folder.replace(var, root)
+            if not os.path.isfile(os.path.join(folder, "stm.py")):
+                return f"it runs {folder}/stm.py, which this clone does not have"
+            return None
+    runs_stm = words[:1] == ["stm"] or "command -v stm" in command
+    if runs_stm and shutil.which("stm") is None:
+        return "it runs the `stm` command, which is not installed here"
+    return None
+
+
+def hook_runs(store: Store | None, client: str) -> dict:
+    """{event: ISO time} of the last run of each of the client's hooks in this checkout."""
+    if store is None:
+        return {}
+    runs = read_hook_record(store)["runs"]
+    prefix = f"{client} "
+    return {k[len(prefix) :]: v for k, v in runs.items() if k.startswith(prefix)}
+
+
+def hook_run_notices(store: Store | None, client: HookClient, installed) -> list[str]:
+    """Installed hooks that never ran here, or not for HOOK_STALE_DAYS: a notice (the
+    likely cause and fix), never a failure."""
+    runs = hook_runs(store, client.name)
+    notices = []
+    for event in installed:
+        stamp = parse_iso(str(runs.get(event, "")), need_zone=True)
+        if stamp is None:
+            why = "has never run in this checkout"
+        elif utc_now() - stamp > HOOK_STALE_DAYS * 86400:
+            why = f"has not run for {age_words(utc_now() - stamp)}"
+        else:
+            continue
+        fix = (
+            "Codex skips a new or changed project hook until you trust it in `/hooks`"
+            if client.name == "codex"
+            else "check that Claude Code loads the project settings (`/hooks`)"
+        )
+        notices.append(f"the {client.title} {event} hook {why}: {fix}")
+    return notices
+
+
+def setup_hooks(args, client: HookClient) -> int:
+    """`setup claude` and `setup codex`: print, install (merged into the file, never
+    forced), check or remove stm's hooks in the client's project hook file."""
     root = project_root(args)
-    path = os.path.join(root, ".claude", "settings.json")
+    path = os.path.join(root, client.file)
     refuse_links_below(root, path)
-    command = args.command or default_boot_command(root)
+    wanted = wanted_hooks(root, client, getattr(args, "command", None))
     shown = os.path.relpath(path)
     backup = path + SETUP_BACKUP_SUFFIX
     if not (args.install or args.check or args.remove):  # --print, the default
-        sys.stdout.write(settings_text({"hooks": {"SessionStart": [hook_entry(command)]}}))
+        hooks = {event: [hook_entry(cmd, matcher)] for event, (matcher, cmd) in wanted.items()}
+        sys.stdout.write(settings_text({"hooks": hooks}))
         return EXIT_OK
-    data, raw = load_settings(path)
-    count = installed_hooks(data, command)
+    data, raw = load_settings(path, tuple(wanted))
+    installed = {event: stm_hook_commands(data, event) for event in wanted}
     if args.check:
-        out(f"{'installed' if count else 'not installed'}: {shown}")
-        return EXIT_OK if count else EXIT_FAIL
+        return check_hooks(args, client, root, shown, wanted, installed)
     if args.install:
-        if count:
-            out(f"already installed: {shown} (nothing changed)")
-            return EXIT_OK
-        data.setdefault("hooks", {}).setdefault("SessionStart", []).append(hook_entry(command))
-        if raw is not None:
-            atomic_write(backup, raw)  # one backup, replaced by the next install
-        write_settings(path, data)
-        out(f"installed: {shown} runs `{command}` on {CLAUDE_MATCHER.replace('|', ', ')}")
-        if raw is not None:
-            out(f"the previous settings are kept in {os.path.relpath(backup)}")
-        return EXIT_OK
-    if not count:
+        return install_hooks(client, path, shown, backup, wanted, installed, data, raw)
+    if not any(installed.values()):
         out(f"not installed: {shown} (nothing changed)")
         return EXIT_OK
-    remove_stm_hooks(data, command)
+    remove_stm_hooks(data, "", tuple(wanted))
     original = matching_backup(backup, data)
     if original is not None:
         atomic_write(path, original)
@@ -8709,8 +8876,65 @@ def cmd_setup_claude(args) -> int:
         os.unlink(path)  # stm created it; nothing of the user's is in it
     if os.path.lexists(backup) and not os.path.islink(backup):
         os.unlink(backup)  # no stm litter left behind
-    out(f"removed: the stm boot hook from {shown}")
+    out(f"removed: the stm hooks from {shown}")
     return EXIT_OK
+
+
+def install_hooks(client, path, shown, backup, wanted, installed, data, raw) -> int:
+    """Add each missing hook; replace stm's own hook where it runs an older command."""
+    if all(installed[event] == [command] for event, (_, command) in wanted.items()):
+        out(f"already installed: {shown} (nothing changed)")
+        return EXIT_OK
+    for event, (matcher, command) in wanted.items():
+        if installed[event] == [command]:
+            continue
+        remove_stm_hooks(data, "", (event,))
+        data.setdefault("hooks", {}).setdefault(event, []).append(hook_entry(command, matcher))
+    if raw is not None:
+        atomic_write(backup, raw)  # one backup, replaced by the next install
+    write_settings(path, data)
+    events = ", ".join(wanted)
+    start = wanted["SessionStart"][1]
+    out(f"installed: {shown} runs `{start}` at SessionStart, and captures on {events}")
+    if raw is not None:
+        out(f"the previous settings are kept in {os.path.relpath(backup)}")
+    if client.name == "codex":
+        out("Codex runs a new or changed project hook only once you trust it: open `/hooks`")
+    return EXIT_OK
+
+
+def check_hooks(args, client, root, shown, wanted, installed) -> int:
+    """--check: exit 0 when every hook is installed and its command runs stm in this
+    clone; each problem on its own line with the fix. Hooks that never ran: a notice."""
+    problems = []
+    for event, commands in installed.items():
+        if not commands:
+            problems.append(f"no {event} hook")
+        for command in commands:
+            problem = hook_command_problem(root, command)
+            if problem:
+                problems.append(f"the {event} hook cannot run here: {problem}")
+    if problems:
+        for problem in problems:
+            out(f"not installed: {shown}: {problem}")
+        out(as_invoked(f"fix: run `stm setup {client.name} --install`"))
+        return EXIT_FAIL
+    out(f"installed: {shown}")
+    try:
+        store = store_from_args(args)
+    except StmError:
+        store = None
+    for notice in hook_run_notices(store, client, installed):
+        warn(notice)
+    return EXIT_OK
+
+
+def cmd_setup_claude(args) -> int:
+    return setup_hooks(args, hook_client("claude"))
+
+
+def cmd_setup_codex(args) -> int:
+    return setup_hooks(args, hook_client("codex"))
 
 
 # (config file, key holding the servers, whether entries carry "type") per client;
@@ -10063,14 +10287,23 @@ def options_setup_claude(p) -> None:
     setup_actions(
         p,
         shows="the hook settings",
-        installs="merge the hook into .claude/settings.json (keeps one backup)",
+        installs="merge the hooks into .claude/settings.json (keeps one backup)",
         removes="take out only what stm added",
     )
     p.add_argument(
         "--command",
         metavar="CMD",
-        help=f"what the hook runs (default: `stm boot --max-chars {HOOK_MAX_CHARS}` if "
-        "installed, else this stm.py)",
+        help=f"what the SessionStart hook runs (default: this project's stm.py, else `stm`, "
+        f"with `capture --client claude --boot --max-chars {HOOK_MAX_CHARS}`)",
+    )
+
+
+def options_setup_codex(p) -> None:
+    setup_actions(
+        p,
+        shows="the hook file",
+        installs="merge the hooks into .codex/hooks.json (keeps one backup)",
+        removes="take out only what stm added",
     )
 
 
@@ -10528,9 +10761,17 @@ SETUP_VERBS = (
     (
         "claude",
         cmd_setup_claude,
-        "Claude Code: a SessionStart hook that runs `stm boot` on startup, resume, clear, compact",
+        "Claude Code: hooks that capture each session and boot at every start "
+        "(.claude/settings.json)",
         "stm setup claude --install",
         options_setup_claude,
+    ),
+    (
+        "codex",
+        cmd_setup_codex,
+        "Codex: hooks that capture each session and boot at every start (.codex/hooks.json)",
+        "stm setup codex --install",
+        options_setup_codex,
     ),
     (
         "agents-md",

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 import stm
 
-SPEC_RULE_ROW = re.compile(r"^\| `([a-z][a-z-]+)` \| (error|warning) \|", re.MULTILINE)
+SPEC_RULE_ROW = re.compile(r"^\| `([a-z][a-z-]+)` \| (error|warning|notice) \|", re.MULTILINE)
 
 
 def spec_rules() -> dict[str, str]:

@@ -380,7 +380,9 @@ def test_setup_claude_print_is_the_default_and_writes_nothing(store, run):
     assert settings_path(store).read_text() == result.out  # what --install writes, exactly
 
 
-def test_setup_claude_install_merges_and_remove_restores_exactly(store, run):
+def test_setup_claude_install_merges_and_remove_restores_exactly(store, run, monkeypatch):
+    # `stm` installed, as the hook command assumes (--check verifies that it resolves)
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: f"/usr/local/bin/{name}")
     path = settings_path(store)
     path.parent.mkdir()
     path.write_text(EXISTING_SETTINGS)
@@ -428,7 +430,8 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     data = json.loads(run("setup", "claude").out)
     command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    assert command.endswith(" python3 -m stm boot --max-chars 9500")  # under the hook cut
+    # it captures the session that ended, then boots under the hook cut
+    assert command.endswith(" python3 -m stm capture --client claude --boot --max-chars 9500")
     words = shlex.split(command)  # every path is quoted for the shell (shell_command)
     folder = next(w for w in words if w.startswith("PYTHONPATH=")).split("=", 1)[1]
     assert os.path.exists(os.path.join(folder, "stm.py"))  # it names this checkout

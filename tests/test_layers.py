@@ -601,7 +601,7 @@ def test_a_fresh_template_store_warns_and_strict_fails(project, run):
     assert code == 0
     assert ("identity-template", ".stacks/AGENT.md") in found
     assert ("session-template", ".stacks/MEMORY.md") in found
-    assert data["counts"] == {"error": 0, "warning": 2}
+    assert data["counts"] == {"error": 0, "warning": 2, "notice": 0}
     assert run("check", "--strict").code == 1
 
 
@@ -650,7 +650,7 @@ def test_check_log_torn_is_a_warning_and_strict_fails(store, run):
         f.write("\n## 2026-11-22T10:00:00Z · x <!-- stm:entry 0123abcd -->\n\nhalf\n")
     code, data, found = check(run)
     assert code == 0
-    assert data["counts"] == {"error": 0, "warning": 1}
+    assert data["counts"] == {"error": 0, "warning": 1, "notice": 0}
     assert ("log-torn", f".stacks/logs/{today_log(store).name}") in found
     code, data, _ = check(run, "--strict")
     assert code == 1 and data["strict"] is True
@@ -691,7 +691,7 @@ def test_check_git_files_rules_and_fix(store, run):
     stacks_attributes.unlink()
     state_ignore.write_text("# mine\nscratch/\ncurrent-session.json\n")
     code, data, found = check(run)
-    assert code == 0 and data["counts"] == {"error": 0, "warning": 2}
+    assert code == 0 and data["counts"] == {"error": 0, "warning": 2, "notice": 0}
     assert found == {
         ("git-attributes", ".stacks/.gitattributes"),
         ("git-ignore", ".state/.gitignore"),
