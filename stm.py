@@ -8850,7 +8850,7 @@ def setup_hooks(args, client: HookClient) -> int:
     root = project_root(args)
     path = os.path.join(root, client.file)
     refuse_links_below(root, path)
-    wanted = wanted_hooks(root, client, getattr(args, "command", None))
+    wanted = wanted_hooks(root, client, getattr(args, "session_start_command", None))
     shown = os.path.relpath(path)
     backup = path + SETUP_BACKUP_SUFFIX
     if not (args.install or args.check or args.remove):  # --print, the default
@@ -10292,6 +10292,7 @@ def options_setup_claude(p) -> None:
     )
     p.add_argument(
         "--command",
+        dest="session_start_command",
         metavar="CMD",
         help=f"what the SessionStart hook runs (default: this project's stm.py, else `stm`, "
         f"with `capture --client claude --boot --max-chars {HOOK_MAX_CHARS}`)",

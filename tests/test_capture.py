@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -448,3 +449,175 @@ def test_identity_stays_first_in_a_hook_sized_boot(agent, run):
     run("capture", stdin=payload("PreCompact", SID, transcript, project))
     out = run("boot", "--max-chars", "1200").out
     assert len(out) <= 1200 and "Maintainer of the parser project" in out
+
+
+# ---- the hooks exactly as `setup` writes them, run as the clients run them ----------------
+
+
+@pytest.fixture
+def copied(tmp_path, monkeypatch, run):
+    """A project holding a copy of stm.py (as a user who copies it in), `stm` not on
+    PATH, a transcript folder outside it, and a HOME of its own."""
+    import shutil as real_shutil
+
+    project = tmp_path / "tempconv-project"
+    project.mkdir()
+    real_shutil.copy(stm.__file__, project / "stm.py")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(stm, "__file__", str(project / "stm.py"))
+    monkeypatch.setattr(real_shutil, "which", lambda name, *a, **k: None)
+    assert run("init").code == 0
+    (project / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    (project / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    (tmp_path / "transcripts").mkdir()
+    (tmp_path / "home").mkdir()
+    return project
+
+
+def installed(project, client: str) -> dict:
+    """{event: command} of the hooks in the client's file."""
+    path = project / (".claude/settings.json" if client == "claude" else ".codex/hooks.json")
+    data = json.loads(path.read_text())
+    return {event: entries[0]["hooks"][0]["command"] for event, entries in data["hooks"].items()}
+
+
+def hook(command: str, project, body: str, cwd=None) -> subprocess.CompletedProcess:
+    """One hook as the client runs it: sh -c, the payload on stdin, the project as cwd."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(project.parent / "home"),
+        "CLAUDE_PROJECT_DIR": str(project),
+        "STM_FSYNC": "0",
+        "USER": "agent",
+    }
+    return subprocess.run(
+        ["sh", "-c", command],
+        input=body,
+        cwd=cwd or project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_claude_hooks_recover_a_killed_session_at_the_next_start(copied, run):
+    project = copied
+    folder = project.parent / "transcripts"
+    assert run("setup", "claude", "--install").code == 0
+    hooks = installed(project, "claude")
+    assert set(hooks) == {"SessionStart", "PreCompact", "SessionEnd"}
+    transcript = folder / f"{SID}.jsonl"
+    start = payload("SessionStart", SID, transcript, project, source="startup")
+    first = hook(hooks["SessionStart"], project, start)
+    assert first.returncode == 0 and "## Identity" in first.stdout, first.stderr
+    write_jsonl(transcript, todo_session(str(project)))  # an hour of work, then a kill
+    later = "7a7a7a7a-2222-4000-8000-000000000002"
+    body = payload("SessionStart", later, folder / f"{later}.jsonl", project, source="startup")
+    second = hook(hooks["SessionStart"], project, body)
+    assert second.returncode == 0, second.stderr
+    out = second.stdout
+    assert "- Asked: Add a Rankine scale to tempconv and make the tests pass" in out
+    assert "- Plan, in progress: wire it into __init__" in out
+    assert "- Plan, pending: make the tests pass" in out
+    assert "`tempconv/rankine.py`" in out and "test_rankine" in out
+    # every stm command the output names runs from the agent's shell, root or subfolder
+    commands = [c for c in re.findall(r"`([^`]+)`", out) if c.startswith(("python3 ", "stm "))]
+    assert commands and all("-m stm" not in c for c in commands)
+    (project / "tempconv").mkdir(exist_ok=True)
+    for where in (project, project / "tempconv"):
+        for command in sorted(set(commands)):
+            done = subprocess.run(
+                command.replace("TEXT", "rankine") + " --help",
+                shell=True,
+                cwd=where,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, (command, where, done.stderr)
+
+
+def test_claude_compaction_without_a_precompact_hook_still_shows_the_work(copied, run):
+    project = copied
+    folder = project.parent / "transcripts"
+    run("setup", "claude", "--install")
+    hooks = installed(project, "claude")
+    transcript = folder / f"{SID}.jsonl"
+    hook(hooks["SessionStart"], project, payload("SessionStart", SID, transcript, project))
+    write_jsonl(transcript, todo_session(str(project)))
+    body = payload("SessionStart", SID, transcript, project, source="compact")
+    out = hook(hooks["SessionStart"], project, body).stdout
+    assert "- Plan, in progress: wire it into __init__" in out
+
+
+def test_claude_precompact_and_session_end_hooks_print_nothing(copied, run):
+    project = copied
+    folder = project.parent / "transcripts"
+    run("setup", "claude", "--install")
+    hooks = installed(project, "claude")
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    for event in ("PreCompact", "SessionEnd"):
+        done = hook(hooks[event], project, payload(event, SID, transcript, project))
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert "Captured by stm before a compaction" in log_text(project)
+
+
+def test_codex_hooks_capture_update_plan_and_check_notices_a_hook_that_never_ran(copied, run):
+    project = copied
+    folder = project.parent / "transcripts"
+    result = run("setup", "codex", "--install")
+    assert result.code == 0 and "/hooks" in result.out  # the trust step is named
+    hooks = installed(project, "codex")
+    assert set(hooks) == {"SessionStart", "PreCompact", "Stop"}
+    found = json.loads(run("check", "--json").out)
+    notices = [f for f in found["findings"] if f["rule"] == "hook-not-run"]
+    assert notices and all(f["severity"] == "notice" for f in notices)
+    assert "trust it in `/hooks`" in notices[0]["message"]
+    assert found["ok"] and run("check", "--strict").code == 0  # a notice never fails
+    x = Codex(str(project))
+    plan = [{"step": "port", "status": "in_progress"}, {"step": "ship", "status": "pending"}]
+    rollout = [
+        x.meta(),
+        x.message("user", "port the converter"),
+        x.call("p", "update_plan", plan=plan),
+    ]
+    path = write_jsonl(folder / "rollout-1.jsonl", rollout)
+    done = hook(hooks["Stop"], project, payload("Stop", x.session, path, project))
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    start = payload("SessionStart", x.session, path, project, source="resume")
+    out = hook(hooks["SessionStart"], project, start).stdout
+    assert "- Plan, in progress: port" in out and "- Asked: port the converter" in out
+    assert len(out) <= stm.CODEX_HOOK_MAX_TOKENS * 4
+    found = json.loads(run("check", "--json").out)
+    ran = {
+        f["message"].split(" hook ")[0] for f in found["findings"] if f["rule"] == "hook-not-run"
+    }
+    assert "the Codex Stop" not in ran and "the Codex SessionStart" not in ran
+    assert "the Codex PreCompact" in ran  # not run yet: still a notice
+
+
+def test_a_hook_that_cannot_run_in_this_clone_is_reported(copied, run):
+    project = copied
+    run("setup", "claude", "--install")
+    (project / "stm.py").rename(project / "stm-elsewhere.py")  # a clone without stm.py
+    result = run("setup", "claude", "--check")
+    assert result.code == 1 and "does not have" in result.out
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert any(f["rule"] == "hook-command" and "SessionStart" in f["message"] for f in found)
+
+
+def test_a_committed_stm_boot_hook_is_upgraded_by_install(copied, run):
+    project = copied
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    old = {"hooks": {"SessionStart": [stm.hook_entry("stm boot --max-chars 9500")]}}
+    settings.write_text(json.dumps(old))
+    assert run("setup", "claude", "--check").code == 1
+    result = run("setup", "claude", "--install")
+    assert result.code == 0 and "already installed" not in result.out
+    hooks = installed(project, "claude")
+    assert "stm capture --client claude --boot" in hooks["SessionStart"]
+    assert [len(v) for v in json.loads(settings.read_text())["hooks"].values()] == [1, 1, 1]
+    assert run("setup", "claude", "--check").code == 0
+    assert run("setup", "claude", "--remove").code == 0
