@@ -10629,7 +10629,7 @@ COMMANDS = (
         "capture",
         cmd_capture,
         "record what an agent session did, from its client's hook payload (exit 0 always)",
-        "stm capture --boot < payload.json   (run by a SessionStart hook)",
+        "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
         options_capture,
     ),
     (
