@@ -355,6 +355,96 @@ def mcp_results(small: str, large: str, env: dict, runs: int, warmups: int) -> d
     return rows
 
 
+# ---- capture: the hooks on a 100 MB transcript ---------------------------------------------
+
+TRANSCRIPT_MB = 100
+HOOK_SESSION = "2fc9b73b-1111-4000-8000-000000000001"
+
+
+def claude_line(kind: str, content, n: int, cwd: str) -> str:
+    """One Claude Code transcript line (the documented shape: type, uuid, sessionId,
+    timestamp, cwd, message {role, content})."""
+    entry = {
+        "type": kind,
+        "uuid": f"uuid-{n}",
+        "sessionId": HOOK_SESSION,
+        "timestamp": stm.iso(time.time() - 3600 + n % 3000),
+        "cwd": cwd,
+        "message": {"role": kind, "content": content},
+    }
+    return json.dumps(entry) + "\n"
+
+
+def build_transcript(path: str, cwd: str, megabytes: int) -> None:
+    """An hour of an agent's work, padded to `megabytes` with tool calls and results."""
+    todos = [
+        {"content": f"step {i}", "status": ("completed", "in_progress", "pending")[i % 3]}
+        for i in range(6)
+    ]
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(claude_line("user", "port the parser to the new grammar", 0, cwd))
+        n, size = 1, 0
+        while size < megabytes * 1024 * 1024:
+            call = {"type": "tool_use", "id": f"t{n}", "name": "Edit"}
+            call["input"] = {"file_path": f"{cwd}/src/mod{n % 40}.py", "old_string": "x" * 2000}
+            line = claude_line("assistant", [call], n, cwd)
+            result = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok " * 300}]
+            line += claude_line("user", result, n + 1, cwd)
+            out.write(line)
+            size += len(line)
+            n += 2
+        plan = {"type": "tool_use", "id": "plan", "name": "TodoWrite", "input": {"todos": todos}}
+        out.write(claude_line("assistant", [plan], n, cwd))
+        out.write(claude_line("assistant", [{"type": "text", "text": "tests next"}], n + 1, cwd))
+
+
+def hook_payload(event: str, transcript: str, cwd: str, session=HOOK_SESSION, **extra) -> bytes:
+    data = {"session_id": session, "transcript_path": transcript, "cwd": cwd}
+    return json.dumps({**data, "hook_event_name": event, **extra}).encode()
+
+
+def run_hook(argv: list[str], cwd: str, env: dict, payload: bytes) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, input=payload, capture_output=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"hook failed: {done.stderr.decode(errors='replace')}")
+    return elapsed
+
+
+def capture_results(work: str, small: str, env: dict, runs: int) -> dict:
+    """Whole-process times of the hooks `setup claude` installs, on a 100 MB transcript:
+    a capture (what PreCompact, SessionEnd or a Stop hook costs: it reads the tail), the
+    SessionStart hook recovering the session that ended (capture, then boot), and boot
+    with and without the capture block."""
+    transcript = os.path.join(work, f"{HOOK_SESSION}.jsonl")
+    build_transcript(transcript, small, TRANSCRIPT_MB)
+    capture = [*MODULE, "capture", "--client", "claude"]
+    start_hook = [*capture, "--boot", "--max-chars", str(stm.HOOK_MAX_CHARS)]
+    rows = {"transcript_mb": os.path.getsize(transcript) / 1024 / 1024}
+    boot_plain = [run_once([*MODULE, "boot"], small, env)[0] for _ in range(runs)]
+    rows["boot_without_capture_s"] = summary(boot_plain)
+    times = []
+    for n in range(runs):  # a new position each time: every run reads and records
+        with open(transcript, "a", encoding="utf-8") as out:
+            out.write(claude_line("assistant", [{"type": "text", "text": f"turn {n}"}], n, small))
+        times.append(run_hook(capture, small, env, hook_payload("PreCompact", transcript, small)))
+    rows["capture_s"] = summary(times)
+    times = []
+    for n in range(runs):  # each start is for a new session: the previous one is recovered
+        with open(transcript, "a", encoding="utf-8") as out:
+            out.write(claude_line("assistant", [{"type": "text", "text": f"more {n}"}], n, small))
+        session = f"{n:08x}-2222-4000-8000-000000000002"
+        body = hook_payload("SessionStart", transcript, small, session=session, source="startup")
+        first = hook_payload("SessionStart", transcript, small, source="startup")
+        run_hook(start_hook, small, env, first)  # records the worked-in session
+        times.append(run_hook(start_hook, small, env, body))
+    rows["session_start_hook_s"] = summary(times)
+    boot_captured = [run_once([*MODULE, "boot"], small, env)[0] for _ in range(runs)]
+    rows["boot_with_capture_s"] = summary(boot_captured)
+    return rows
+
+
 # ---- reporting ---------------------------------------------------------------------------
 
 FLAT = {"boot", "log", "session new", "session switch <id>", "session phase"}
@@ -385,6 +475,11 @@ def targets(results: dict) -> list[dict]:
     if mcp:
         boot = mcp["small"]["boot"]["median"] / mcp["baseline_s"]["median"]
         target("mcp boot call (small) / python3 -c pass", boot, 0.2, "x")
+    capture = results.get("capture")
+    if capture:  # Claude Code shares 1.5 s among SessionEnd hooks; Codex gives 1 s
+        target("capture, 100 MB transcript", capture["capture_s"]["median"], 0.5, "s")
+        hook = capture["session_start_hook_s"]["median"]
+        target("SessionStart hook (capture + boot), 100 MB transcript", hook, 1.0, "s")
     return found
 
 
@@ -428,6 +523,23 @@ def markdown(results: dict) -> str:
                 f"| `{label}` | {mcp['small'][label]['median'] * 1000:.1f} ms "
                 f"| {mcp['large'][label]['median'] * 1000:.1f} ms |"
             )
+    capture = results.get("capture")
+    if capture:
+        lines += [
+            "",
+            f"Hooks on a {capture['transcript_mb']:.0f} MB Claude Code transcript (median, "
+            "whole process, `python3 -m stm`):",
+            "",
+            "| what | median |",
+            "|---|---:|",
+        ]
+        for key, label in (
+            ("capture_s", "`capture` (PreCompact, SessionEnd; a Stop hook's cost per turn)"),
+            ("session_start_hook_s", "SessionStart hook: recover the last session, then boot"),
+            ("boot_without_capture_s", "`boot` (small store, no capture)"),
+            ("boot_with_capture_s", "`boot` (small store, with the Last session block)"),
+        ):
+            lines.append(f"| {label} | {capture[key]['median'] * 1000:.0f} ms |")
     imp = results["importtime"]
     lines += [
         "",
@@ -491,6 +603,16 @@ def main(argv=None) -> int:
                 for label, row in results["mcp"][name].items()
             )
             print(f"  mcp ({name}): {times}", file=sys.stderr)
+        results["capture"] = capture_results(work, small, env, max(3, runs // 3))
+        print(
+            "  capture: "
+            + ", ".join(
+                f"{k} {v['median'] * 1000:.0f} ms"
+                for k, v in results["capture"].items()
+                if isinstance(v, dict)
+            ),
+            file=sys.stderr,
+        )
         results["importtime"] = {
             "boot": importtime([STM_PY, "boot"], small, env),
             "baseline": importtime(["-c", "pass"], small, env),
