@@ -891,23 +891,28 @@ PHASE_RE = LazyRegex(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOG_NAME_RE = LazyRegex(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
 
 
+def component_problem(name: str) -> str | None:
+    """Why a path component could escape or confuse the tree, or None."""
+    if not name:
+        return "is empty"
+    if "\x00" in name:
+        return "contains a NUL byte"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if name in (".", ".."):
+        return "is '.' or '..'"
+    if name.lower() == ".git":
+        return "is .git"
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        return f"is longer than {NAME_MAX_BYTES} bytes"
+    if name.endswith((".tmp", ".lock")):
+        return "ends in .tmp or .lock, which stm reserves"
+    return None
+
+
 def check_component(name: str, what: str) -> str:
     """Refuse a path component that could escape or confuse the tree."""
-    problem = None
-    if not name:
-        problem = "is empty"
-    elif "\x00" in name:
-        problem = "contains a NUL byte"
-    elif "/" in name or "\\" in name:
-        problem = "contains a path separator"
-    elif name in (".", ".."):
-        problem = "is '.' or '..'"
-    elif name.lower() == ".git":
-        problem = "is .git"
-    elif len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
-        problem = f"is longer than {NAME_MAX_BYTES} bytes"
-    elif name.endswith((".tmp", ".lock")):
-        problem = "ends in .tmp or .lock, which stm reserves"
+    problem = component_problem(name)
     if problem:
         raise usage_error(f"{what} {name!r} {problem}")
     return name
@@ -1564,26 +1569,61 @@ class RefInfo:
 REFS_DEPTH_MAX = 16  # folders below refs/ stm reads; deeper, check reports the folder
 
 
-def iter_ref_files(refs_dir: str, depth: int = 0):
+def ref_name_hidden(name: str) -> bool:
+    """A hidden name below refs/ (`.gitkeep`, an import's `.x.md.bak`, a tool's folder)
+    is not a ref: no reader lists, searches or checks it."""
+    return name.startswith(".")
+
+
+def ref_folders_too_many(folders: int) -> bool:
+    """A ref inside more than REFS_DEPTH_MAX folders below refs/ is never read."""
+    return folders > REFS_DEPTH_MAX
+
+
+def ref_path_problem(parts) -> str | None:
+    """Why the refs readers (boot's index, search, check, compact, digest, MCP) never read
+    the file refs/<parts...>, or None when they do. iter_ref_files walks by the same two
+    predicates, and `note --ref` refuses by this one: stm never writes a ref it will not
+    read back."""
+    hidden = next((part for part in parts if ref_name_hidden(part)), None)
+    if hidden is not None:
+        return f"{hidden!r} is hidden (starts with '.'), and stm's refs readers skip hidden names"
+    if ref_folders_too_many(len(parts) - 1):
+        return (
+            f"it is {len(parts) - 1} folders deep, and stm reads refs/ at most "
+            f"{REFS_DEPTH_MAX} folders deep"
+        )
+    return None
+
+
+def iter_ref_files(refs_dir: str, *, skipped: list | None = None, _folders: int = 0):
     """Every non-hidden entry under refs/ that is not a folder, sorted, without following
-    links; a folder nested deeper than REFS_DEPTH_MAX is yielded itself (check reports
-    it, readers skip it) instead of being walked."""
+    links (links and special files too: check reports them, readers skip them).
+
+    A folder the walk does not enter goes to `skipped` as (path, error) when a list is
+    given (check reports it, boot warns): one nested more than REFS_DEPTH_MAX deep (error
+    None), or one that cannot be listed (the OSError, e.g. permission denied). Without a
+    list a too-deep folder is passed over and an unreadable one raises."""
     if os.path.islink(refs_dir):
         return  # a symlinked refs/ could lead anywhere: check reports it
-    if depth > REFS_DEPTH_MAX:
-        yield refs_dir
-        return
     try:
         entries = sorted(os.scandir(refs_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return
+    except OSError as exc:
+        if skipped is None:
+            raise
+        skipped.append((refs_dir, exc))
+        return
     for entry in entries:
-        if entry.name.startswith("."):
+        if ref_name_hidden(entry.name):
             continue
-        if entry.is_dir(follow_symlinks=False):
-            yield from iter_ref_files(entry.path, depth + 1)
-        else:  # links and special files too: check reports them, readers skip them
+        if not entry.is_dir(follow_symlinks=False):
             yield entry.path
+        elif not ref_folders_too_many(_folders + 1):
+            yield from iter_ref_files(entry.path, skipped=skipped, _folders=_folders + 1)
+        elif skipped is not None:
+            skipped.append((entry.path, None))
 
 
 def parse_ref_head(text: str) -> tuple[str | None, str | None]:
@@ -3256,6 +3296,17 @@ class BootParts:
             )
 
     def _workflow(self) -> None:
+        """The current session's workflow, else the sessions waiting; a folder that
+        cannot be read leaves a placeholder and a warning, never an empty boot."""
+        try:
+            self._read_workflow()
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else self.store.sessions_dir
+            self.problems.append(f"cannot read {display_path(where)}: {exc.strerror or exc}")
+            self.workflow = f"(unreadable: {self.store.rel(where)}; run `stm session list`)"
+            self.waiting = []
+
+    def _read_workflow(self) -> None:
         store = self.store
         try:
             ref = current_session(store)
@@ -3285,8 +3336,8 @@ class BootParts:
         self.workflow = render_workflow(store, ref, state)
 
     def _refs(self) -> list[RefInfo]:
-        refs = []
-        for path in iter_ref_files(self.store.refs_dir):
+        refs, skipped = [], []
+        for path in iter_ref_files(self.store.refs_dir, skipped=skipped):
             try:
                 refs.append(read_ref(path, self.store.refs_dir))
             except OSError as exc:
@@ -3294,6 +3345,16 @@ class BootParts:
                 continue
             if refs[-1].head is not None:
                 self._conflict_notice(path, refs[-1].head)
+        for path, error in skipped:  # a placeholder in the index, and a warning
+            rel = os.path.relpath(path, os.path.dirname(self.store.refs_dir))
+            if error is None:
+                self.problems.append(
+                    f"{display_path(path)} is nested deeper than {REFS_DEPTH_MAX} folders; "
+                    "its refs are not read (`stm check`)"
+                )
+                continue
+            self.problems.append(f"cannot read {display_path(path)}: {error.strerror}")
+            refs.append(RefInfo(rel, f"(unreadable folder: {error.strerror})", None, 0))
         return refs
 
     def _memory_notices(self) -> None:
@@ -3981,18 +4042,10 @@ class Checker:
             self.scan_secrets(path, text)
 
     def check_refs(self) -> None:
-        for path in iter_ref_files(self.store.refs_dir):
+        skipped: list = []
+        for path in iter_ref_files(self.store.refs_dir, skipped=skipped):
             if os.path.islink(path):
                 self.report("layer-symlink", path, "ref is a symbolic link", "copy the file in")
-                continue
-            if os.path.isdir(path):
-                self.report(
-                    "layer-symlink",
-                    path,
-                    f"refs/ is nested deeper than {REFS_DEPTH_MAX} folders here; stm reads "
-                    "no deeper",
-                    "flatten the folders",
-                )
                 continue
             if not os.path.isfile(path):
                 self.report("layer-symlink", path, "ref is not a regular file", "remove it")
@@ -4007,6 +4060,15 @@ class Checker:
             if not title:
                 self.report("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
             self.scan_secrets(path, text)
+        for path, error in skipped:
+            if error is not None:
+                raise error  # as for an unreadable layer: check cannot vouch for the refs
+            self.report(
+                "ref-too-deep",
+                path,
+                f"this folder is nested deeper than {REFS_DEPTH_MAX} folders below refs/: stm "
+                "reads nothing in it",
+            )
 
     def check_logs(self) -> None:
         logs = self.store.logs_dir
@@ -4957,6 +5019,7 @@ RULES = {
         Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
         Rule("ref-empty", "error", "write it, or delete it"),
         Rule("ref-title", "error", "add a '# Title' line"),
+        Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
         Rule(
             "fact-current",
             "error",
@@ -6521,6 +6584,9 @@ def ref_name_parts(name: str) -> list[str]:
         check_component(part, f"--ref {name!r}: component")
     if not parts[-1].endswith(".md"):
         parts[-1] += ".md"
+    problem = ref_path_problem(parts)
+    if problem:  # it would be written and then never read, searched or checked
+        raise usage_error(f"--ref {name!r}: {problem}; choose another name; nothing written")
     return parts
 
 
@@ -8194,6 +8260,9 @@ def ref_path(store: Store, name: str) -> str:
         raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
     for part in parts:
         check_component(part, f"ref {name!r}: component")
+    problem = ref_path_problem(parts)
+    if problem:  # not a ref for any other reader either
+        raise usage_error(f"ref {name!r}: {problem}")
     path = os.path.join(store.refs_dir, *parts)
     refuse_symlink(store.refs_dir, "refs folder")
     refuse_links_below(store.refs_dir, path)
