@@ -549,8 +549,21 @@ def atomic_write(path: str, data: bytes) -> None:
         if not isinstance(exc, FileExistsError):  # else the name is not ours to remove
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        name_the_file(exc, path, tmp)
         raise
-    fsync_dir(directory)
+    try:
+        fsync_dir(directory)
+    except OSError as exc:
+        name_the_file(exc, path, directory)
+        raise
+
+
+def name_the_file(exc: BaseException, path: str, *aliases: str) -> None:
+    """Make `exc` name `path` when it is an OSError that names no file (os.write,
+    os.fsync) or only our temp file or folder: the user's one line says which file the
+    disk refused."""
+    if isinstance(exc, OSError) and exc.filename in (None, *aliases):
+        exc.filename = path
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
@@ -780,9 +793,10 @@ def append_record(path: str, data: bytes, complete_end):
             fsync_fd(fd)
             if not existed:
                 fsync_dir(os.path.dirname(os.path.abspath(path)))
-        except BaseException:
+        except BaseException as exc:
             # Leave the file exactly as it was: no partial record behind us.
             undo_append(path, size, existed, fd)
+            name_the_file(exc, path)
             raise
     finally:
         os.close(fd)
@@ -1731,11 +1745,20 @@ LOG_BLOCK_BYTES = 1 << 20  # check reads big logs a block of whole entries at a 
 HANDOFF_RECEIPT_RE = LazyRegex(rb"^session: (\d{4}-\d\d-\d\d-[0-9a-f]{8})$", re.MULTILINE)
 
 
-def render_log_entry(message: str, author: str, stamp: str, entry_id: str) -> str:
-    # A message never carries framing of its own: a pasted header or end line would make a
-    # torn entry look complete, and the next append would then keep the tear. `&lt;` shows
-    # as `<` in any Markdown viewer, so the text still reads as typed.
-    body = message.replace(LOG_MARKER, "&lt;" + LOG_MARKER[1:])
+def escape_log_text(text: str) -> str:
+    """Text with every `<!-- stm:` neutralised: only stm writes its markers into a log.
+    `&lt;` shows as `<` in any Markdown viewer, so the text still reads as typed."""
+    return text.replace(LOG_MARKER, "&lt;" + LOG_MARKER[1:])
+
+
+def render_log_entry(
+    message: str, author: str, stamp: str, entry_id: str, *, escaped: bool = False
+) -> str:
+    # A message never carries framing or markers of its own: a pasted header or end line
+    # would make a torn entry look complete (the next append would then keep the tear),
+    # and a pasted `stm compact` marker would make check --fix delete memory. Only a
+    # caller that escaped every piece of text itself (compact_message) says `escaped`.
+    body = message if escaped else escape_log_text(message)
     return (
         f"## {stamp} · {author} <!-- stm:entry {entry_id} -->\n\n"
         f"{body}\n\n<!-- stm:end {entry_id} -->\n"
@@ -3113,30 +3136,59 @@ def compact_fact_text(text: str, limit: int) -> tuple[str, list[tuple[str, list[
     return render_fact_block(preamble, sections), moved
 
 
-def compact_message(moves: list[tuple[str, str, list[str]]]) -> str:
+# A compact entry's header line for each file and section it moved from ends with a
+# marker only compact writes (`log`, the MCP log tool, fact rm and handoff receipts all
+# escape `<!-- stm:` in their text, render_log_entry): the marker, not the readable
+# text, is what check trusts. It names the file relative to .stacks/ and the section,
+# percent-encoded (a space, `#` or `-->` in a name cannot break it), on one line:
+#
+#   moved from .stacks/refs/team facts.md ## deploy by stm compact: <!-- stm:compact
+#   refs/team%20facts.md deploy -->
+COMPACT_TAG = "<!-- stm:compact "
+COMPACT_HEADER_RE = LazyRegex(
+    r"^moved from .* " + re.escape(COMPACT_MARK) + r" <!-- stm:compact (\S+) (\S+) -->$"
+)
+COMPACT_READ_MAX_BYTES = 64 << 20  # a file check reads to judge a compact; bigger: left alone
+
+
+def compact_header(store: Store, path: str, name: str) -> str:
+    from urllib.parse import quote
+
+    rel = os.path.relpath(path, store.stacks).replace(os.sep, "/")
+    shown = escape_log_text(path_text(store.rel(path)))
+    return (
+        f"moved from {shown} ## {escape_log_text(path_text(name))} {COMPACT_MARK} "
+        f"{COMPACT_TAG}{quote(rel, safe='/')} {quote(name, safe='')} -->"
+    )
+
+
+def compact_message(store: Store, moves: list[tuple[str, str, list[str]]]) -> str:
+    """The log entry of a compact: for each (file, section, moved lines) a marked header
+    and the lines. Every piece of text is escaped here (append it with escaped=True)."""
     parts = [
-        f"moved from {path} ## {name} {COMPACT_MARK}\n\n" + "\n".join(lines)
+        compact_header(store, path, name) + "\n\n" + escape_log_text("\n".join(lines))
         for path, name, lines in moves
     ]
     return "\n\n".join(parts)
 
 
-COMPACT_HEADER_RE = LazyRegex(r"^moved from (\S+) ## (.+) " + re.escape(COMPACT_MARK) + r"$")
-
-
 def compact_moves(body: list[str]) -> list[tuple[str, str, list[tuple[str, ...]]]]:
-    """The (path, section, items) a `stm compact` log entry says it moved; an item is a
-    bullet with its indented lines."""
-    moves = []
+    """The (file below .stacks/, section, items) a `stm compact` log entry moved, read from
+    its markers only; an item is grouped as top_bullets groups the file's own (a loose
+    bullet keeps the blank line before its continuation)."""
+    from urllib.parse import unquote
+
+    blocks: list = []
     for line in body:
         header = COMPACT_HEADER_RE.match(line)
         if header:
-            moves.append((header.group(1), header.group(2), []))
-        elif moves and MD_BULLET_RE.match(line):
-            moves[-1][2].append([line])
-        elif moves and moves[-1][2] and line[:1] in (" ", "\t") and line.strip():
-            moves[-1][2][-1].append(line)
-    return [(path, name, [tuple(item) for item in items]) for path, name, items in moves]
+            blocks.append((unquote(header.group(1)), unquote(header.group(2)), []))
+        elif blocks:
+            blocks[-1][2].append(line)
+    return [
+        (rel, name, [tuple(lines[a:b]) for a, b in top_bullets(lines)])
+        for rel, name, lines in blocks
+    ]
 
 
 def section_items(text: str, name: str) -> list[tuple[str, ...]]:
@@ -3151,42 +3203,86 @@ def section_items(text: str, name: str) -> list[tuple[str, ...]]:
     return []
 
 
+def compact_target(store: Store, rel: str) -> str | None:
+    """The file a compact entry names, when it is one `stm compact` rewrites: MEMORY.md
+    or a ref, named relative to .stacks/, reached through no link, a ref by the readers'
+    rule. Never AGENT.md (compact has no --identity), the config, a log, or anything
+    outside .stacks/: an entry naming one is not acted on, and the file is not opened."""
+    parts = rel.split("/")
+    if any(component_problem(part) for part in parts):
+        return None  # empty, `.`, `..`, NUL, ...: also what makes `/etc/passwd` fail
+    memory = os.path.relpath(store.memory_path, store.stacks).replace(os.sep, "/")
+    if rel == memory:
+        path = store.memory_path
+    elif parts[0] == REFS_DIR and len(parts) > 1 and ref_path_problem(parts[1:]) is None:
+        path = os.path.join(store.refs_dir, *parts[1:])
+    else:
+        return None
+    return None if links_on_the_way(store.stacks, path) else path
+
+
+def compact_target_text(store: Store, rel: str) -> str | None:
+    """The text (LF line ends) of the file a compact entry names, read with a size cap,
+    regular files only, never blocking on a FIFO; None when it is no compact target or
+    cannot be read whole (too big, not UTF-8: compact itself would not rewrite it)."""
+    path = compact_target(store, rel)
+    if path is None:
+        return None
+    try:
+        if os.lstat(path).st_size > COMPACT_READ_MAX_BYTES:
+            return None
+        data = read_bytes(path, COMPACT_READ_MAX_BYTES + 1)
+        if len(data) > COMPACT_READ_MAX_BYTES:
+            return None
+        return data.decode("utf-8").replace("\r\n", "\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def compact_leftovers(rel: str, text: str, name: str, items: list) -> list[tuple[str, ...]]:
+    """The items of `## name` in `text` that a compact of it logged (`items`) and that
+    are still there: left behind only when the section still ends with exactly what was
+    moved (compact moves the bottom items); a bullet noted again, or kept on purpose
+    higher up, is not a leftover. Only what compact moves counts: a MEMORY.md section's
+    bullets (not Last Updated), a fact's History entries."""
+    if not items or name.strip().lower() == MD_LAST_UPDATED:
+        return []
+    if rel.startswith(REFS_DIR + "/"):
+        fact = next((f for k, f, _, _ in parse_fact_block(text)[1] if k == name), None)
+        if fact is None:
+            return []
+    present = section_items(text, name)[-len(items) :]
+    logged = [tuple(escape_log_text(line) for line in item) for item in present]
+    return present if logged == items else []
+
+
 def compact_duplicates(store: Store, moves: list) -> dict[str, list]:
     """{file: [(section, item)]} of items a compact moved to the log that are still in
     their file: the rewrite after the log append did not happen (a kill between)."""
     found: dict[str, list] = {}
     texts: dict[str, str | None] = {}
     for rel, name, items in moves:
-        path = os.path.join(os.path.dirname(store.stacks), rel)
         if rel not in texts:
-            try:
-                texts[rel] = read_text(path).replace("\r\n", "\n")
-            except OSError:
-                texts[rel] = None
+            texts[rel] = compact_target_text(store, rel)
         if texts[rel] is None:
             continue
-        present = section_items(texts[rel], name)
-        # Left behind only when the section still ends with exactly what was moved (a
-        # compact moves the bottom items): a bullet noted again, or kept on purpose higher
-        # up, is not a leftover.
-        if items and present[-len(items) :] == items:
-            found.setdefault(path, []).extend((name, item) for item in items)
+        left = compact_leftovers(rel, texts[rel], name, items)
+        if left:
+            found.setdefault(compact_target(store, rel), []).extend((name, i) for i in left)
     return found
 
 
 def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Remove what a compact already moved to the log from the file it came from."""
     dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
-    if not dupes or os.path.islink(finding.target):
+    if not dupes:
         return None
-    try:
-        original = read_text_to_edit(finding.target, finding.path)
-    except StmError:
-        return None  # not UTF-8: left for a person
-    text = original.replace("\r\n", "\n")
-    if md_has_conflict_markers(text):
+    rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
+    text = compact_target_text(store, rel)  # the same bounded, link-free read
+    if text is None or md_has_conflict_markers(text):
         return None
     if not dry_run:
+        original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
         fixed = in_line_ends_of(original, drop_items(text, dupes))
         atomic_write(finding.target, fixed.encode("utf-8"))
     return f"removed {len(dupes)} item(s) already in the log"
@@ -3208,13 +3304,13 @@ def drop_items(text: str, dupes: list) -> str:
 
 
 def logged_compact_moves(store: Store) -> list:
-    """Every move recorded by `stm compact` log entries."""
+    """Every move recorded by a `stm compact` log entry (its markers)."""
     moves = []
     for name in log_file_names(store):
         path = os.path.join(store.logs_dir, name)
         try:
             for data, _, _ in iter_log_blocks(path):
-                if COMPACT_MARK.encode() not in data:
+                if COMPACT_TAG.encode() not in data:
                     continue
                 for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
                     if kind == "entry" and rest[0].complete:
@@ -3224,8 +3320,8 @@ def logged_compact_moves(store: Store) -> list:
     # Only the newest compact of each section can have been interrupted: an older one was
     # followed by its rewrite (or the newer compact would have refused nothing).
     newest = {}
-    for path, name, items in moves:
-        newest[(path, name.strip().lower())] = (path, name, items)
+    for rel, name, items in moves:
+        newest[(rel, name.strip().lower())] = (rel, name, items)
     return list(newest.values())
 
 
@@ -5478,8 +5574,12 @@ def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
         )
 
 
-def append_log_entry(store: Store, message: str, now: float | None = None):
-    """Append one entry to today's log; call with the stacks lock held. Returns the undo."""
+def append_log_entry(
+    store: Store, message: str, now: float | None = None, *, escaped: bool = False
+):
+    """Append one entry to today's log; call with the stacks lock held. Returns the undo.
+    `escaped`: the caller escaped all text in `message` and added stm's own markers (see
+    render_log_entry); every other message is escaped here."""
     now = utc_now() if now is None else now
     stamp = iso(now)
     logs = store.logs_dir
@@ -5488,7 +5588,7 @@ def append_log_entry(store: Store, message: str, now: float | None = None):
     require_inside(logs, store.stacks, "logs folder")
     path = store.log_path(stamp[:10])
     refuse_symlink(path, "log file")
-    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4))
+    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
     data = ("\n" + entry if size else entry).encode("utf-8")
     return append_record(path, data, log_complete_end)
@@ -6818,10 +6918,12 @@ def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEF
             raise StmError(f"no fact {key!r} in {store.rel(path)}")
         removed = "\n".join(render_fact(found[1]))
         message = f"removed from {store.rel(path)} by stm fact rm: {why}\n\n{removed}"
-        append_log_entry(store, normalise_message(message))
         sections.remove(found)
         rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
-        atomic_write(path, rendered.encode("utf-8"))
+        with Rollback() as rollback:  # a failed rewrite takes the log entry back out
+            rollback.add(append_log_entry(store, normalise_message(message)))
+            rollback.add(restorer(path))
+            atomic_write(path, rendered.encode("utf-8"))
     return {"path": store.rel(path), "key": key, "removed": True}
 
 
@@ -6877,7 +6979,9 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
     """The `compact` operation: MEMORY.md sections over their bullet limits and fact
     histories over theirs lose their oldest items to one log entry of today. The log is
     appended (and made durable) before any file is rewritten: a kill in between can only
-    leave an item in both places, which `check` reports and `check --fix` removes."""
+    leave an item in both places, which `check` reports and `check --fix` removes. A
+    write that fails (disk full, file too big) undoes the others, the log entry included:
+    the tree is left as it was."""
     config = load_config(store, strict=True)
     with store.stacks_lock():
         rewrites, moves = [], []
@@ -6890,7 +6994,7 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
         new, moved = compact_memory_text(text, config)
         if moved:
             rewrites.append((store.memory_path, in_line_ends_of(original, new)))
-            moves += [(store.rel(store.memory_path), name, lines) for name, lines in moved]
+            moves += [(store.memory_path, name, lines) for name, lines in moved]
         for path in iter_ref_files(store.refs_dir):
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
@@ -6905,14 +7009,17 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
             )
             if moved:
                 rewrites.append((path, in_line_ends_of(block, new)))
-                moves += [(store.rel(path), key, lines) for key, lines in moved]
+                moves += [(path, key, lines) for key, lines in moved]
         if moves and not dry_run:
-            append_log_entry(store, compact_message(moves))
-            for path, new in rewrites:
-                atomic_write(path, new.encode("utf-8"))
+            with Rollback() as rollback:
+                message = compact_message(store, moves)
+                rollback.add(append_log_entry(store, message, escaped=True))
+                for path, new in rewrites:
+                    rollback.add(restorer(path))
+                    atomic_write(path, new.encode("utf-8"))
     return {
         "dry_run": dry_run,
-        "moved": [{"path": p, "section": n, "lines": lines} for p, n, lines in moves],
+        "moved": [{"path": store.rel(p), "section": n, "lines": lines} for p, n, lines in moves],
     }
 
 
