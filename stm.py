@@ -4842,19 +4842,6 @@ STATE_STATIC_FIELDS = (
 )
 
 
-def history_records(data: bytes) -> list[dict]:
-    """Every complete line of a history file that is an event object, in file order."""
-    records = []
-    for line in data.split(b"\n")[:-1]:  # the part after the last newline is torn
-        try:
-            event = load_json(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("event"), str):
-            records.append(event)
-    return records
-
-
 def conflict_sides(text: str) -> tuple[str, str]:
     """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
     ours, theirs, where = [], [], "both"
@@ -4932,19 +4919,59 @@ def state_conflict_reason(state, events: list | None, conflicted: bool) -> str |
     return None
 
 
+# What replay reads from each kind of event, checked as state.json's fields are
+# (field_problem): a merged line comes from another clone, or from a hand, and an event
+# that does not pass is skipped and reported, never written into the state. Kinds not
+# listed (handoff, recovered) are kept in the history and not replayed.
+EVENT_REPLAY_FIELDS = {
+    "created": {"name": "str", "valid_phases": "strs", "phase": "phase"},
+    "phase_change": {"to": "phase"},
+    "checkpoint": {
+        "done": "str",
+        "pending": "strs",
+        "resume": "str",
+        "note": "str",
+        "interrupted": "bool",
+        "finish": "bool",
+    },
+    "archived": {},
+}
+
+
+def replay_problem(event: dict, valid_phases) -> str | None:
+    """Why `event` may not be replayed into a state whose valid phases are
+    `valid_phases`, or None: a field of the wrong type, a timestamp without a zone, a
+    phase that is no phase name or not one of the session's phases."""
+    fields = EVENT_REPLAY_FIELDS.get(event.get("event"))
+    if fields is None:
+        return None
+    for key, kind in {"timestamp": "stamp", "actor": "str", **fields}.items():
+        value = event.get(key)
+        problem = None if value is None and key != "timestamp" else field_problem(value, kind)
+        if problem:
+            return f"{key} {problem}"
+    if event["event"] == "created" and event.get("valid_phases"):
+        valid_phases = event["valid_phases"]
+    phase = event.get("phase" if event["event"] == "created" else "to")
+    listed = isinstance(valid_phases, list) and valid_phases
+    if phase is not None and listed and phase not in valid_phases:
+        return f"phase {one_line(phase, 64)!r} is not one of the session's valid_phases"
+    return None
+
+
 def replay_event(state: dict, event: dict) -> None:
-    """Apply one history event to a state being rebuilt."""
-    name, stamp = event.get("event"), str(event.get("timestamp", ""))
+    """Apply one history event, which passed replay_problem, to a state being rebuilt."""
+    name, stamp = event.get("event"), event.get("timestamp")
     if name == "created":
         state.setdefault("created_at", stamp)
         for key in ("name", "valid_phases"):
             if event.get(key) is not None:
                 state.setdefault(key, event[key])
-        phase = event.get("phase") if isinstance(event.get("phase"), str) else None
+        phase = event.get("phase")
         if phase and not state.get("phase_history"):
             state["phase"] = phase
             state["phase_history"] = [{"phase": phase, "entered_at": stamp, "exited_at": None}]
-    elif name == "phase_change" and isinstance(event.get("to"), str):
+    elif name == "phase_change" and event.get("to") is not None:
         history = state.setdefault("phase_history", [])
         if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
             history[-1]["exited_at"] = stamp
@@ -4955,31 +4982,46 @@ def replay_event(state: dict, event: dict) -> None:
             key: event.get(key)
             for key in ("done", "pending", "resume", "note", "interrupted", "finish")
         }
-        if not isinstance(change["pending"], list):
-            change["pending"] = None
-        actor = str(event.get("actor") or "?")
-        apply_checkpoint(state, change, author=actor, now=stamp)
+        apply_checkpoint(state, change, author=event.get("actor") or "?", now=stamp)
     elif name == "archived":
         state["archived_at"] = stamp
 
 
-def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
-    """(state, events) rebuilt from a session folder's merged history: events ordered by
-    time (ties in file order), exact duplicates dropped, versions 1..n; None when the
-    history holds no event."""
+def numbered_events(data: bytes) -> list[tuple[int, dict]] | None:
+    """(line number, event) of every complete line of a history file; None when a line
+    is not an event object (history-invalid: for a person to restore)."""
+    found = []
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):  # after the last \n: torn
+        if not line.strip():
+            continue
+        try:
+            event = load_json(line)
+        except ValueError:
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            return None
+        found.append((number, event))
+    return found
+
+
+def rebuild_state(folder: str) -> tuple[dict, list[dict], list[str]] | None:
+    """(state, events, skipped) rebuilt from a session folder's merged history: events
+    ordered by time (ties in file order), exact duplicates dropped, versions 1..n; each
+    event replayed only when replay_problem finds nothing (`skipped` says which were not,
+    by line). None when the history holds no event, a line is not an event, or the
+    result would still not be a valid state."""
     session_id = os.path.basename(folder)
-    data = read_bytes(os.path.join(folder, HISTORY_FILE))
-    records = history_records(data)
-    complete = [line for line in data.split(b"\n")[:-1] if line.strip()]
-    if not records or len(records) != len(complete):
-        return None  # a line that is not an event: history-invalid, for a person to restore
-    unique = list({dumps_json(e, None): e for e in records}.values())
+    numbered = numbered_events(read_bytes(os.path.join(folder, HISTORY_FILE)))
+    if not numbered:
+        return None
+    unique: dict[str, tuple[int, dict]] = {}
+    for number, event in numbered:
+        unique.setdefault(dumps_json(event, None), (number, event))
     order = sorted(
-        range(len(unique)),
-        key=lambda i: (parse_iso(str(unique[i].get("timestamp", "")), need_zone=True) or 0, i),
+        unique.values(),
+        key=lambda item: (parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,),
     )
-    events = [dict(unique[i]) for i in order]
-    versions = event_versions(records)
+    versions = event_versions([event for _, event in numbered])
     repeated = repeated_values(versions)
     fork = min(repeated) if repeated else None
     try:
@@ -4987,14 +5029,24 @@ def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
     except OSError:
         sides = []
     state = rebuilt_start(folder, session_id, sides)
-    for event in events:
+    replayed, skipped = [], []
+    for number, event in order:
+        problem = replay_problem(event, state.get("valid_phases"))
+        if problem:
+            skipped.append(f"line {number} ({one_line(event['event'], 40)}): {problem}")
+            continue
         replay_event(state, event)
-    merge_fork_notes(state, events, fork)
+        replayed.append(event)
+    merge_fork_notes(state, replayed, fork)
+    events = [dict(event) for _, event in order]
     for number, event in enumerate(events, 1):
         event["version"] = number
     state["version"] = len(events)
-    state["updated_at"] = str(events[-1].get("timestamp") or iso_now())
-    return state, events
+    stamps = [e["timestamp"] for e in replayed if e.get("timestamp") is not None]
+    state["updated_at"] = stamps[-1] if stamps else iso_now()
+    if any(rule != "state-phase" for rule, _ in state_problems(state, session_id)):
+        return None  # never write a state that every update would then refuse
+    return state, events, skipped
 
 
 def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
@@ -5003,7 +5055,7 @@ def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
     state = {"session_id": session_id}
     for side in sides:
         for key in STATE_STATIC_FIELDS:
-            if key in side and key not in state:
+            if key in side and key not in state and static_field_ok(key, side[key]):
                 state[key] = side[key]
     handoff_path = os.path.join(folder, "context", HANDOFF_JSON)
     with contextlib.suppress(OSError, StmError):
@@ -5012,6 +5064,16 @@ def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
         state.update({k: v for k, v in start.items() if k not in state or k == "checkpoint"})
         state.pop("phase_history", None)  # the created/handoff events say when it began
     return state
+
+
+def static_field_ok(key: str, value) -> bool:
+    """Whether a field copied from one side of a conflicted state.json passes the checks
+    state.json's own fields pass (a side is merged text, like the history)."""
+    if key == "created_at":
+        return is_iso_utc(value)
+    if field_problem(value, STATE_OPTIONAL_FIELDS.get(key)):
+        return False
+    return key != "context" or all(context_path_problem(v) is None for v in value.values())
 
 
 def merge_fork_notes(state: dict, events: list[dict], fork: int | None) -> None:
@@ -5030,9 +5092,14 @@ def merge_fork_notes(state: dict, events: list[dict], fork: int | None) -> None:
 
 
 def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
-    """Rebuild state.json (and renumber history.jsonl) from the merged history: the
-    history is written first, so a kill between the two leaves a state `check` still
-    reports and the next --fix completes."""
+    """Rebuild state.json (and renumber history.jsonl) from the merged history.
+
+    state.json is written first, then the history: a kill between the two leaves the
+    history as merged, whose repeated versions still say where the clones split, so
+    `check` still reports it and the next --fix rebuilds the same state (with every
+    clone's recovery note) and renumbers. Written the other way round, a kill would
+    leave a renumbered history that no longer shows the fork. A write that fails puts
+    both files back."""
     folder = os.path.dirname(finding.target)
     if os.path.islink(folder) or os.path.islink(os.path.join(folder, HISTORY_FILE)):
         return None
@@ -5042,12 +5109,22 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
         return None
     if rebuilt is None:
         return None
-    state, events = rebuilt
+    state, events, skipped = rebuilt
     if not dry_run:
+        state_path, history_path = (os.path.join(folder, n) for n in (STATE_FILE, HISTORY_FILE))
         lines = "".join(dumps_json(e, None) + "\n" for e in events)
-        atomic_write(os.path.join(folder, HISTORY_FILE), lines.encode("utf-8"))
-        atomic_write(os.path.join(folder, STATE_FILE), dumps_json(state).encode("utf-8"))
-    return f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
+        with Rollback() as rollback:
+            rollback.add(restorer(state_path))
+            atomic_write(state_path, dumps_json(state).encode("utf-8"))
+            rollback.add(restorer(history_path))
+            atomic_write(history_path, lines.encode("utf-8"))
+    action = f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
+    if skipped:
+        action += (
+            f"; skipped {len(skipped)} event(s) of {HISTORY_FILE} that no clone's stm could "
+            f"have written, kept in the history but not replayed: {'; '.join(skipped[:5])}"
+        )
+    return action
 
 
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
@@ -5297,6 +5374,9 @@ def field_problem(value, kind) -> str | None:
     if kind == "paths":
         ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
         return None if ok else "must be an object of paths"
+    if kind == "phase":  # a history event's phase (state.json's own is checked apart)
+        ok = isinstance(value, str) and PHASE_RE.match(value) is not None
+        return None if ok else "must be a phase name (letters, digits, `.`, `_`, `-`; 1-64)"
     if kind == "phases":
         if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
             return "must be a list of {phase, entered_at, exited_at} objects"
