@@ -3248,7 +3248,8 @@ def compact_leftovers(rel: str, text: str, name: str, items: list) -> list[tuple
     if not items or name.strip().lower() == MD_LAST_UPDATED:
         return []
     if rel.startswith(REFS_DIR + "/"):
-        fact = next((f for k, f, _, _ in parse_fact_block(text)[1] if k == name), None)
+        wanted = name.strip().lower()
+        fact = next((f for k, f, _, _ in parse_fact_block(text)[1] if k.lower() == wanted), None)
         if fact is None:
             return []
     present = section_items(text, name)[-len(items) :]
@@ -3399,7 +3400,7 @@ class BootParts:
         except OSError as exc:
             where = exc.filename if isinstance(exc.filename, str) else self.store.sessions_dir
             self.problems.append(f"cannot read {display_path(where)}: {exc.strerror or exc}")
-            self.workflow = f"(unreadable: {self.store.rel(where)}; run `stm session list`)"
+            self.workflow = f"(unreadable: {self.store.rel(where)})"
             self.waiting = []
 
     def _read_workflow(self) -> None:
@@ -5017,9 +5018,9 @@ def rebuild_state(folder: str) -> tuple[dict, list[dict], list[str]] | None:
     unique: dict[str, tuple[int, dict]] = {}
     for number, event in numbered:
         unique.setdefault(dumps_json(event, None), (number, event))
-    order = sorted(
+    order = sorted(  # stable: ties stay in file order
         unique.values(),
-        key=lambda item: (parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,),
+        key=lambda item: parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,
     )
     versions = event_versions([event for _, event in numbered])
     repeated = repeated_values(versions)
@@ -5121,8 +5122,8 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
     action = f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
     if skipped:
         action += (
-            f"; skipped {len(skipped)} event(s) of {HISTORY_FILE} that no clone's stm could "
-            f"have written, kept in the history but not replayed: {'; '.join(skipped[:5])}"
+            f"; skipped {len(skipped)} event(s) of {HISTORY_FILE} with invalid fields (kept "
+            f"in the history, not replayed): {'; '.join(skipped[:5])}"
         )
     return action
 
