@@ -553,8 +553,21 @@ def atomic_write(path: str, data: bytes) -> None:
         if not isinstance(exc, FileExistsError):  # else the name is not ours to remove
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        name_the_file(exc, path, tmp)
         raise
-    fsync_dir(directory)
+    try:
+        fsync_dir(directory)
+    except OSError as exc:
+        name_the_file(exc, path, directory)
+        raise
+
+
+def name_the_file(exc: BaseException, path: str, *aliases: str) -> None:
+    """Make `exc` name `path` when it is an OSError that names no file (os.write,
+    os.fsync) or only our temp file or folder: the user's one line says which file the
+    disk refused."""
+    if isinstance(exc, OSError) and exc.filename in (None, *aliases):
+        exc.filename = path
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
@@ -784,9 +797,10 @@ def append_record(path: str, data: bytes, complete_end):
             fsync_fd(fd)
             if not existed:
                 fsync_dir(os.path.dirname(os.path.abspath(path)))
-        except BaseException:
+        except BaseException as exc:
             # Leave the file exactly as it was: no partial record behind us.
             undo_append(path, size, existed, fd)
+            name_the_file(exc, path)
             raise
     finally:
         os.close(fd)
@@ -895,23 +909,28 @@ PHASE_RE = LazyRegex(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOG_NAME_RE = LazyRegex(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
 
 
+def component_problem(name: str) -> str | None:
+    """Why a path component could escape or confuse the tree, or None."""
+    if not name:
+        return "is empty"
+    if "\x00" in name:
+        return "contains a NUL byte"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if name in (".", ".."):
+        return "is '.' or '..'"
+    if name.lower() == ".git":
+        return "is .git"
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        return f"is longer than {NAME_MAX_BYTES} bytes"
+    if name.endswith((".tmp", ".lock")):
+        return "ends in .tmp or .lock, which stm reserves"
+    return None
+
+
 def check_component(name: str, what: str) -> str:
     """Refuse a path component that could escape or confuse the tree."""
-    problem = None
-    if not name:
-        problem = "is empty"
-    elif "\x00" in name:
-        problem = "contains a NUL byte"
-    elif "/" in name or "\\" in name:
-        problem = "contains a path separator"
-    elif name in (".", ".."):
-        problem = "is '.' or '..'"
-    elif name.lower() == ".git":
-        problem = "is .git"
-    elif len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
-        problem = f"is longer than {NAME_MAX_BYTES} bytes"
-    elif name.endswith((".tmp", ".lock")):
-        problem = "ends in .tmp or .lock, which stm reserves"
+    problem = component_problem(name)
     if problem:
         raise usage_error(f"{what} {name!r} {problem}")
     return name
@@ -1703,26 +1722,61 @@ class RefInfo:
 REFS_DEPTH_MAX = 16  # folders below refs/ stm reads; deeper, check reports the folder
 
 
-def iter_ref_files(refs_dir: str, depth: int = 0):
+def ref_name_hidden(name: str) -> bool:
+    """A hidden name below refs/ (`.gitkeep`, an import's `.x.md.bak`, a tool's folder)
+    is not a ref: no reader lists, searches or checks it."""
+    return name.startswith(".")
+
+
+def ref_folders_too_many(folders: int) -> bool:
+    """A ref inside more than REFS_DEPTH_MAX folders below refs/ is never read."""
+    return folders > REFS_DEPTH_MAX
+
+
+def ref_path_problem(parts) -> str | None:
+    """Why the refs readers (boot's index, search, check, compact, digest, MCP) never read
+    the file refs/<parts...>, or None when they do. iter_ref_files walks by the same two
+    predicates, and `note --ref` refuses by this one: stm never writes a ref it will not
+    read back."""
+    hidden = next((part for part in parts if ref_name_hidden(part)), None)
+    if hidden is not None:
+        return f"{hidden!r} is hidden (starts with '.'), and stm's refs readers skip hidden names"
+    if ref_folders_too_many(len(parts) - 1):
+        return (
+            f"it is {len(parts) - 1} folders deep, and stm reads refs/ at most "
+            f"{REFS_DEPTH_MAX} folders deep"
+        )
+    return None
+
+
+def iter_ref_files(refs_dir: str, *, skipped: list | None = None, _folders: int = 0):
     """Every non-hidden entry under refs/ that is not a folder, sorted, without following
-    links; a folder nested deeper than REFS_DEPTH_MAX is yielded itself (check reports
-    it, readers skip it) instead of being walked."""
+    links (links and special files too: check reports them, readers skip them).
+
+    A folder the walk does not enter goes to `skipped` as (path, error) when a list is
+    given (check reports it, boot warns): one nested more than REFS_DEPTH_MAX deep (error
+    None), or one that cannot be listed (the OSError, e.g. permission denied). Without a
+    list a too-deep folder is passed over and an unreadable one raises."""
     if os.path.islink(refs_dir):
         return  # a symlinked refs/ could lead anywhere: check reports it
-    if depth > REFS_DEPTH_MAX:
-        yield refs_dir
-        return
     try:
         entries = sorted(os.scandir(refs_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return
+    except OSError as exc:
+        if skipped is None:
+            raise
+        skipped.append((refs_dir, exc))
+        return
     for entry in entries:
-        if entry.name.startswith("."):
+        if ref_name_hidden(entry.name):
             continue
-        if entry.is_dir(follow_symlinks=False):
-            yield from iter_ref_files(entry.path, depth + 1)
-        else:  # links and special files too: check reports them, readers skip them
+        if not entry.is_dir(follow_symlinks=False):
             yield entry.path
+        elif not ref_folders_too_many(_folders + 1):
+            yield from iter_ref_files(entry.path, skipped=skipped, _folders=_folders + 1)
+        elif skipped is not None:
+            skipped.append((entry.path, None))
 
 
 def parse_ref_head(text: str) -> tuple[str | None, str | None]:
@@ -1830,11 +1884,20 @@ LOG_BLOCK_BYTES = 1 << 20  # check reads big logs a block of whole entries at a 
 HANDOFF_RECEIPT_RE = LazyRegex(rb"^session: (\d{4}-\d\d-\d\d-[0-9a-f]{8})$", re.MULTILINE)
 
 
-def render_log_entry(message: str, author: str, stamp: str, entry_id: str) -> str:
-    # A message never carries framing of its own: a pasted header or end line would make a
-    # torn entry look complete, and the next append would then keep the tear. `&lt;` shows
-    # as `<` in any Markdown viewer, so the text still reads as typed.
-    body = message.replace(LOG_MARKER, "&lt;" + LOG_MARKER[1:])
+def escape_log_text(text: str) -> str:
+    """Text with every `<!-- stm:` neutralised: only stm writes its markers into a log.
+    `&lt;` shows as `<` in any Markdown viewer, so the text still reads as typed."""
+    return text.replace(LOG_MARKER, "&lt;" + LOG_MARKER[1:])
+
+
+def render_log_entry(
+    message: str, author: str, stamp: str, entry_id: str, *, escaped: bool = False
+) -> str:
+    # A message never carries framing or markers of its own: a pasted header or end line
+    # would make a torn entry look complete (the next append would then keep the tear),
+    # and a pasted `stm compact` marker would make check --fix delete memory. Only a
+    # caller that escaped every piece of text itself (compact_message) says `escaped`.
+    body = message if escaped else escape_log_text(message)
     return (
         f"## {stamp} · {author} <!-- stm:entry {entry_id} -->\n\n"
         f"{body}\n\n<!-- stm:end {entry_id} -->\n"
@@ -3959,30 +4022,59 @@ def compact_fact_text(text: str, limit: int) -> tuple[str, list[tuple[str, list[
     return render_fact_block(preamble, sections), moved
 
 
-def compact_message(moves: list[tuple[str, str, list[str]]]) -> str:
+# A compact entry's header line for each file and section it moved from ends with a
+# marker only compact writes (`log`, the MCP log tool, fact rm and handoff receipts all
+# escape `<!-- stm:` in their text, render_log_entry): the marker, not the readable
+# text, is what check trusts. It names the file relative to .stacks/ and the section,
+# percent-encoded (a space, `#` or `-->` in a name cannot break it), on one line:
+#
+#   moved from .stacks/refs/team facts.md ## deploy by stm compact: <!-- stm:compact
+#   refs/team%20facts.md deploy -->
+COMPACT_TAG = "<!-- stm:compact "
+COMPACT_HEADER_RE = LazyRegex(
+    r"^moved from .* " + re.escape(COMPACT_MARK) + r" <!-- stm:compact (\S+) (\S+) -->$"
+)
+COMPACT_READ_MAX_BYTES = 64 << 20  # a file check reads to judge a compact; bigger: left alone
+
+
+def compact_header(store: Store, path: str, name: str) -> str:
+    from urllib.parse import quote
+
+    rel = os.path.relpath(path, store.stacks).replace(os.sep, "/")
+    shown = escape_log_text(path_text(store.rel(path)))
+    return (
+        f"moved from {shown} ## {escape_log_text(path_text(name))} {COMPACT_MARK} "
+        f"{COMPACT_TAG}{quote(rel, safe='/')} {quote(name, safe='')} -->"
+    )
+
+
+def compact_message(store: Store, moves: list[tuple[str, str, list[str]]]) -> str:
+    """The log entry of a compact: for each (file, section, moved lines) a marked header
+    and the lines. Every piece of text is escaped here (append it with escaped=True)."""
     parts = [
-        f"moved from {path} ## {name} {COMPACT_MARK}\n\n" + "\n".join(lines)
+        compact_header(store, path, name) + "\n\n" + escape_log_text("\n".join(lines))
         for path, name, lines in moves
     ]
     return "\n\n".join(parts)
 
 
-COMPACT_HEADER_RE = LazyRegex(r"^moved from (\S+) ## (.+) " + re.escape(COMPACT_MARK) + r"$")
-
-
 def compact_moves(body: list[str]) -> list[tuple[str, str, list[tuple[str, ...]]]]:
-    """The (path, section, items) a `stm compact` log entry says it moved; an item is a
-    bullet with its indented lines."""
-    moves = []
+    """The (file below .stacks/, section, items) a `stm compact` log entry moved, read from
+    its markers only; an item is grouped as top_bullets groups the file's own (a loose
+    bullet keeps the blank line before its continuation)."""
+    from urllib.parse import unquote
+
+    blocks: list = []
     for line in body:
         header = COMPACT_HEADER_RE.match(line)
         if header:
-            moves.append((header.group(1), header.group(2), []))
-        elif moves and MD_BULLET_RE.match(line):
-            moves[-1][2].append([line])
-        elif moves and moves[-1][2] and line[:1] in (" ", "\t") and line.strip():
-            moves[-1][2][-1].append(line)
-    return [(path, name, [tuple(item) for item in items]) for path, name, items in moves]
+            blocks.append((unquote(header.group(1)), unquote(header.group(2)), []))
+        elif blocks:
+            blocks[-1][2].append(line)
+    return [
+        (rel, name, [tuple(lines[a:b]) for a, b in top_bullets(lines)])
+        for rel, name, lines in blocks
+    ]
 
 
 def section_items(text: str, name: str) -> list[tuple[str, ...]]:
@@ -3997,42 +4089,87 @@ def section_items(text: str, name: str) -> list[tuple[str, ...]]:
     return []
 
 
+def compact_target(store: Store, rel: str) -> str | None:
+    """The file a compact entry names, when it is one `stm compact` rewrites: MEMORY.md
+    or a ref, named relative to .stacks/, reached through no link, a ref by the readers'
+    rule. Never AGENT.md (compact has no --identity), the config, a log, or anything
+    outside .stacks/: an entry naming one is not acted on, and the file is not opened."""
+    parts = rel.split("/")
+    if any(component_problem(part) for part in parts):
+        return None  # empty, `.`, `..`, NUL, ...: also what makes `/etc/passwd` fail
+    memory = os.path.relpath(store.memory_path, store.stacks).replace(os.sep, "/")
+    if rel == memory:
+        path = store.memory_path
+    elif parts[0] == REFS_DIR and len(parts) > 1 and ref_path_problem(parts[1:]) is None:
+        path = os.path.join(store.refs_dir, *parts[1:])
+    else:
+        return None
+    return None if links_on_the_way(store.stacks, path) else path
+
+
+def compact_target_text(store: Store, rel: str) -> str | None:
+    """The text (LF line ends) of the file a compact entry names, read with a size cap,
+    regular files only, never blocking on a FIFO; None when it is no compact target or
+    cannot be read whole (too big, not UTF-8: compact itself would not rewrite it)."""
+    path = compact_target(store, rel)
+    if path is None:
+        return None
+    try:
+        if os.lstat(path).st_size > COMPACT_READ_MAX_BYTES:
+            return None
+        data = read_bytes(path, COMPACT_READ_MAX_BYTES + 1)
+        if len(data) > COMPACT_READ_MAX_BYTES:
+            return None
+        return data.decode("utf-8").replace("\r\n", "\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def compact_leftovers(rel: str, text: str, name: str, items: list) -> list[tuple[str, ...]]:
+    """The items of `## name` in `text` that a compact of it logged (`items`) and that
+    are still there: left behind only when the section still ends with exactly what was
+    moved (compact moves the bottom items); a bullet noted again, or kept on purpose
+    higher up, is not a leftover. Only what compact moves counts: a MEMORY.md section's
+    bullets (not Last Updated), a fact's History entries."""
+    if not items or name.strip().lower() == MD_LAST_UPDATED:
+        return []
+    if rel.startswith(REFS_DIR + "/"):
+        wanted = name.strip().lower()
+        fact = next((f for k, f, _, _ in parse_fact_block(text)[1] if k.lower() == wanted), None)
+        if fact is None:
+            return []
+    present = section_items(text, name)[-len(items) :]
+    logged = [tuple(escape_log_text(line) for line in item) for item in present]
+    return present if logged == items else []
+
+
 def compact_duplicates(store: Store, moves: list) -> dict[str, list]:
     """{file: [(section, item)]} of items a compact moved to the log that are still in
     their file: the rewrite after the log append did not happen (a kill between)."""
     found: dict[str, list] = {}
     texts: dict[str, str | None] = {}
     for rel, name, items in moves:
-        path = os.path.join(os.path.dirname(store.stacks), rel)
         if rel not in texts:
-            try:
-                texts[rel] = read_text(path).replace("\r\n", "\n")
-            except OSError:
-                texts[rel] = None
+            texts[rel] = compact_target_text(store, rel)
         if texts[rel] is None:
             continue
-        present = section_items(texts[rel], name)
-        # Left behind only when the section still ends with exactly what was moved (a
-        # compact moves the bottom items): a bullet noted again, or kept on purpose higher
-        # up, is not a leftover.
-        if items and present[-len(items) :] == items:
-            found.setdefault(path, []).extend((name, item) for item in items)
+        left = compact_leftovers(rel, texts[rel], name, items)
+        if left:
+            found.setdefault(compact_target(store, rel), []).extend((name, i) for i in left)
     return found
 
 
 def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Remove what a compact already moved to the log from the file it came from."""
     dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
-    if not dupes or os.path.islink(finding.target):
+    if not dupes:
         return None
-    try:
-        original = read_text_to_edit(finding.target, finding.path)
-    except StmError:
-        return None  # not UTF-8: left for a person
-    text = original.replace("\r\n", "\n")
-    if md_has_conflict_markers(text):
+    rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
+    text = compact_target_text(store, rel)  # the same bounded, link-free read
+    if text is None or md_has_conflict_markers(text):
         return None
     if not dry_run:
+        original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
         fixed = in_line_ends_of(original, drop_items(text, dupes))
         atomic_write(finding.target, fixed.encode("utf-8"))
     return f"removed {len(dupes)} item(s) already in the log"
@@ -4054,13 +4191,13 @@ def drop_items(text: str, dupes: list) -> str:
 
 
 def logged_compact_moves(store: Store) -> list:
-    """Every move recorded by `stm compact` log entries."""
+    """Every move recorded by a `stm compact` log entry (its markers)."""
     moves = []
     for name in log_file_names(store):
         path = os.path.join(store.logs_dir, name)
         try:
             for data, _, _ in iter_log_blocks(path):
-                if COMPACT_MARK.encode() not in data:
+                if COMPACT_TAG.encode() not in data:
                     continue
                 for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
                     if kind == "entry" and rest[0].complete:
@@ -4070,8 +4207,8 @@ def logged_compact_moves(store: Store) -> list:
     # Only the newest compact of each section can have been interrupted: an older one was
     # followed by its rewrite (or the newer compact would have refused nothing).
     newest = {}
-    for path, name, items in moves:
-        newest[(path, name.strip().lower())] = (path, name, items)
+    for rel, name, items in moves:
+        newest[(rel, name.strip().lower())] = (rel, name, items)
     return list(newest.values())
 
 
@@ -4149,6 +4286,17 @@ class BootParts:
             )
 
     def _workflow(self) -> None:
+        """The current session's workflow, else the sessions waiting; a folder that
+        cannot be read leaves a placeholder and a warning, never an empty boot."""
+        try:
+            self._read_workflow()
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else self.store.sessions_dir
+            self.problems.append(f"cannot read {display_path(where)}: {exc.strerror or exc}")
+            self.workflow = f"(unreadable: {self.store.rel(where)})"
+            self.waiting = []
+
+    def _read_workflow(self) -> None:
         store = self.store
         try:
             ref = current_session(store)
@@ -4194,8 +4342,8 @@ class BootParts:
         self.agent_at = parse_iso(str(agent or ""), need_zone=True)
 
     def _refs(self) -> list[RefInfo]:
-        refs = []
-        for path in iter_ref_files(self.store.refs_dir):
+        refs, skipped = [], []
+        for path in iter_ref_files(self.store.refs_dir, skipped=skipped):
             try:
                 refs.append(read_ref(path, self.store.refs_dir))
             except OSError as exc:
@@ -4203,6 +4351,16 @@ class BootParts:
                 continue
             if refs[-1].head is not None:
                 self._conflict_notice(path, refs[-1].head)
+        for path, error in skipped:  # a placeholder in the index, and a warning
+            rel = os.path.relpath(path, os.path.dirname(self.store.refs_dir))
+            if error is None:
+                self.problems.append(
+                    f"{display_path(path)} is nested deeper than {REFS_DEPTH_MAX} folders; "
+                    "its refs are not read (`stm check`)"
+                )
+                continue
+            self.problems.append(f"cannot read {display_path(path)}: {error.strerror}")
+            refs.append(RefInfo(rel, f"(unreadable folder: {error.strerror})", None, 0))
         return refs
 
     def _memory_notices(self) -> None:
@@ -5056,18 +5214,10 @@ class Checker:
             self.scan_secrets(path, text)
 
     def check_refs(self) -> None:
-        for path in iter_ref_files(self.store.refs_dir):
+        skipped: list = []
+        for path in iter_ref_files(self.store.refs_dir, skipped=skipped):
             if os.path.islink(path):
                 self.report("layer-symlink", path, "ref is a symbolic link", "copy the file in")
-                continue
-            if os.path.isdir(path):
-                self.report(
-                    "layer-symlink",
-                    path,
-                    f"refs/ is nested deeper than {REFS_DEPTH_MAX} folders here; stm reads "
-                    "no deeper",
-                    "flatten the folders",
-                )
                 continue
             if not os.path.isfile(path):
                 self.report("layer-symlink", path, "ref is not a regular file", "remove it")
@@ -5082,6 +5232,15 @@ class Checker:
             if not title:
                 self.report("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
             self.scan_secrets(path, text)
+        for path, error in skipped:
+            if error is not None:
+                raise error  # as for an unreadable layer: check cannot vouch for the refs
+            self.report(
+                "ref-too-deep",
+                path,
+                f"this folder is nested deeper than {REFS_DEPTH_MAX} folders below refs/: stm "
+                "reads nothing in it",
+            )
 
     def check_logs(self) -> None:
         logs = self.store.logs_dir
@@ -5759,19 +5918,6 @@ STATE_STATIC_FIELDS = (
 )
 
 
-def history_records(data: bytes) -> list[dict]:
-    """Every complete line of a history file that is an event object, in file order."""
-    records = []
-    for line in data.split(b"\n")[:-1]:  # the part after the last newline is torn
-        try:
-            event = load_json(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("event"), str):
-            records.append(event)
-    return records
-
-
 def conflict_sides(text: str) -> tuple[str, str]:
     """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
     ours, theirs, where = [], [], "both"
@@ -5849,19 +5995,60 @@ def state_conflict_reason(state, events: list | None, conflicted: bool) -> str |
     return None
 
 
+# What replay reads from each kind of event, checked as state.json's fields are
+# (field_problem): a merged line comes from another clone, or from a hand, and an event
+# that does not pass is skipped and reported, never written into the state. Kinds not
+# listed (handoff, recovered) are kept in the history and not replayed.
+EVENT_REPLAY_FIELDS = {
+    "created": {"name": "str", "valid_phases": "strs", "phase": "phase"},
+    "phase_change": {"to": "phase"},
+    "checkpoint": {
+        "done": "str",
+        "pending": "strs",
+        "resume": "str",
+        "note": "str",
+        "interrupted": "bool",
+        "finish": "bool",
+    },
+    "archived": {},
+    "captured": {"captured": CAPTURED_FIELDS},
+}
+
+
+def replay_problem(event: dict, valid_phases) -> str | None:
+    """Why `event` may not be replayed into a state whose valid phases are
+    `valid_phases`, or None: a field of the wrong type, a timestamp without a zone, a
+    phase that is no phase name or not one of the session's phases."""
+    fields = EVENT_REPLAY_FIELDS.get(event.get("event"))
+    if fields is None:
+        return None
+    for key, kind in {"timestamp": "stamp", "actor": "str", **fields}.items():
+        value = event.get(key)
+        problem = None if value is None and key != "timestamp" else field_problem(value, kind)
+        if problem:
+            return f"{key} {problem}"
+    if event["event"] == "created" and event.get("valid_phases"):
+        valid_phases = event["valid_phases"]
+    phase = event.get("phase" if event["event"] == "created" else "to")
+    listed = isinstance(valid_phases, list) and valid_phases
+    if phase is not None and listed and phase not in valid_phases:
+        return f"phase {one_line(phase, 64)!r} is not one of the session's valid_phases"
+    return None
+
+
 def replay_event(state: dict, event: dict) -> None:
-    """Apply one history event to a state being rebuilt."""
-    name, stamp = event.get("event"), str(event.get("timestamp", ""))
+    """Apply one history event, which passed replay_problem, to a state being rebuilt."""
+    name, stamp = event.get("event"), event.get("timestamp")
     if name == "created":
         state.setdefault("created_at", stamp)
         for key in ("name", "valid_phases"):
             if event.get(key) is not None:
                 state.setdefault(key, event[key])
-        phase = event.get("phase") if isinstance(event.get("phase"), str) else None
+        phase = event.get("phase")
         if phase and not state.get("phase_history"):
             state["phase"] = phase
             state["phase_history"] = [{"phase": phase, "entered_at": stamp, "exited_at": None}]
-    elif name == "phase_change" and isinstance(event.get("to"), str):
+    elif name == "phase_change" and event.get("to") is not None:
         history = state.setdefault("phase_history", [])
         if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
             history[-1]["exited_at"] = stamp
@@ -5872,31 +6059,48 @@ def replay_event(state: dict, event: dict) -> None:
             key: event.get(key)
             for key in ("done", "pending", "resume", "note", "interrupted", "finish")
         }
-        if not isinstance(change["pending"], list):
-            change["pending"] = None
-        actor = str(event.get("actor") or "?")
-        apply_checkpoint(state, change, author=actor, now=stamp)
+        apply_checkpoint(state, change, author=event.get("actor") or "?", now=stamp)
     elif name == "archived":
         state["archived_at"] = stamp
+    elif name == "captured" and isinstance(event.get("captured"), dict):
+        state["captured"] = dict(event["captured"])  # the newest capture wins
 
 
-def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
-    """(state, events) rebuilt from a session folder's merged history: events ordered by
-    time (ties in file order), exact duplicates dropped, versions 1..n; None when the
-    history holds no event."""
+def numbered_events(data: bytes) -> list[tuple[int, dict]] | None:
+    """(line number, event) of every complete line of a history file; None when a line
+    is not an event object (history-invalid: for a person to restore)."""
+    found = []
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):  # after the last \n: torn
+        if not line.strip():
+            continue
+        try:
+            event = load_json(line)
+        except ValueError:
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            return None
+        found.append((number, event))
+    return found
+
+
+def rebuild_state(folder: str) -> tuple[dict, list[dict], list[str]] | None:
+    """(state, events, skipped) rebuilt from a session folder's merged history: events
+    ordered by time (ties in file order), exact duplicates dropped, versions 1..n; each
+    event replayed only when replay_problem finds nothing (`skipped` says which were not,
+    by line). None when the history holds no event, a line is not an event, or the
+    result would still not be a valid state."""
     session_id = os.path.basename(folder)
-    data = read_bytes(os.path.join(folder, HISTORY_FILE))
-    records = history_records(data)
-    complete = [line for line in data.split(b"\n")[:-1] if line.strip()]
-    if not records or len(records) != len(complete):
-        return None  # a line that is not an event: history-invalid, for a person to restore
-    unique = list({dumps_json(e, None): e for e in records}.values())
-    order = sorted(
-        range(len(unique)),
-        key=lambda i: (parse_iso(str(unique[i].get("timestamp", "")), need_zone=True) or 0, i),
+    numbered = numbered_events(read_bytes(os.path.join(folder, HISTORY_FILE)))
+    if not numbered:
+        return None
+    unique: dict[str, tuple[int, dict]] = {}
+    for number, event in numbered:
+        unique.setdefault(dumps_json(event, None), (number, event))
+    order = sorted(  # stable: ties stay in file order
+        unique.values(),
+        key=lambda item: parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,
     )
-    events = [dict(unique[i]) for i in order]
-    versions = event_versions(records)
+    versions = event_versions([event for _, event in numbered])
     repeated = repeated_values(versions)
     fork = min(repeated) if repeated else None
     try:
@@ -5904,14 +6108,24 @@ def rebuild_state(folder: str) -> tuple[dict, list[dict]] | None:
     except OSError:
         sides = []
     state = rebuilt_start(folder, session_id, sides)
-    for event in events:
+    replayed, skipped = [], []
+    for number, event in order:
+        problem = replay_problem(event, state.get("valid_phases"))
+        if problem:
+            skipped.append(f"line {number} ({one_line(event['event'], 40)}): {problem}")
+            continue
         replay_event(state, event)
-    merge_fork_notes(state, events, fork)
+        replayed.append(event)
+    merge_fork_notes(state, replayed, fork)
+    events = [dict(event) for _, event in order]
     for number, event in enumerate(events, 1):
         event["version"] = number
     state["version"] = len(events)
-    state["updated_at"] = str(events[-1].get("timestamp") or iso_now())
-    return state, events
+    stamps = [e["timestamp"] for e in replayed if e.get("timestamp") is not None]
+    state["updated_at"] = stamps[-1] if stamps else iso_now()
+    if any(rule != "state-phase" for rule, _ in state_problems(state, session_id)):
+        return None  # never write a state that every update would then refuse
+    return state, events, skipped
 
 
 def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
@@ -5920,7 +6134,7 @@ def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
     state = {"session_id": session_id}
     for side in sides:
         for key in STATE_STATIC_FIELDS:
-            if key in side and key not in state:
+            if key in side and key not in state and static_field_ok(key, side[key]):
                 state[key] = side[key]
     handoff_path = os.path.join(folder, "context", HANDOFF_JSON)
     with contextlib.suppress(OSError, StmError):
@@ -5929,6 +6143,16 @@ def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
         state.update({k: v for k, v in start.items() if k not in state or k == "checkpoint"})
         state.pop("phase_history", None)  # the created/handoff events say when it began
     return state
+
+
+def static_field_ok(key: str, value) -> bool:
+    """Whether a field copied from one side of a conflicted state.json passes the checks
+    state.json's own fields pass (a side is merged text, like the history)."""
+    if key == "created_at":
+        return is_iso_utc(value)
+    if field_problem(value, STATE_OPTIONAL_FIELDS.get(key)):
+        return False
+    return key != "context" or all(context_path_problem(v) is None for v in value.values())
 
 
 def merge_fork_notes(state: dict, events: list[dict], fork: int | None) -> None:
@@ -5947,9 +6171,14 @@ def merge_fork_notes(state: dict, events: list[dict], fork: int | None) -> None:
 
 
 def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
-    """Rebuild state.json (and renumber history.jsonl) from the merged history: the
-    history is written first, so a kill between the two leaves a state `check` still
-    reports and the next --fix completes."""
+    """Rebuild state.json (and renumber history.jsonl) from the merged history.
+
+    state.json is written first, then the history: a kill between the two leaves the
+    history as merged, whose repeated versions still say where the clones split, so
+    `check` still reports it and the next --fix rebuilds the same state (with every
+    clone's recovery note) and renumbers. Written the other way round, a kill would
+    leave a renumbered history that no longer shows the fork. A write that fails puts
+    both files back."""
     folder = os.path.dirname(finding.target)
     if os.path.islink(folder) or os.path.islink(os.path.join(folder, HISTORY_FILE)):
         return None
@@ -5959,12 +6188,22 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
         return None
     if rebuilt is None:
         return None
-    state, events = rebuilt
+    state, events, skipped = rebuilt
     if not dry_run:
+        state_path, history_path = (os.path.join(folder, n) for n in (STATE_FILE, HISTORY_FILE))
         lines = "".join(dumps_json(e, None) + "\n" for e in events)
-        atomic_write(os.path.join(folder, HISTORY_FILE), lines.encode("utf-8"))
-        atomic_write(os.path.join(folder, STATE_FILE), dumps_json(state).encode("utf-8"))
-    return f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
+        with Rollback() as rollback:
+            rollback.add(restorer(state_path))
+            atomic_write(state_path, dumps_json(state).encode("utf-8"))
+            rollback.add(restorer(history_path))
+            atomic_write(history_path, lines.encode("utf-8"))
+    action = f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
+    if skipped:
+        action += (
+            f"; skipped {len(skipped)} event(s) of {HISTORY_FILE} with invalid fields (kept "
+            f"in the history, not replayed): {'; '.join(skipped[:5])}"
+        )
+    return action
 
 
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
@@ -6032,6 +6271,7 @@ RULES = {
         Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
         Rule("ref-empty", "error", "write it, or delete it"),
         Rule("ref-title", "error", "add a '# Title' line"),
+        Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
         Rule(
             "fact-current",
             "error",
@@ -6224,6 +6464,9 @@ def field_problem(value, kind) -> str | None:
             for e in value
         )
         return None if ok else "must be a list of {text, status} objects"
+    if kind == "phase":  # a history event's phase (state.json's own is checked apart)
+        ok = isinstance(value, str) and PHASE_RE.match(value) is not None
+        return None if ok else "must be a phase name (letters, digits, `.`, `_`, `-`; 1-64)"
     if kind == "phases":
         if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
             return "must be a list of {phase, entered_at, exited_at} objects"
@@ -6501,8 +6744,12 @@ def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
         )
 
 
-def append_log_entry(store: Store, message: str, now: float | None = None):
-    """Append one entry to today's log; call with the stacks lock held. Returns the undo."""
+def append_log_entry(
+    store: Store, message: str, now: float | None = None, *, escaped: bool = False
+):
+    """Append one entry to today's log; call with the stacks lock held. Returns the undo.
+    `escaped`: the caller escaped all text in `message` and added stm's own markers (see
+    render_log_entry); every other message is escaped here."""
     now = utc_now() if now is None else now
     stamp = iso(now)
     logs = store.logs_dir
@@ -6511,7 +6758,7 @@ def append_log_entry(store: Store, message: str, now: float | None = None):
     require_inside(logs, store.stacks, "logs folder")
     path = store.log_path(stamp[:10])
     refuse_symlink(path, "log file")
-    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4))
+    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
     data = ("\n" + entry if size else entry).encode("utf-8")
     return append_record(path, data, log_complete_end)
@@ -7621,6 +7868,9 @@ def ref_name_parts(name: str) -> list[str]:
         check_component(part, f"--ref {name!r}: component")
     if not parts[-1].endswith(".md"):
         parts[-1] += ".md"
+    problem = ref_path_problem(parts)
+    if problem:  # it would be written and then never read, searched or checked
+        raise usage_error(f"--ref {name!r}: {problem}; choose another name; nothing written")
     return parts
 
 
@@ -7853,10 +8103,12 @@ def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEF
             raise StmError(f"no fact {key!r} in {store.rel(path)}")
         removed = "\n".join(render_fact(found[1]))
         message = f"removed from {store.rel(path)} by stm fact rm: {why}\n\n{removed}"
-        append_log_entry(store, normalise_message(message))
         sections.remove(found)
         rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
-        atomic_write(path, rendered.encode("utf-8"))
+        with Rollback() as rollback:  # a failed rewrite takes the log entry back out
+            rollback.add(append_log_entry(store, normalise_message(message)))
+            rollback.add(restorer(path))
+            atomic_write(path, rendered.encode("utf-8"))
     return {"path": store.rel(path), "key": key, "removed": True}
 
 
@@ -7912,7 +8164,9 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
     """The `compact` operation: MEMORY.md sections over their bullet limits and fact
     histories over theirs lose their oldest items to one log entry of today. The log is
     appended (and made durable) before any file is rewritten: a kill in between can only
-    leave an item in both places, which `check` reports and `check --fix` removes."""
+    leave an item in both places, which `check` reports and `check --fix` removes. A
+    write that fails (disk full, file too big) undoes the others, the log entry included:
+    the tree is left as it was."""
     config = load_config(store, strict=True)
     with store.stacks_lock():
         rewrites, moves = [], []
@@ -7925,7 +8179,7 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
         new, moved = compact_memory_text(text, config)
         if moved:
             rewrites.append((store.memory_path, in_line_ends_of(original, new)))
-            moves += [(store.rel(store.memory_path), name, lines) for name, lines in moved]
+            moves += [(store.memory_path, name, lines) for name, lines in moved]
         for path in iter_ref_files(store.refs_dir):
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
@@ -7940,14 +8194,17 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
             )
             if moved:
                 rewrites.append((path, in_line_ends_of(block, new)))
-                moves += [(store.rel(path), key, lines) for key, lines in moved]
+                moves += [(path, key, lines) for key, lines in moved]
         if moves and not dry_run:
-            append_log_entry(store, compact_message(moves))
-            for path, new in rewrites:
-                atomic_write(path, new.encode("utf-8"))
+            with Rollback() as rollback:
+                message = compact_message(store, moves)
+                rollback.add(append_log_entry(store, message, escaped=True))
+                for path, new in rewrites:
+                    rollback.add(restorer(path))
+                    atomic_write(path, new.encode("utf-8"))
     return {
         "dry_run": dry_run,
-        "moved": [{"path": p, "section": n, "lines": lines} for p, n, lines in moves],
+        "moved": [{"path": store.rel(p), "section": n, "lines": lines} for p, n, lines in moves],
     }
 
 
@@ -9835,6 +10092,9 @@ def ref_path(store: Store, name: str) -> str:
         raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
     for part in parts:
         check_component(part, f"ref {name!r}: component")
+    problem = ref_path_problem(parts)
+    if problem:  # not a ref for any other reader either
+        raise usage_error(f"ref {name!r}: {problem}")
     path = os.path.join(store.refs_dir, *parts)
     refuse_symlink(store.refs_dir, "refs folder")
     refuse_links_below(store.refs_dir, path)

@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -172,12 +173,20 @@ def other_lines(text: str) -> list[str]:
     return kept
 
 
+COMPACT_MARKER = re.compile(r" <!-- stm:compact \S+ \S+ -->$")
+
+
 def compact_blocks(text: str) -> list[tuple[str, str, list[tuple[str, ...]]]]:
-    """The (path, section, items) blocks of a `stm compact` log entry's text."""
+    """The (path, section, items) blocks of a `stm compact` log entry's text (the visible
+    header, without the marker at its end)."""
     blocks = []
     for line in text.split("\n"):
-        if line.startswith("moved from ") and line.endswith(" by stm compact:"):
-            path, _, section = line[len("moved from ") : -len(" by stm compact:")].partition(" ## ")
+        header = COMPACT_MARKER.sub("", line)
+        if header != line and header.startswith("moved from "):
+            assert header.endswith(" by stm compact:"), line
+            path, _, section = header[len("moved from ") : -len(" by stm compact:")].partition(
+                " ## "
+            )
             blocks.append((path, section, []))
         else:
             assert blocks, text
@@ -697,7 +706,8 @@ def test_compact_moves_the_bottom_bullets_into_one_log_entry(store, run, monkeyp
     name, entry = entries[0]
     assert name == "2026-11-23.md" and entry.complete and entry.stamp == "2026-11-23T10:00:00Z"
     assert entry_text(entry) == (
-        "moved from .stacks/MEMORY.md ## Next Steps by stm compact:\n\n- step 3\n- step 2\n- step 1"
+        "moved from .stacks/MEMORY.md ## Next Steps by stm compact: "
+        "<!-- stm:compact MEMORY.md Next%20Steps -->\n\n- step 3\n- step 2\n- step 1"
     )
     # Within its limits now: a second run has nothing to do.
     state = snapshot(store)
@@ -723,7 +733,8 @@ def test_compact_moves_continuation_lines_with_their_bullet(store, run, monkeypa
     )
     ((_, entry),) = log_entries(store)
     assert entry_text(entry) == (
-        "moved from .stacks/MEMORY.md ## Next Steps by stm compact:\n\n"
+        "moved from .stacks/MEMORY.md ## Next Steps by stm compact: "
+        "<!-- stm:compact MEMORY.md Next%20Steps -->\n\n"
         "- middle\n  more of middle\n\tand a tab line\n- bottom"
     )
 
@@ -871,8 +882,8 @@ def test_compact_keeps_the_newest_fact_history(store, run, monkeypatch):
     ((name, entry),) = log_entries(store)
     assert name == "2026-11-23.md"
     assert entry_text(entry) == (
-        "moved from .stacks/refs/facts.md ## primary_language by stm compact:\n\n"
-        + "\n".join(moved_lines)
+        "moved from .stacks/refs/facts.md ## primary_language by stm compact: "
+        "<!-- stm:compact refs/facts.md primary_language -->\n\n" + "\n".join(moved_lines)
     )
     assert findings(run)[0] == 0
 
