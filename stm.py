@@ -5120,7 +5120,7 @@ class Checker:
                         fix = f"run `stm setup {client.name} --install` in this clone"
                         self.report("hook-command", path, f"the {event} hook: {problem}", fix)
             installed = [e for e, commands in installed.items() if commands]
-            if installed and not os.environ.get("CI"):
+            if not os.environ.get("CI"):
                 for notice in hook_run_notices(self.store, client, installed):
                     self.report("hook-not-run", path, notice)
 
@@ -7062,8 +7062,30 @@ def gather_status(store: Store) -> dict:
         "boot": {"tokens": boot_tokens, "budget": budget},
         "sessions": sessions,
         "warnings": warnings,
+        "notices": installed_hook_notices(store),
         "verdict": verdict,
     }
+
+
+def installed_hook_notices(store: Store) -> list[str]:
+    """The hooks stm installed for agent clients that never ran here, or not for long
+    (spec/capture.md): notices, which never change a verdict."""
+    if os.environ.get("CI"):
+        return []
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    notices = []
+    for client in HOOK_CLIENTS_TABLE:
+        path = os.path.join(root, client.file)
+        if not os.path.isfile(path) or links_on_the_way(root, path):
+            continue
+        events = tuple(event for event, _, _ in client.hooks)
+        try:
+            data, _ = load_settings(path, events)
+        except (StmError, OSError):
+            continue
+        installed = [e for e in events if stm_hook_commands(data, e)]
+        notices += hook_run_notices(store, client, installed)
+    return notices
 
 
 def cmd_status(args) -> int:
@@ -7102,6 +7124,8 @@ def cmd_status(args) -> int:
         )
     for warning in status["warnings"]:
         out(f"warning: {warning}")
+    for notice in status["notices"]:
+        out(f"notice: {notice}")
     out(f"verdict: {status['verdict']}")
     return EXIT_OK
 

@@ -621,3 +621,49 @@ def test_a_committed_stm_boot_hook_is_upgraded_by_install(copied, run):
     assert [len(v) for v in json.loads(settings.read_text())["hooks"].values()] == [1, 1, 1]
     assert run("setup", "claude", "--check").code == 0
     assert run("setup", "claude", "--remove").code == 0
+
+
+def test_status_notices_a_hook_that_never_ran_without_changing_the_verdict(copied, run):
+    run("setup", "claude", "--install")
+    data = json.loads(run("status", "--json").out)
+    assert any("SessionStart hook has never run" in n for n in data["notices"])
+    assert data["verdict"] == "ok"
+    assert "notice: the Claude Code SessionStart hook has never run" in run("status").out
+
+
+def test_a_capture_committed_in_one_clone_is_shown_by_a_fresh_clone(copied, run, tmp_path):
+    """The pointer is local: a fresh clone has no current session, and boot shows the
+    newest capture among the sessions waiting."""
+    project = copied
+    folder = project.parent / "transcripts"
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("config", "user.email", "t@x"),
+        ("config", "user.name", "t"),
+    ):
+        subprocess.run(["git", *args], cwd=project, check=True, env=env)
+    transcript = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    assert (
+        run(
+            "capture", "--client", "claude", stdin=payload("SessionEnd", SID, transcript, project)
+        ).code
+        == 0
+    )
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "work and memory"], cwd=project, check=True, env=env)
+    clone = tmp_path / "fresh-clone"
+    subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True, env=env)
+    done = subprocess.run(
+        [sys.executable, str(clone / "stm.py"), "boot"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env={**env, "STM_FSYNC": "0"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "## Sessions waiting" in done.stdout
+    block = done.stdout.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert "- Plan, in progress: wire it into __init__" in block
+    assert "- Asked: Add a Rankine scale to tempconv" in block
