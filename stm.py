@@ -3387,7 +3387,10 @@ def md_fence_flags(lines: list[str]) -> list[bool]:
 
 def split_md_sections(text: str) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
     """(preamble lines, [(name, heading line, body lines)]), cut at `## ` headings outside
-    code fences. Lossless: joining preamble, then each heading and body, gives the text."""
+    code fences. A `# ` heading after the first section ends the section above it, as
+    everywhere stm reads sections (breaks_section), and opens a part named by its whole
+    line (`# Appendix`), which no `## ` name can equal. Lossless: joining preamble, then
+    each heading and body, gives the text."""
     lines = md_lines(text)
     preamble: list[str] = []
     sections: list[tuple[str, str, list[str]]] = []
@@ -3395,6 +3398,8 @@ def split_md_sections(text: str) -> tuple[list[str], list[tuple[str, str, list[s
     for index, line in enumerate(lines):
         if not fenced[index] and line.startswith("## "):
             sections.append((line[3:].strip(), line, []))
+        elif not fenced[index] and sections and line.startswith("# "):
+            sections.append((line.strip(), line, []))
         elif sections:
             sections[-1][2].append(line)
         else:
@@ -3997,7 +4002,8 @@ def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, l
     for name, heading, body in sections:
         bullets = top_bullets(body)
         keep = section_limit(config, name)
-        if len(bullets) > keep and name.strip().lower() != MD_LAST_UPDATED:
+        level_one = name.startswith("# ")  # a `# ` part is not a section: never compacted
+        if len(bullets) > keep and name.strip().lower() != MD_LAST_UPDATED and not level_one:
             gone = bullets[keep:]
             lines = [line for start, end in gone for line in body[start:end]]
             moved.append((name, lines))
@@ -4737,7 +4743,8 @@ def md_blocks(text: str) -> tuple[list[str], list[list]]:
     sections: list[list] = []
     fenced = md_fence_flags(lines)
     for index, line in enumerate(lines):
-        if not fenced[index] and line.startswith("#### "):
+        # `###` is a demoted `# `: after the first section it ends it (breaks_section)
+        if not fenced[index] and (line.startswith("#### ") or sections and line.startswith("### ")):
             sections.append([line, []])
         elif sections:
             units = sections[-1][1]

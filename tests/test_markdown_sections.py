@@ -1,0 +1,69 @@
+"""One section rule for every reader of MEMORY.md: a `## ` section ends at the next `#`
+or `##` heading outside a code fence (spec/integration.md), in note, check, compact,
+boot's cuts and the merge driver alike (issue: one owner per format, bug 3)."""
+
+from __future__ import annotations
+
+from conftest import TODAY
+
+import stm
+
+APPENDIX = [f"- appendix item {n}" for n in range(1, 16)]  # over the default limit of 10
+
+MEMORY = (
+    "# Session Memory\n\n"
+    "## Status\n\nWorking.\n\n"
+    "## Next Steps\n\n- step one\n- step two\n\n"
+    "# Appendix\n\n" + "\n".join(APPENDIX) + "\n\n"
+    f"## Last Updated\n\n{TODAY}\n"
+)
+
+
+def sections_of(text: str) -> dict:
+    return {name: body for name, _, body in stm.split_md_sections(text)[1]}
+
+
+def test_every_reader_ends_next_steps_at_the_level_one_heading():
+    lines = MEMORY.split("\n")
+    start = next(i for i, line in enumerate(lines) if line == "## Next Steps")
+    end = stm.section_end(lines, start)  # note's and check's rule
+    assert lines[end] == "# Appendix"
+    assert stm.section_body(MEMORY, "Next Steps").strip() == "- step one\n- step two"
+    merged_view = sections_of(MEMORY)  # the merge driver's and compact's
+    assert [line for line in merged_view["Next Steps"] if line.strip()] == [
+        "- step one",
+        "- step two",
+    ]
+    assert [line for line in merged_view["# Appendix"] if line.strip()] == APPENDIX
+    booted = stm.demote_headings(MEMORY, 2)  # boot's cuts
+    _, blocks = stm.md_blocks(booted)
+    units = {heading: [u for u in items if stm.is_bullet_unit(u)] for heading, items in blocks}
+    assert len(units["#### Next Steps"]) == 2 and len(units["### Appendix"]) == 15
+
+
+def test_compact_leaves_a_level_one_part_alone(store, run):
+    memory = store / ".stacks" / "MEMORY.md"
+    memory.write_text(MEMORY)
+    result = run("compact")
+    assert result.code == 0, result
+    assert memory.read_text() == MEMORY  # Next Steps is within its limit: nothing moved
+    logs = "".join(p.read_text() for p in (store / ".stacks" / "logs").glob("*.md"))
+    assert "appendix item" not in logs
+
+
+def test_the_merge_driver_keeps_the_part_apart_from_the_section_above():
+    ours = MEMORY.replace("- step two\n", "- step two\n- ours added\n")
+    theirs = MEMORY.replace("- appendix item 15\n", "- appendix item 15\n- theirs added\n")
+    merged, clean = stm.merge_markdown(MEMORY, ours, theirs)
+    assert clean, merged
+    view = sections_of(merged)
+    assert "- ours added" in view["Next Steps"] and "- theirs added" not in view["Next Steps"]
+    assert "- theirs added" in view["# Appendix"]
+    assert merged.count("- appendix item 1\n") == 1
+
+
+def test_boot_cuts_count_appendix_bullets_as_their_own(store, run):
+    (store / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    full = run("boot").out
+    cut = run("boot", "--max-chars", str(len(full) - 200)).out
+    assert "older bullet(s) of Next Steps" not in cut
