@@ -4749,7 +4749,10 @@ def md_blocks(text: str) -> tuple[list[str], list[list]]:
         elif sections:
             units = sections[-1][1]
             indented = line.startswith((" ", "\t")) or fenced[index]
-            if units and indented and is_bullet_unit(units[-1]):
+            # A fence is one unit with its opener: a `- ` line inside it is no bullet,
+            # and no cut may take its closing line without its opening one.
+            in_fence = fenced[index] and index > 0 and fenced[index - 1]
+            if units and (in_fence or (indented and is_bullet_unit(units[-1]))):
                 units[-1].append(line)
             else:
                 units.append([line])

@@ -67,3 +67,29 @@ def test_boot_cuts_count_appendix_bullets_as_their_own(store, run):
     full = run("boot").out
     cut = run("boot", "--max-chars", str(len(full) - 200)).out
     assert "older bullet(s) of Next Steps" not in cut
+
+
+FENCED = (
+    "# Session Memory\n\n"
+    "## Status\n\nWorking on the pipeline.\n\n"
+    "## Observations\n\n"
+    "- the pipeline file is long and this observation takes some room in the budget\n"
+    "- the stages are:\n\n"
+    "```yaml\n- build\n- ship\n```\n\n"
+    "- a third observation after the fence\n\n"
+    "## Next Steps\n\n- write the deploy stage\n\n"
+    f"## Last Updated\n\n{TODAY}\n"
+)
+
+
+def test_no_boot_budget_cuts_a_fenced_line_as_a_bullet(store, run):
+    """Bug 1: at every budget, a fence in memory comes out whole or not at all, so
+    nothing after it renders inside a code block."""
+    (store / ".stacks" / "MEMORY.md").write_text(FENCED)
+    full = run("boot").out
+    for limit in range(300, len(full) + 1, 7):
+        out = run("boot", "--max-chars", str(limit)).out
+        memory = out.split("## Session memory")[-1].split("\n## ")[0] if "## Session" in out else ""
+        fences = [line for line in memory.split("\n") if line.startswith("```")]
+        assert len(fences) % 2 == 0, (limit, out)
+        assert ("- build" in memory) == ("- ship" in memory) == bool(fences), (limit, out)
