@@ -7106,16 +7106,121 @@ def _lines_of(fd: int):
         os.close(fd)
 
 
+# A --regex search is bounded twice (spec/reliability.md, "Bounded input"): patterns that
+# can backtrack exponentially are refused before a line is read (regex_hazard), and the
+# matching of one search may take REGEX_BUDGET_S seconds in all (RegexBudget), which
+# stops what is only polynomial, such as `a.*b` on a line of a million a's.
+REGEX_BUDGET_S = 5.0
+REGEX_TICK_S = 0.05  # how often the budget is looked at while a search runs
+
+
+def regex_hazard(pattern: str) -> str | None:
+    """Why `pattern` could backtrack exponentially, or None. Python's re has no time
+    limit, so the rule is read off the parsed pattern: a repeat (`+`, `*`, `{2,}`, `{n}`)
+    may not hold another quantifier, `?` included, nor an alternation of several
+    characters (one-character alternatives are a set and safe); no backreferences."""
+    try:
+        from re import _parser as parser  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.9 and 3.10
+        import sre_parse as parser
+    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None)}
+    stack = [(parser.parse(pattern, re.IGNORECASE), False)]  # (subpattern, inside a repeat)
+    while stack:
+        items, inside = stack.pop()
+        for op, av in items:
+            if op in repeats:
+                low, high, body = av
+                if inside and low != high:
+                    return "repeats a group that holds another quantifier, as `(a+)+` does"
+                stack.append((body, inside or high > 1))
+            elif op == parser.BRANCH:
+                if inside:
+                    return "repeats an alternation, as `(a|ab)+` does"
+                stack.extend((branch, inside) for branch in av[1])
+            elif op in (parser.GROUPREF, parser.GROUPREF_EXISTS):
+                return "uses a backreference"
+            elif op == parser.SUBPATTERN or op in (parser.ASSERT, parser.ASSERT_NOT):
+                stack.append((av[-1], inside))
+            elif op == getattr(parser, "ATOMIC_GROUP", None):
+                stack.append((av, inside))
+    return None
+
+
+class RegexBudget:
+    """Seconds of matching left to one regex search. A periodic SIGALRM looks at the
+    clock; when the line being matched has used up the budget, its handler raises, which
+    re's engine lets through (it polls for signals). Time spent outside matching, such as
+    a slow reader of stdout, is not counted. Where there is no SIGALRM or this is not the
+    main thread, only the static rule (regex_hazard) bounds the search."""
+
+    def __init__(self, search, pattern: str):
+        self.search, self.pattern = search, pattern
+        self.spent, self.started, self.over = 0.0, None, False
+        self.saved = None
+
+    def __call__(self, line: str):
+        self.started = time.monotonic()
+        try:
+            return self.search(line)
+        finally:
+            started, self.started = self.started, None
+            self.spent += time.monotonic() - started
+
+    def _tick(self, signum, frame) -> None:
+        started = self.started
+        if started is None or self.over:
+            return  # not matching now (reading files, or a slow reader of the output)
+        if self.spent + time.monotonic() - started > REGEX_BUDGET_S:
+            self.over = True  # one refusal, even if the clock ticks again meanwhile
+            raise usage_error(
+                f"regex {self.pattern!r} took over {REGEX_BUDGET_S:g} s of matching "
+                "(it backtracks on these lines); make it more specific, or search "
+                "without --regex"
+            )
+
+    def __enter__(self):
+        import signal
+
+        if hasattr(signal, "setitimer"):
+            try:
+                handler = signal.signal(signal.SIGALRM, self._tick)
+            except ValueError:  # not the main thread
+                return self
+            timer = signal.setitimer(signal.ITIMER_REAL, REGEX_TICK_S, REGEX_TICK_S)
+            self.saved = (handler, timer)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.saved is not None:
+            import signal
+
+            handler, (delay, interval) = self.saved
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, handler)
+            if delay or interval:
+                signal.setitimer(signal.ITIMER_REAL, delay, interval)
+            self.saved = None
+        return False
+
+
 def search_matcher(pattern: str, regex: bool):
+    """The line test of a search: a case-blind substring, or (regex) a RegexBudget."""
     if not pattern:
         raise usage_error("search needs a non-empty PATTERN")
     if regex:
         try:
-            return re.compile(pattern, re.IGNORECASE).search
-        except re.error as exc:
+            compiled = re.compile(pattern, re.IGNORECASE)
+            hazard = regex_hazard(pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
             raise usage_error(
                 f"--regex {pattern!r} is not a valid regular expression: {exc}"
             ) from None
+        if hazard:
+            raise usage_error(
+                f"regex {pattern!r} {hazard}, which can take exponential time on one line; "
+                "write it without that, or search without --regex"
+            )
+        return RegexBudget(compiled.search, pattern)
     needle = pattern.casefold()
     return lambda line: needle in line.casefold()
 
@@ -7137,7 +7242,15 @@ def search_memory(
         raise usage_error(f"--layer {layer!r} is not one of {', '.join(search_layers())}")
     matches = search_matcher(pattern, regex)
     layers = (layer,) if layer else search_layers()
-    return _search_hits(store, matches, layers, since[:10] if since else None)
+    hits = _search_hits(store, matches, layers, since[:10] if since else None)
+    return _budgeted(hits, matches) if isinstance(matches, RegexBudget) else hits
+
+
+def _budgeted(hits, budget: RegexBudget):
+    """`hits` with the regex budget's timer running while they are produced; the timer
+    is put back when the search ends, fails, or its reader stops early."""
+    with budget:
+        yield from hits
 
 
 def _search_hits(store: Store, matches, layers, since):

@@ -325,3 +325,62 @@ def test_a_state_file_holding_a_non_standard_number_is_reported_not_used(store, 
     assert snapshot(store) == before
     found = json.loads(run("check", "--json").out)
     assert any(f["path"].endswith("state.json") for f in found["findings"])
+
+
+# ---- 9: a regex search is bounded --------------------------------------------------------------
+
+# Each of these backtracks exponentially (or worse) on a line of ~40 characters.
+CATASTROPHIC = [
+    "(a+)+$",
+    "(a*)*b",
+    "(?:a|aa)+$",
+    "(a?a?)+$",
+    "(\\w+\\s?)*$",
+    "(x+x+)+y",
+    "(a){2,}(a+)+$",
+    "^(a|a?)+$",
+    "(.*a){20}",
+    "(a+){30}$",
+    "(?=(a+)+$)",
+    "(a)\\1*$",
+]
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_a_catastrophic_regex_is_refused_before_any_line_is_read(store, run, pattern):
+    (store / ".stacks" / "MEMORY.md").write_text("# M\n\n## S\n\n" + "a" * 41 + "!\n")
+    result = run("search", "--regex", pattern)
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and "regex" in result.err
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["parser|lexer", "^## ", "grammar.*bugs", "\\bport(ed)?\\b", "[0-9]{4}-[0-9]{2}", "(ab)+c"],
+)
+def test_ordinary_regexes_still_search(store, run, pattern):
+    assert run("search", "--regex", pattern).code in (0, 1)  # found or not; never refused
+
+
+def test_the_mcp_search_tool_refuses_a_catastrophic_regex_and_goes_on(store, mcp):
+    (store / ".stacks" / "MEMORY.md").write_text("# M\n\n## S\n\n" + "a" * 41 + "!\n")
+    client = mcp()
+    refused = client.tool_result("search", {"query": "(a+)+$", "regex": True})
+    assert refused["isError"] is True and "regex" in refused["content"][0]["text"]
+    found = client.tool_result("search", {"query": "a+!", "regex": True})
+    assert found["isError"] is False and found["structuredContent"]["matches"]
+    assert client.close() == 0
+
+
+def test_a_regex_that_is_only_polynomial_is_stopped_by_the_time_budget(store, run, monkeypatch):
+    """`a.*b` passes the static rule but is quadratic on a long line of a's: the search
+    stops when its matching has used the budget (made tiny here), exit 2, one line."""
+    (store / ".stacks" / "MEMORY.md").write_text("# M\n\n## S\n\n" + "a" * 400_000 + "\n")
+    monkeypatch.setattr(stm, "REGEX_BUDGET_S", 0.2)
+    result = run("search", "--regex", "a.*b")
+    assert result.code == 2 and result.err.count("\n") == 1 and "regex" in result.err
+    import signal
+
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)  # handler put back
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # timer put back
+    assert run("search", "--regex", "a{3}$").code == 0  # the next search is not affected
