@@ -2613,6 +2613,13 @@ def md_parse_fact_body(lines: list[str]) -> tuple[str, list[tuple[str, str, list
     return (current, entries) if current is not None and entries else None
 
 
+def md_fact_as_stm_wrote_it(parsed) -> bool:
+    """Whether a parsed fact body has Current equal to its first (newest) History entry,
+    as `stm fact set` always leaves it. A hand-edited Current is not: merge_md_facts
+    would replace it by a History value, so such a body merges line by line instead."""
+    return bool(parsed) and parsed[0] == parsed[1][0][1]
+
+
 def merge_md_facts(ours: tuple, theirs: tuple) -> list[str]:
     """Union of both Histories (an entry is its timestamp and value; corrections from
     either side are kept under it), newest first; Current is the newest entry's value."""
@@ -2818,7 +2825,7 @@ def merge_md_body(
         if later is not None:
             return later, True
     ours_facts, theirs_facts = md_parse_fact_body(ours), md_parse_fact_body(theirs)
-    if ours_facts and theirs_facts:
+    if md_fact_as_stm_wrote_it(ours_facts) and md_fact_as_stm_wrote_it(theirs_facts):
         return merge_md_facts(ours_facts, theirs_facts), True
     units = [md_bullet_units(body) for body in (base, ours, theirs)]
     if None not in units:
@@ -7431,8 +7438,11 @@ SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove d
 
 
 def write_settings(path: str, data: dict) -> None:
-    make_dir(os.path.dirname(path))
-    atomic_write(path, settings_text(data).encode("utf-8"))
+    """Write a client's settings file; a folder made for it (.claude/, .cursor/,
+    .vscode/) is removed again when the write fails (a full disk), so nothing is left."""
+    with Rollback() as rollback:
+        make_dir_undoable(os.path.dirname(path), rollback)
+        atomic_write(path, settings_text(data).encode("utf-8"))
 
 
 def remove_stm_hooks(data: dict, command: str) -> None:
@@ -7484,9 +7494,11 @@ def cmd_setup_claude(args) -> int:
             out(f"already installed: {shown} (nothing changed)")
             return EXIT_OK
         data.setdefault("hooks", {}).setdefault("SessionStart", []).append(hook_entry(command))
-        if raw is not None:
-            atomic_write(backup, raw)  # one backup, replaced by the next install
-        write_settings(path, data)
+        with Rollback() as rollback:  # a failed install leaves no new backup either
+            if raw is not None:
+                rollback.add(restorer(backup))
+                atomic_write(backup, raw)  # one backup, replaced by the next install
+            write_settings(path, data)
         out(f"installed: {shown} runs `{command}` on {CLAUDE_MATCHER.replace('|', ', ')}")
         if raw is not None:
             out(f"the previous settings are kept in {os.path.relpath(backup)}")
@@ -7957,6 +7969,11 @@ def merge_file(
         raise usage_error(f"--marker-size {marker_size}: give 1 to {MERGE_MARKER_MAX}")
     texts = []
     for flag, path in (("BASE", base_path), ("OURS", ours_path), ("THEIRS", theirs_path)):
+        if os.path.islink(path):  # git hands a driver regular files; a link is a mistake
+            raise usage_error(
+                f"merge-file: {flag} {path} is a symbolic link; give the file itself "
+                "(stm does not write through links)"
+            )
         if not os.path.isfile(path):
             raise usage_error(f"merge-file: {flag} {path} is not a file")
         texts.append(read_bytes(path).decode("utf-8", "surrogateescape"))
