@@ -2495,9 +2495,9 @@ def md_fence_flags(lines: list[str]) -> list[bool]:
     """Per line, True when it opens, closes or sits inside a code fence (``` or ~~~): a
     `## ` or conflict-marker line there is text. A fence closes only on a bare run of
     the same character at least as long as the one that opened it."""
-    flags, fence = [], ""
+    flags, fence, fence_match = [], "", MD_FENCE_RE.match  # one lookup, not one per line
     for line in lines:
-        match = MD_FENCE_RE.match(line)
+        match = fence_match(line) if line[:1] in " `~" else None
         flags.append(bool(fence or match))
         if fence:
             run = match[1] if match else ""
@@ -3291,6 +3291,7 @@ class BootParts:
         self.problems: list[str] = []  # for stderr
         self.notices: list[str] = []  # for the top of the boot text itself
         self.raw: dict[str, str] = {}
+        self._parsed: dict[str, MdBullets] = {}  # see parsed()
         # The layers loaded whole, by name (LAYERS rows with at_boot "full"), in order.
         self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
         self.workflow: str | None = None
@@ -3303,6 +3304,12 @@ class BootParts:
     @property
     def identity(self) -> str:
         return self.texts["identity"]
+
+    def parsed(self, name: str) -> MdBullets:
+        """A layer's MdBullets, read once however often boot renders it."""
+        if name not in self._parsed:
+            self._parsed[name] = MdBullets(self.texts[name])
+        return self._parsed[name]
 
     @property
     def session(self) -> str:
@@ -3641,43 +3648,83 @@ def is_bullet_unit(unit: list[str]) -> bool:
     return unit[0].startswith(("- ", "* "))
 
 
-def cut_memory(text: str, bullets: int, sections: int) -> tuple[str, list[str]]:
+class MdBullets:
+    """md_blocks of a text, read once, with each unit marked bullet or not: boot renders
+    session memory a few dozen times while it searches for the cut that fits, and each
+    render must cost one pass over the lines, not one per bullet left out."""
+
+    __slots__ = ("preamble", "blocks", "bullets", "counts")
+
+    def __init__(self, text: str):
+        self.preamble, self.blocks = md_blocks(text)
+        # per section, the positions of its bullet units among its units
+        self.bullets = [
+            [i for i, unit in enumerate(units) if is_bullet_unit(unit)] for _, units in self.blocks
+        ]
+        self.counts = [len(positions) for positions in self.bullets]
+
+
+def bullets_to_leave_out(counts: list[int], bullets: int) -> list[int]:
+    """How many bullets each section loses when `bullets` are taken one at a time from
+    the section with the most left (the later section on a tie), without taking them one
+    at a time: that levels every section down to some count L, and the few left over
+    come off the last sections still at L. L is found by bisection: sections x log(max)."""
+    if bullets >= sum(counts):
+        return list(counts)
+    low, high = 0, max(counts)
+    while low < high:  # the lowest level whose cut fits in `bullets`
+        middle = (low + high) // 2
+        if sum(max(0, count - middle) for count in counts) <= bullets:
+            high = middle
+        else:
+            low = middle + 1
+    removed = [max(0, count - low) for count in counts]
+    extra = bullets - sum(removed)  # fewer than the sections at level `low`
+    for index in reversed(range(len(counts))):
+        if extra and counts[index] >= low:
+            removed[index] += 1
+            extra -= 1
+    return removed
+
+
+def cut_memory(
+    text: str, bullets: int, sections: int, parsed: MdBullets | None = None
+) -> tuple[str, list[str]]:
     """Session memory without its `bullets` oldest bullets (the bottom ones of each
     section, taken from the section with the most left, in turn) and without its last
-    `sections` sections; returns the text and what was left out."""
-    preamble, blocks = md_blocks(text)
-    left_out = []
-    removed: dict[int, int] = {}
-    for _ in range(bullets):
-        counts = [sum(is_bullet_unit(u) for u in units) for _, units in blocks]
-        index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
-        if index is None or counts[index] == 0:
-            break
-        units = blocks[index][1]
-        last = max(i for i, unit in enumerate(units) if is_bullet_unit(unit))
-        del units[last]
-        removed[index] = removed.get(index, 0) + 1
-    for index in sorted(removed):
-        left_out.append(f"{removed[index]} older bullet(s) of {blocks[index][0][5:].strip()}")
+    `sections` sections; returns the text and what was left out. `parsed` is the text's
+    MdBullets when the caller keeps it (boot); one pass over the lines either way."""
+    parsed = parsed if parsed is not None else MdBullets(text)
+    blocks, left_out = parsed.blocks, []
+    removed = bullets_to_leave_out(parsed.counts, bullets) if bullets > 0 else [0] * len(blocks)
+    for index, count in enumerate(removed):
+        if count:
+            left_out.append(f"{count} older bullet(s) of {blocks[index][0][5:].strip()}")
+    keep = len(blocks)
     if sections:
         keep = len(blocks) - sections if sections > 0 else 0
         names = [heading[5:].strip() for heading, _ in blocks[keep:]]
-        blocks = blocks[:keep]
         if names:
             left_out.append("the section(s) " + ", ".join(names))
-    lines = list(preamble)
-    for heading, units in blocks:
+    lines = list(parsed.preamble)
+    for index, (heading, units) in enumerate(blocks[:keep]):
         lines.append(heading)
+        drop = removed[index]
+        if drop:  # the section's last `drop` bullets go; other units stay
+            gone = set(parsed.bullets[index][-drop:])
+            units = [unit for i, unit in enumerate(units) if i not in gone]
         for unit in units:
             lines += unit
     return "\n".join(lines).strip("\n"), left_out
 
 
-def cut_sections(text: str, sections: int) -> tuple[str, list[str]]:
+def cut_sections(
+    text: str, sections: int, parsed: MdBullets | None = None
+) -> tuple[str, list[str]]:
     """`text` without its last `sections` `####` sections (-1: everything)."""
     if sections < 0:
         return "", ["all of it"]
-    return cut_memory(text, 0, sections)
+    return cut_memory(text, 0, sections, parsed)
 
 
 def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None = None) -> str:
@@ -3692,7 +3739,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
     identity_path = store.rel(store.agent_path)
     identity, gone = parts.identity, []
     if cut.identity:
-        identity, gone = cut_sections(parts.identity, cut.identity)
+        identity, gone = cut_sections(parts.identity, cut.identity, parts.parsed("identity"))
     if gone:
         notices.append(
             f"identity cut to fit {cut.limit} (left out: {'; '.join(gone)}): read "
@@ -3733,7 +3780,9 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             )
         )
     else:
-        memory, gone = cut_memory(parts.session, cut.memory_bullets, cut.memory_sections)
+        memory, gone = cut_memory(
+            parts.session, cut.memory_bullets, cut.memory_sections, parts.parsed("session")
+        )
         if gone:
             memory += as_invoked(
                 f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
@@ -3804,14 +3853,13 @@ def boot_cuts(parts: BootParts, cut: BootCut):
     identity. Counts are tried with a binary search by the caller (see fit_boot)."""
     yield "refs", "titles"
     yield "refs", "none"
-    _, memory = md_blocks(parts.session)
-    bullets = sum(is_bullet_unit(u) for _, units in memory for u in units)
-    yield "memory_bullets", bullets
-    yield "memory_sections", len(memory)
+    memory = parts.parsed("session")
+    yield "memory_bullets", sum(memory.counts)
+    yield "memory_sections", len(memory.blocks)
     yield "memory_sections", -1
     yield "workflow", "short"
     yield "workflow", "none"
-    yield "identity", len(md_blocks(parts.identity)[1])  # then the hard cut: its top stays
+    yield "identity", len(parts.parsed("identity").blocks)  # then the hard cut: its top stays
 
 
 def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:

@@ -497,3 +497,104 @@ def test_setup_on_a_full_disk_leaves_the_tree_as_it_was(
     assert result.code == 1 and "No space left on device" in result.err
     assert result.err.count("\n") == 1
     assert snapshot(store) == before
+
+
+# ---- 5: boot under a limit is n log n in MEMORY.md bullets --------------------------------------
+
+
+def memory_with_bullets(count: int) -> str:
+    lines = ["# Session Memory", ""]
+    for section in range(4):
+        lines += [f"## Section {section}", ""]
+        lines += [f"- bullet {section}-{i}: some words of a note" for i in range(count // 4)]
+        lines.append("")
+    return "\n".join([*lines, "## Last Updated", "", "2026-01-01", ""])
+
+
+def counted(monkeypatch, *names) -> dict:
+    """Count the calls of stm functions (looked up by name at call time)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(stm, name)
+
+        def wrapper(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(stm, name, wrapper)
+    return calls
+
+
+def test_boot_under_a_limit_does_n_log_n_work_in_memory_bullets(store, run, monkeypatch):
+    steps = []
+    for count in (1000, 2000):
+        (store / ".stacks" / "MEMORY.md").write_text(memory_with_bullets(count))
+        with monkeypatch.context() as patch:
+            calls = counted(patch, "is_bullet_unit", "render_boot")
+            result = run("boot", "--max-chars", "9500")
+        assert result.code == 0 and len(result.out) <= 9500
+        assert "older bullet(s) of Section" in result.out
+        steps.append(calls)
+    small, big = steps
+    assert big["is_bullet_unit"] <= 2.2 * small["is_bullet_unit"], steps  # linear per line
+    assert big["render_boot"] <= small["render_boot"] + 3, steps  # a binary search: log n
+
+
+def reference_cut_memory(text: str, bullets: int, sections: int):
+    """cut_memory as it was before issue 22 (quadratic), to prove the output unchanged."""
+    preamble, blocks = stm.md_blocks(text)
+    left_out = []
+    removed: dict[int, int] = {}
+    for _ in range(bullets):
+        counts = [sum(stm.is_bullet_unit(u) for u in units) for _, units in blocks]
+        index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
+        if index is None or counts[index] == 0:
+            break
+        units = blocks[index][1]
+        last = max(i for i, unit in enumerate(units) if stm.is_bullet_unit(unit))
+        del units[last]
+        removed[index] = removed.get(index, 0) + 1
+    for index in sorted(removed):
+        left_out.append(f"{removed[index]} older bullet(s) of {blocks[index][0][5:].strip()}")
+    if sections:
+        keep = len(blocks) - sections if sections > 0 else 0
+        names = [heading[5:].strip() for heading, _ in blocks[keep:]]
+        blocks = blocks[:keep]
+        if names:
+            left_out.append("the section(s) " + ", ".join(names))
+    lines = list(preamble)
+    for heading, units in blocks:
+        lines.append(heading)
+        for unit in units:
+            lines += unit
+    return "\n".join(lines).strip("\n"), left_out
+
+
+def random_boot_memory(rng) -> str:
+    pieces = ["intro line"] if rng.random() < 0.5 else []
+    for section in range(rng.randint(0, 6)):
+        pieces.append(f"#### S{section}")
+        for _ in range(rng.randint(0, 9)):
+            kind = rng.random()
+            if kind < 0.5:
+                pieces.append(f"- b{rng.randint(0, 99)}")
+                pieces += ["  more"] * rng.randint(0, 2)
+            elif kind < 0.6:
+                pieces += ["```", "#### not a heading", "- not a bullet", "```"]
+            elif kind < 0.7:
+                pieces.append("* star bullet")
+            else:
+                pieces.append(rng.choice(["prose", "", "  indented prose"]))
+    return "\n".join(pieces)
+
+
+def test_cut_memory_gives_what_it_always_gave():
+    import random
+
+    rng = random.Random(22)
+    for _ in range(3000):
+        text = random_boot_memory(rng)
+        bullets, sections = rng.randint(0, 30), rng.choice([0, 0, 1, 2, -1])
+        assert stm.cut_memory(text, bullets, sections) == reference_cut_memory(
+            text, bullets, sections
+        ), (text, bullets, sections)
