@@ -3372,9 +3372,9 @@ def md_fence_flags(lines: list[str]) -> list[bool]:
     """Per line, True when it opens, closes or sits inside a code fence (``` or ~~~): a
     `## ` or conflict-marker line there is text. A fence closes only on a bare run of
     the same character at least as long as the one that opened it."""
-    flags, fence = [], ""
+    flags, fence, fence_match = [], "", MD_FENCE_RE.match  # one lookup, not one per line
     for line in lines:
-        match = MD_FENCE_RE.match(line)
+        match = fence_match(line) if line[:1] in " `~" else None
         flags.append(bool(fence or match))
         if fence:
             run = match[1] if match else ""
@@ -3493,6 +3493,13 @@ def md_parse_fact_body(lines: list[str]) -> tuple[str, list[tuple[str, str, list
         else:
             return None
     return (current, entries) if current is not None and entries else None
+
+
+def md_fact_as_stm_wrote_it(parsed) -> bool:
+    """Whether a parsed fact body has Current equal to its first (newest) History entry,
+    as `stm fact set` always leaves it. A hand-edited Current is not: merge_md_facts
+    would replace it by a History value, so such a body merges line by line instead."""
+    return bool(parsed) and parsed[0] == parsed[1][0][1]
 
 
 def merge_md_facts(ours: tuple, theirs: tuple) -> list[str]:
@@ -3700,7 +3707,7 @@ def merge_md_body(
         if later is not None:
             return later, True
     ours_facts, theirs_facts = md_parse_fact_body(ours), md_parse_fact_body(theirs)
-    if ours_facts and theirs_facts:
+    if md_fact_as_stm_wrote_it(ours_facts) and md_fact_as_stm_wrote_it(theirs_facts):
         return merge_md_facts(ours_facts, theirs_facts), True
     units = [md_bullet_units(body) for body in (base, ours, theirs)]
     if None not in units:
@@ -4242,6 +4249,7 @@ class BootParts:
         self.problems: list[str] = []  # for stderr
         self.notices: list[str] = []  # for the top of the boot text itself
         self.raw: dict[str, str] = {}
+        self._parsed: dict[str, MdBullets] = {}  # see parsed()
         # The layers loaded whole, by name (LAYERS rows with at_boot "full"), in order.
         self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
         self.workflow: str | None = None
@@ -4260,6 +4268,12 @@ class BootParts:
     @property
     def identity(self) -> str:
         return self.texts["identity"]
+
+    def parsed(self, name: str) -> MdBullets:
+        """A layer's MdBullets, read once however often boot renders it."""
+        if name not in self._parsed:
+            self._parsed[name] = MdBullets(self.texts[name])
+        return self._parsed[name]
 
     @property
     def session(self) -> str:
@@ -4765,43 +4779,83 @@ def is_bullet_unit(unit: list[str]) -> bool:
     return unit[0].startswith(("- ", "* "))
 
 
-def cut_memory(text: str, bullets: int, sections: int) -> tuple[str, list[str]]:
+class MdBullets:
+    """md_blocks of a text, read once, with each unit marked bullet or not: boot renders
+    session memory a few dozen times while it searches for the cut that fits, and each
+    render must cost one pass over the lines, not one per bullet left out."""
+
+    __slots__ = ("preamble", "blocks", "bullets", "counts")
+
+    def __init__(self, text: str):
+        self.preamble, self.blocks = md_blocks(text)
+        # per section, the positions of its bullet units among its units
+        self.bullets = [
+            [i for i, unit in enumerate(units) if is_bullet_unit(unit)] for _, units in self.blocks
+        ]
+        self.counts = [len(positions) for positions in self.bullets]
+
+
+def bullets_to_leave_out(counts: list[int], bullets: int) -> list[int]:
+    """How many bullets each section loses when `bullets` are taken one at a time from
+    the section with the most left (the later section on a tie), without taking them one
+    at a time: that levels every section down to some count L, and the few left over
+    come off the last sections still at L. L is found by bisection: sections x log(max)."""
+    if bullets >= sum(counts):
+        return list(counts)
+    low, high = 0, max(counts)
+    while low < high:  # the lowest level whose cut fits in `bullets`
+        middle = (low + high) // 2
+        if sum(max(0, count - middle) for count in counts) <= bullets:
+            high = middle
+        else:
+            low = middle + 1
+    removed = [max(0, count - low) for count in counts]
+    extra = bullets - sum(removed)  # fewer than the sections at level `low`
+    for index in reversed(range(len(counts))):
+        if extra and counts[index] >= low:
+            removed[index] += 1
+            extra -= 1
+    return removed
+
+
+def cut_memory(
+    text: str, bullets: int, sections: int, parsed: MdBullets | None = None
+) -> tuple[str, list[str]]:
     """Session memory without its `bullets` oldest bullets (the bottom ones of each
     section, taken from the section with the most left, in turn) and without its last
-    `sections` sections; returns the text and what was left out."""
-    preamble, blocks = md_blocks(text)
-    left_out = []
-    removed: dict[int, int] = {}
-    for _ in range(bullets):
-        counts = [sum(is_bullet_unit(u) for u in units) for _, units in blocks]
-        index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
-        if index is None or counts[index] == 0:
-            break
-        units = blocks[index][1]
-        last = max(i for i, unit in enumerate(units) if is_bullet_unit(unit))
-        del units[last]
-        removed[index] = removed.get(index, 0) + 1
-    for index in sorted(removed):
-        left_out.append(f"{removed[index]} older bullet(s) of {blocks[index][0][5:].strip()}")
+    `sections` sections; returns the text and what was left out. `parsed` is the text's
+    MdBullets when the caller keeps it (boot); one pass over the lines either way."""
+    parsed = parsed if parsed is not None else MdBullets(text)
+    blocks, left_out = parsed.blocks, []
+    removed = bullets_to_leave_out(parsed.counts, bullets) if bullets > 0 else [0] * len(blocks)
+    for index, count in enumerate(removed):
+        if count:
+            left_out.append(f"{count} older bullet(s) of {blocks[index][0][5:].strip()}")
+    keep = len(blocks)
     if sections:
         keep = len(blocks) - sections if sections > 0 else 0
         names = [heading[5:].strip() for heading, _ in blocks[keep:]]
-        blocks = blocks[:keep]
         if names:
             left_out.append("the section(s) " + ", ".join(names))
-    lines = list(preamble)
-    for heading, units in blocks:
+    lines = list(parsed.preamble)
+    for index, (heading, units) in enumerate(blocks[:keep]):
         lines.append(heading)
+        drop = removed[index]
+        if drop:  # the section's last `drop` bullets go; other units stay
+            gone = set(parsed.bullets[index][-drop:])
+            units = [unit for i, unit in enumerate(units) if i not in gone]
         for unit in units:
             lines += unit
     return "\n".join(lines).strip("\n"), left_out
 
 
-def cut_sections(text: str, sections: int) -> tuple[str, list[str]]:
+def cut_sections(
+    text: str, sections: int, parsed: MdBullets | None = None
+) -> tuple[str, list[str]]:
     """`text` without its last `sections` `####` sections (-1: everything)."""
     if sections < 0:
         return "", ["all of it"]
-    return cut_memory(text, 0, sections)
+    return cut_memory(text, 0, sections, parsed)
 
 
 def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None = None) -> str:
@@ -4816,7 +4870,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
     identity_path = store.rel(store.agent_path)
     identity, gone = parts.identity, []
     if cut.identity:
-        identity, gone = cut_sections(parts.identity, cut.identity)
+        identity, gone = cut_sections(parts.identity, cut.identity, parts.parsed("identity"))
     if gone:
         notices.append(
             f"identity cut to fit {cut.limit} (left out: {'; '.join(gone)}): read "
@@ -4869,7 +4923,9 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             )
         )
     else:
-        memory, gone = cut_memory(parts.session, cut.memory_bullets, cut.memory_sections)
+        memory, gone = cut_memory(
+            parts.session, cut.memory_bullets, cut.memory_sections, parts.parsed("session")
+        )
         if gone:
             memory += as_invoked(
                 f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
@@ -4940,14 +4996,13 @@ def boot_cuts(parts: BootParts, cut: BootCut):
     identity. Counts are tried with a binary search by the caller (see fit_boot)."""
     yield "refs", "titles"
     yield "refs", "none"
-    _, memory = md_blocks(parts.session)
-    bullets = sum(is_bullet_unit(u) for _, units in memory for u in units)
-    yield "memory_bullets", bullets
-    yield "memory_sections", len(memory)
+    memory = parts.parsed("session")
+    yield "memory_bullets", sum(memory.counts)
+    yield "memory_sections", len(memory.blocks)
     yield "memory_sections", -1
     yield "workflow", "short"
     yield "workflow", "none"
-    yield "identity", len(md_blocks(parts.identity)[1])  # then the hard cut: its top stays
+    yield "identity", len(parts.parsed("identity").blocks)  # then the hard cut: its top stays
 
 
 def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
@@ -8416,16 +8471,121 @@ def _lines_of(fd: int):
         os.close(fd)
 
 
+# A --regex search is bounded twice (spec/reliability.md, "Bounded input"): patterns that
+# can backtrack exponentially are refused before a line is read (regex_hazard), and the
+# matching of one search may take REGEX_BUDGET_S seconds in all (RegexBudget), which
+# stops what is only polynomial, such as `a.*b` on a line of a million a's.
+REGEX_BUDGET_S = 5.0
+REGEX_TICK_S = 0.05  # how often the budget is looked at while a search runs
+
+
+def regex_hazard(pattern: str) -> str | None:
+    """Why `pattern` could backtrack exponentially, or None. Python's re has no time
+    limit, so the rule is read off the parsed pattern: a repeat (`+`, `*`, `{2,}`, `{n}`)
+    may not hold another quantifier, `?` included, nor an alternation of several
+    characters (one-character alternatives are a set and safe); no backreferences."""
+    try:
+        from re import _parser as parser  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.9 and 3.10
+        import sre_parse as parser
+    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None)}
+    stack = [(parser.parse(pattern, re.IGNORECASE), False)]  # (subpattern, inside a repeat)
+    while stack:
+        items, inside = stack.pop()
+        for op, av in items:
+            if op in repeats:
+                low, high, body = av
+                if inside and low != high:
+                    return "repeats a group that holds another quantifier, as `(a+)+` does"
+                stack.append((body, inside or high > 1))
+            elif op == parser.BRANCH:
+                if inside:
+                    return "repeats an alternation, as `(a|ab)+` does"
+                stack.extend((branch, inside) for branch in av[1])
+            elif op in (parser.GROUPREF, parser.GROUPREF_EXISTS):
+                return "uses a backreference"
+            elif op == parser.SUBPATTERN or op in (parser.ASSERT, parser.ASSERT_NOT):
+                stack.append((av[-1], inside))
+            elif op == getattr(parser, "ATOMIC_GROUP", None):
+                stack.append((av, inside))
+    return None
+
+
+class RegexBudget:
+    """Seconds of matching left to one regex search. A periodic SIGALRM looks at the
+    clock; when the line being matched has used up the budget, its handler raises, which
+    re's engine lets through (it polls for signals). Time spent outside matching, such as
+    a slow reader of stdout, is not counted. Where there is no SIGALRM or this is not the
+    main thread, only the static rule (regex_hazard) bounds the search."""
+
+    def __init__(self, search, pattern: str):
+        self.search, self.pattern = search, pattern
+        self.spent, self.started, self.over = 0.0, None, False
+        self.saved = None
+
+    def __call__(self, line: str):
+        self.started = time.monotonic()
+        try:
+            return self.search(line)
+        finally:
+            started, self.started = self.started, None
+            self.spent += time.monotonic() - started
+
+    def _tick(self, signum, frame) -> None:
+        started = self.started
+        if started is None or self.over:
+            return  # not matching now (reading files, or a slow reader of the output)
+        if self.spent + time.monotonic() - started > REGEX_BUDGET_S:
+            self.over = True  # one refusal, even if the clock ticks again meanwhile
+            raise usage_error(
+                f"regex {self.pattern!r} took over {REGEX_BUDGET_S:g} s of matching "
+                "(it backtracks on these lines); make it more specific, or search "
+                "without --regex"
+            )
+
+    def __enter__(self):
+        import signal
+
+        if hasattr(signal, "setitimer"):
+            try:
+                handler = signal.signal(signal.SIGALRM, self._tick)
+            except ValueError:  # not the main thread
+                return self
+            timer = signal.setitimer(signal.ITIMER_REAL, REGEX_TICK_S, REGEX_TICK_S)
+            self.saved = (handler, timer)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.saved is not None:
+            import signal
+
+            handler, (delay, interval) = self.saved
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, handler)
+            if delay or interval:
+                signal.setitimer(signal.ITIMER_REAL, delay, interval)
+            self.saved = None
+        return False
+
+
 def search_matcher(pattern: str, regex: bool):
+    """The line test of a search: a case-blind substring, or (regex) a RegexBudget."""
     if not pattern:
         raise usage_error("search needs a non-empty PATTERN")
     if regex:
         try:
-            return re.compile(pattern, re.IGNORECASE).search
-        except re.error as exc:
+            compiled = re.compile(pattern, re.IGNORECASE)
+            hazard = regex_hazard(pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
             raise usage_error(
                 f"--regex {pattern!r} is not a valid regular expression: {exc}"
             ) from None
+        if hazard:
+            raise usage_error(
+                f"regex {pattern!r} {hazard}, which can take exponential time on one line; "
+                "write it without that, or search without --regex"
+            )
+        return RegexBudget(compiled.search, pattern)
     needle = pattern.casefold()
     return lambda line: needle in line.casefold()
 
@@ -8447,7 +8607,15 @@ def search_memory(
         raise usage_error(f"--layer {layer!r} is not one of {', '.join(search_layers())}")
     matches = search_matcher(pattern, regex)
     layers = (layer,) if layer else search_layers()
-    return _search_hits(store, matches, layers, since[:10] if since else None)
+    hits = _search_hits(store, matches, layers, since[:10] if since else None)
+    return _budgeted(hits, matches) if isinstance(matches, RegexBudget) else hits
+
+
+def _budgeted(hits, budget: RegexBudget):
+    """`hits` with the regex budget's timer running while they are produced; the timer
+    is put back when the search ends, fails, or its reader stops early."""
+    with budget:
+        yield from hits
 
 
 def _search_hits(store: Store, matches, layers, since):
@@ -9041,8 +9209,11 @@ SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove d
 
 
 def write_settings(path: str, data: dict) -> None:
-    make_dir(os.path.dirname(path))
-    atomic_write(path, settings_text(data).encode("utf-8"))
+    """Write a client's settings file; a folder made for it (.claude/, .cursor/,
+    .vscode/) is removed again when the write fails (a full disk), so nothing is left."""
+    with Rollback() as rollback:
+        make_dir_undoable(os.path.dirname(path), rollback)
+        atomic_write(path, settings_text(data).encode("utf-8"))
 
 
 def remove_stm_hooks(data: dict, command: str, events=("SessionStart",)) -> None:
@@ -9181,9 +9352,11 @@ def install_hooks(client, path, shown, backup, wanted, installed, data, raw) -> 
             continue
         remove_stm_hooks(data, "", (event,))
         data.setdefault("hooks", {}).setdefault(event, []).append(hook_entry(command, matcher))
-    if raw is not None:
-        atomic_write(backup, raw)  # one backup, replaced by the next install
-    write_settings(path, data)
+    with Rollback() as rollback:  # a failed install leaves no new backup either
+        if raw is not None:
+            rollback.add(restorer(backup))
+            atomic_write(backup, raw)  # one backup, replaced by the next install
+        write_settings(path, data)
     events = ", ".join(wanted)
     start = wanted["SessionStart"][1]
     out(f"installed: {shown} runs `{start}` at SessionStart, and captures on {events}")
@@ -9672,6 +9845,11 @@ def merge_file(
         raise usage_error(f"--marker-size {marker_size}: give 1 to {MERGE_MARKER_MAX}")
     texts = []
     for flag, path in (("BASE", base_path), ("OURS", ours_path), ("THEIRS", theirs_path)):
+        if os.path.islink(path):  # git hands a driver regular files; a link is a mistake
+            raise usage_error(
+                f"merge-file: {flag} {path} is a symbolic link; give the file itself "
+                "(stm does not write through links)"
+            )
         if not os.path.isfile(path):
             raise usage_error(f"merge-file: {flag} {path} is not a file")
         texts.append(read_bytes(path).decode("utf-8", "surrogateescape"))

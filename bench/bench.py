@@ -445,6 +445,63 @@ def capture_results(work: str, small: str, env: dict, runs: int) -> dict:
     return rows
 
 
+# ---- hostile sizes -----------------------------------------------------------------------
+#
+# Inputs a crafted repository or branch can hold (issue 22): each must cost n or n log n,
+# not more. Whole processes, as for the commands; the counted-steps proofs are in
+# tests/test_hardening_input.py, these are the seconds they buy.
+
+BULLETS = 10_000
+
+
+def memory_bullets(count: int, now: float) -> str:
+    """A MEMORY.md of `count` bullets in four sections (what boot cuts from the bottom)."""
+    rng = random.Random(count)
+    sections = []
+    for heading in ("Status", "Observations", "Open Questions", "Next Steps"):
+        bullets = "".join(f"- {prose(rng, 60)}\n" for _ in range(count // 4))
+        sections.append(f"## {heading}\n\n{bullets}\n")
+    return "# Session Memory\n\n" + "".join(sections) + f"## Last Updated\n\n{stm.iso(now)}\n"
+
+
+def build_bullets(folder: str, now: float) -> list[str]:
+    """The small store with BULLETS bullets in MEMORY.md; boot cut to the hook's size."""
+    build_store(folder, False, now)
+    write(os.path.join(folder, ".stacks", "MEMORY.md"), memory_bullets(BULLETS, now))
+    return ["boot", "--max-chars", str(stm.HOOK_MAX_CHARS)]
+
+
+def hostile_cases() -> list[tuple[str, object]]:
+    """(label, builder(folder, now) -> argv run in that folder)."""
+    return [(f"boot --max-chars 9500, {BULLETS:,} MEMORY.md bullets", build_bullets)]
+
+
+def hostile_results(work: str, env: dict, runs: int, now: float) -> list[dict]:
+    rows = []
+    for index, (label, build) in enumerate(hostile_cases()):
+        folder = os.path.join(work, f"hostile-{index}")
+        os.makedirs(folder)
+        argv = build(folder, now)
+        times, peaks, failures = [], [], 0
+        for _ in range(runs):
+            elapsed, peak, code = run_once([*MODULE, *argv], folder, env)
+            times.append(elapsed)
+            peaks.append(peak)
+            failures += code not in (0, 1)  # merge-file: 1 is a conflict, a result
+        rows.append(
+            {
+                "case": label,
+                "s": summary(times),
+                "peak_mib": max(peaks) / 1024,
+                "failures": failures,
+            }
+        )
+    return rows
+
+
+HOSTILE_LIMITS = {f"boot --max-chars 9500, {BULLETS:,} MEMORY.md bullets": 1.0}
+
+
 # ---- reporting ---------------------------------------------------------------------------
 
 FLAT = {"boot", "log", "session new", "session switch <id>", "session phase"}
@@ -480,6 +537,8 @@ def targets(results: dict) -> list[dict]:
         target("capture, 100 MB transcript", capture["capture_s"]["median"], 0.5, "s")
         hook = capture["session_start_hook_s"]["median"]
         target("SessionStart hook (capture + boot), 100 MB transcript", hook, 1.0, "s")
+    for row in results.get("hostile", []):
+        target(row["case"], row["s"]["median"], HOSTILE_LIMITS[row["case"]], "s")
     return found
 
 
@@ -540,6 +599,14 @@ def markdown(results: dict) -> str:
             ("boot_with_capture_s", "`boot` (small store, with the Last session block)"),
         ):
             lines.append(f"| {label} | {capture[key]['median'] * 1000:.0f} ms |")
+    if results.get("hostile"):
+        lines += ["", "| hostile input (issue 22) | median | peak MiB |", "|---|---:|---:|"]
+        for row in results["hostile"]:
+            lines.append(
+                f"| {row['case']} | {row['s']['median'] * 1000:.0f} ms "
+                f"({row['s']['min'] * 1000:.0f}-{row['s']['max'] * 1000:.0f}) "
+                f"| {row['peak_mib']:.1f} |"
+            )
     imp = results["importtime"]
     lines += [
         "",
@@ -613,6 +680,9 @@ def main(argv=None) -> int:
             ),
             file=sys.stderr,
         )
+        results["hostile"] = hostile_results(work, env, max(3, runs // 3), now)
+        for row in results["hostile"]:
+            print(f"  {row['case']}: {row['s']['median'] * 1000:.0f} ms", file=sys.stderr)
         results["importtime"] = {
             "boot": importtime([STM_PY, "boot"], small, env),
             "baseline": importtime(["-c", "pass"], small, env),
@@ -626,6 +696,7 @@ def main(argv=None) -> int:
             f.write(table)
         print(table)
         failed = [r["command"] for r in results["commands"] if r["failures"]]
+        failed += [r["case"] for r in results["hostile"] if r["failures"]]
         if failed:
             print(f"commands that failed during the run: {', '.join(failed)}", file=sys.stderr)
             return 1

@@ -325,3 +325,276 @@ def test_a_state_file_holding_a_non_standard_number_is_reported_not_used(store, 
     assert snapshot(store) == before
     found = json.loads(run("check", "--json").out)
     assert any(f["path"].endswith("state.json") for f in found["findings"])
+
+
+# ---- 9: a regex search is bounded --------------------------------------------------------------
+
+# Each of these backtracks exponentially (or worse) on a line of ~40 characters.
+CATASTROPHIC = [
+    "(a+)+$",
+    "(a*)*b",
+    "(?:a|aa)+$",
+    "(a?a?)+$",
+    "(\\w+\\s?)*$",
+    "(x+x+)+y",
+    "(a){2,}(a+)+$",
+    "^(a|a?)+$",
+    "(.*a){20}",
+    "(a+){30}$",
+    "(?=(a+)+$)",
+    "(a)\\1*$",
+]
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_a_catastrophic_regex_is_refused_before_any_line_is_read(store, run, pattern):
+    (store / ".stacks" / "MEMORY.md").write_text("# M\n\n## S\n\n" + "a" * 41 + "!\n")
+    result = run("search", "--regex", pattern)
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and "regex" in result.err
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["parser|lexer", "^## ", "grammar.*bugs", "\\bport(ed)?\\b", "[0-9]{4}-[0-9]{2}", "(ab)+c"],
+)
+def test_ordinary_regexes_still_search(store, run, pattern):
+    assert run("search", "--regex", pattern).code in (0, 1)  # found or not; never refused
+
+
+def test_the_mcp_search_tool_refuses_a_catastrophic_regex_and_goes_on(store, mcp):
+    (store / ".stacks" / "MEMORY.md").write_text("# M\n\n## S\n\n" + "a" * 41 + "!\n")
+    client = mcp()
+    refused = client.tool_result("search", {"query": "(a+)+$", "regex": True})
+    assert refused["isError"] is True and "regex" in refused["content"][0]["text"]
+    found = client.tool_result("search", {"query": "a+!", "regex": True})
+    assert found["isError"] is False and found["structuredContent"]["matches"]
+    assert client.close() == 0
+
+
+def test_a_regex_that_is_only_polynomial_is_stopped_by_the_time_budget(store, run, monkeypatch):
+    """`a.*b` passes the static rule but is quadratic on a long line of a's: the search
+    stops when its matching has used the budget (made tiny here), exit 2, one line."""
+    (store / ".stacks" / "MEMORY.md").write_text("# M\n\n## S\n\n" + "a" * 400_000 + "\n")
+    monkeypatch.setattr(stm, "REGEX_BUDGET_S", 0.2)
+    result = run("search", "--regex", "a.*b")
+    assert result.code == 2 and result.err.count("\n") == 1 and "regex" in result.err
+    import signal
+
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)  # handler put back
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # timer put back
+    assert run("search", "--regex", "a{3}$").code == 0  # the next search is not affected
+
+
+# ---- 16: the merge driver never drops a line ----------------------------------------------------
+
+
+def added_lines(base: str, side: str) -> list[str]:
+    """The lines of `side` that `base` does not have (what that side wrote)."""
+    had = set(base.splitlines())
+    return [line for line in side.splitlines() if line.strip() and line not in had]
+
+
+@pytest.fixture
+def facts_base(store, run):
+    assert run("fact", "set", "language", "Go 1.22", "--why", "the port").code == 0
+    assert run("fact", "set", "ci", "GitHub Actions").code == 0
+    return (store / ".stacks" / "refs" / "facts.md").read_text()
+
+
+def theirs_note(base: str) -> str:
+    """A hand-added note under the newest History entry of `language`."""
+    lines = base.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("- ") and "Go 1.22" in line)
+    return "\n".join([*lines[: at + 1], "  - *Note: pinned in go.mod*", *lines[at + 1 :]]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "ours_edit, theirs_edit",
+    [
+        ("current", "note"),
+        ("current", "set"),
+        ("current", "other"),
+        ("history", "note"),
+        ("current-and-history", "note"),
+    ],
+)
+def test_the_merge_driver_never_drops_a_hand_edited_fact(
+    store, run, facts_base, monkeypatch, ours_edit, theirs_edit
+):
+    base = facts_base
+    ours = base
+    if "current" in ours_edit:
+        ours = ours.replace("**Current:** Go 1.22", "**Current:** Go 1.23 (hand-edited)")
+    if "history" in ours_edit:
+        ours = ours.replace(": Go 1.22\n", ": Go 1.22 (corrected)\n", 1)
+    if theirs_edit == "note":
+        theirs = theirs_note(base)
+    else:
+        facts = store / ".stacks" / "refs" / "facts.md"
+        key, value = ("language", "Rust") if theirs_edit == "set" else ("db", "Postgres")
+        monkeypatch.setattr(stm, "utc_now", lambda: stm.time.time() + 3600)
+        assert run("fact", "set", key, value).code == 0
+        theirs = facts.read_text()
+    paths = {}
+    for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
+        paths[name] = store / f"{name}.md"
+        paths[name].write_text(text)
+    result = run("merge-file", *(str(paths[n]) for n in ("base", "ours", "theirs")))
+    merged = paths["ours"].read_text()
+    assert result.code in (0, 1), result
+    for line in added_lines(base, ours) + added_lines(base, theirs):
+        assert line in merged, (line, merged)  # kept, merged or between conflict markers
+    assert (result.code == 1) == ("<<<<<<<" in merged)
+
+
+def test_merge_file_on_a_symlinked_ours_is_a_usage_error(store, run, tmp_path):
+    target = tmp_path / "elsewhere.md"
+    target.write_text("# M\n")
+    for name in ("base", "theirs"):
+        (store / f"{name}.md").write_text("# M\n\n## A\n")
+    (store / "ours.md").symlink_to(target)
+    result = run("merge-file", "base.md", "ours.md", "theirs.md")
+    assert result.code == 2 and result.err.count("\n") == 1 and "ours.md" in result.err
+    assert target.read_text() == "# M\n" and (store / "ours.md").is_symlink()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["claude"],
+        ["mcp", "--client", "claude"],
+        ["mcp", "--client", "cursor"],
+        ["mcp", "--client", "vscode"],
+    ],
+    ids=" ".join,
+)
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_setup_on_a_full_disk_leaves_the_tree_as_it_was(
+    store, run, monkeypatch, argv, existing, fail_at
+):
+    if existing:  # a settings file the user already has: kept byte for byte, no backup left
+        for folder, name in ((".claude", "settings.json"), (".cursor", "mcp.json")):
+            (store / folder).mkdir()
+            (store / folder / name).write_text('{"user": "kept"}\n')
+        (store / ".mcp.json").write_text('{"user": "kept"}\n')
+    before = snapshot(store)
+    real_write, calls = os.write, []
+
+    def full(fd, data):  # the disk fills up at the fail_at-th write (SQLite's method)
+        calls.append(fd)
+        if len(calls) >= fail_at:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(stm.os, "write", full)
+    result = run("setup", *argv, "--install")
+    monkeypatch.setattr(stm.os, "write", real_write)
+    if len(calls) < fail_at:
+        assert result.code == 0  # fewer writes than that: it succeeded
+        return
+    assert result.code == 1 and "No space left on device" in result.err
+    assert result.err.count("\n") == 1
+    assert snapshot(store) == before
+
+
+# ---- 5: boot under a limit is n log n in MEMORY.md bullets --------------------------------------
+
+
+def memory_with_bullets(count: int) -> str:
+    lines = ["# Session Memory", ""]
+    for section in range(4):
+        lines += [f"## Section {section}", ""]
+        lines += [f"- bullet {section}-{i}: some words of a note" for i in range(count // 4)]
+        lines.append("")
+    return "\n".join([*lines, "## Last Updated", "", "2026-01-01", ""])
+
+
+def counted(monkeypatch, *names) -> dict:
+    """Count the calls of stm functions (looked up by name at call time)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(stm, name)
+
+        def wrapper(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(stm, name, wrapper)
+    return calls
+
+
+def test_boot_under_a_limit_does_n_log_n_work_in_memory_bullets(store, run, monkeypatch):
+    steps = []
+    for count in (1000, 2000):
+        (store / ".stacks" / "MEMORY.md").write_text(memory_with_bullets(count))
+        with monkeypatch.context() as patch:
+            calls = counted(patch, "is_bullet_unit", "render_boot")
+            result = run("boot", "--max-chars", "9500")
+        assert result.code == 0 and len(result.out) <= 9500
+        assert "older bullet(s) of Section" in result.out
+        steps.append(calls)
+    small, big = steps
+    assert big["is_bullet_unit"] <= 2.2 * small["is_bullet_unit"], steps  # linear per line
+    assert big["render_boot"] <= small["render_boot"] + 3, steps  # a binary search: log n
+
+
+def reference_cut_memory(text: str, bullets: int, sections: int):
+    """cut_memory as it was before issue 22 (quadratic), to prove the output unchanged."""
+    preamble, blocks = stm.md_blocks(text)
+    left_out = []
+    removed: dict[int, int] = {}
+    for _ in range(bullets):
+        counts = [sum(stm.is_bullet_unit(u) for u in units) for _, units in blocks]
+        index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
+        if index is None or counts[index] == 0:
+            break
+        units = blocks[index][1]
+        last = max(i for i, unit in enumerate(units) if stm.is_bullet_unit(unit))
+        del units[last]
+        removed[index] = removed.get(index, 0) + 1
+    for index in sorted(removed):
+        left_out.append(f"{removed[index]} older bullet(s) of {blocks[index][0][5:].strip()}")
+    if sections:
+        keep = len(blocks) - sections if sections > 0 else 0
+        names = [heading[5:].strip() for heading, _ in blocks[keep:]]
+        blocks = blocks[:keep]
+        if names:
+            left_out.append("the section(s) " + ", ".join(names))
+    lines = list(preamble)
+    for heading, units in blocks:
+        lines.append(heading)
+        for unit in units:
+            lines += unit
+    return "\n".join(lines).strip("\n"), left_out
+
+
+def random_boot_memory(rng) -> str:
+    pieces = ["intro line"] if rng.random() < 0.5 else []
+    for section in range(rng.randint(0, 6)):
+        pieces.append(f"#### S{section}")
+        for _ in range(rng.randint(0, 9)):
+            kind = rng.random()
+            if kind < 0.5:
+                pieces.append(f"- b{rng.randint(0, 99)}")
+                pieces += ["  more"] * rng.randint(0, 2)
+            elif kind < 0.6:
+                pieces += ["```", "#### not a heading", "- not a bullet", "```"]
+            elif kind < 0.7:
+                pieces.append("* star bullet")
+            else:
+                pieces.append(rng.choice(["prose", "", "  indented prose"]))
+    return "\n".join(pieces)
+
+
+def test_cut_memory_gives_what_it_always_gave():
+    import random
+
+    rng = random.Random(22)
+    for _ in range(3000):
+        text = random_boot_memory(rng)
+        bullets, sections = rng.randint(0, 30), rng.choice([0, 0, 1, 2, -1])
+        assert stm.cut_memory(text, bullets, sections) == reference_cut_memory(
+            text, bullets, sections
+        ), (text, bullets, sections)
