@@ -8758,7 +8758,7 @@ def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str
     previous = record["sessions"].get(client)
     previous = previous if isinstance(previous, dict) else {}
     before, before_path = previous.get("id"), previous.get("transcript")
-    if before and before != session and isinstance(before_path, str) and before_path:
+    if before and before != session and is_project_transcript(before_path, root, payload):
         jobs.append((str(before), before_path, True))
     elif not before and transcript:
         other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
@@ -8769,6 +8769,20 @@ def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str
     if transcript and source in ("compact", "resume") and before in (None, session):
         jobs.append((session, transcript, False))
     return jobs
+
+
+def is_project_transcript(path, root: str, payload: dict) -> bool:
+    """Whether a transcript path from the local record may be read: a `.jsonl` file whose
+    entries name this project (or the folder the client says it is in) as their working
+    folder. The record is a file in the repository's tree, which a hostile clone can fill:
+    it must never make stm read, and store, another file."""
+    if not isinstance(path, str) or not path.endswith(".jsonl"):
+        return False
+    places = same_folder_names(root)
+    here = payload_text(payload, "cwd")
+    if here and os.path.normpath(here).startswith(os.path.normpath(root) + os.sep):
+        places |= same_folder_names(here)
+    return transcript_names_folder(path, places)
 
 
 def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:

@@ -667,3 +667,20 @@ def test_a_capture_committed_in_one_clone_is_shown_by_a_fresh_clone(copied, run,
     block = done.stdout.split("## Last session (captured by stm)")[1].split("\n## ")[0]
     assert "- Plan, in progress: wire it into __init__" in block
     assert "- Asked: Add a Rankine scale to tempconv" in block
+
+
+def test_a_planted_hook_record_never_makes_stm_read_another_file(agent, run, tmp_path_factory):
+    """.state/.hooks.json is git-ignored, but a hostile clone can commit one: the
+    transcript it names is read only when its entries name this project."""
+    project, folder = agent
+    elsewhere = tmp_path_factory.mktemp("another-project")
+    other = Claude(str(elsewhere), "0bad0bad-4444-4000-8000-000000000004")
+    victim = write_jsonl(elsewhere / "secret.jsonl", [other.user("the other team's plans")])
+    for planted in (victim, "/etc/passwd", str(elsewhere)):
+        record = {"sessions": {"claude": {"id": "0bad0bad", "transcript": planted}}, "runs": {}}
+        (project / ".state" / ".hooks.json").write_text(json.dumps(record))
+        start = payload("SessionStart", SID, folder / f"{SID}.jsonl", project, source="startup")
+        result = run("capture", "--client", "claude", "--boot", stdin=start)
+        assert result.code == 0 and "the other team's plans" not in result.out
+    assert sessions(project) == []
+    assert "other team" not in log_text(project)
