@@ -1141,6 +1141,15 @@ def age_words(seconds: float) -> str:
     return plural(seconds // 86400, "day")
 
 
+def md_code(text: str) -> str:
+    """`text` as a Markdown code span, fenced by more backquotes than it holds in a row
+    (a quoted path may hold one), so a reader copies exactly the command."""
+    runs = [len(run) for run in re.findall("`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if runs else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def estimate_tokens(text: str) -> int:
     """The token estimate used everywhere: characters / 4, rounded up."""
     return (len(text) + 3) // 4
@@ -2642,10 +2651,14 @@ SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
 PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
 # Control characters and the ones that reorder text on screen (Trojan Source).
 UNSHOWN_RE = LazyRegex(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-WRAPPER_RE = LazyRegex(r"(?:\s*<([A-Za-z][\w-]*)(?:\s[^>]*)?>.*?</\1>)+\s*", re.S)
+WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?>")
 REMINDER_RE = LazyRegex(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
-PATCH_FILE_RE = LazyRegex(r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.+?)\s*$", re.M)
-TASK_NUMBER_RE = LazyRegex(r"#(\d+)")
+# ([^\n]*) and a strip in code, never (.+?)\s*$: that backtracks quadratically on a
+# header line padded with spaces.
+PATCH_FILE_RE = LazyRegex(r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): ([^\n]*)", re.M)
+TASK_NUMBER_RE = LazyRegex(r"#(\d{1,9})\b")
+ANSI_RE = LazyRegex(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+ERROR_WORD_RE = LazyRegex(r"\bFAIL(?:ED)?\b|\bERR(?:OR)?\b|Error\b|\berror\b|\bfailed\b|panicked")
 EXIT_CODE_RE = LazyRegex(r"^(?:Exit code:?|Process exited with code) (-?\d+)\s*$", re.M)
 
 
@@ -2728,7 +2741,8 @@ def safe_line(value, limit: int) -> str:
     """
     if not isinstance(value, str):
         return ""
-    window = value[: limit + REDACT_MARGIN]
+    # A lone surrogate (JSON allows "\ud800") cannot be written as UTF-8: make it "?".
+    window = value[: limit + REDACT_MARGIN].encode("utf-8", "replace").decode("utf-8")
     text = redact(window)
     if len(window) < len(value):
         words = text.rsplit(None, 1)
@@ -2817,12 +2831,31 @@ def text_of(value, limit: int = 65536) -> str:
     return "\n".join(parts)
 
 
+def only_wrappers(text: str) -> bool:
+    """Whether `text` is nothing but elements such as `<command-name>…</command-name>`
+    (how clients wrap what they add to a conversation). A scan in linear time: a regex
+    with a back-reference inside a repeat backtracks exponentially on `<a></a>` * 30."""
+    at, end = 0, len(text)
+    while True:
+        while at < end and text[at].isspace():
+            at += 1
+        if at == end:
+            return True
+        opening = WRAPPER_OPEN_RE.match(text, at)
+        if opening is None:
+            return False
+        close = text.find(f"</{opening[1]}>", opening.end())
+        if close < 0:
+            return False
+        at = close + len(opening[1]) + 3
+
+
 def request_text(text: str) -> str:
     """A user message's text when a person wrote it; "" for what a client wraps around
     the conversation: command and shell-output wrappers, reminders, environment context,
     AGENTS.md instructions, interruption notes."""
     text = REMINDER_RE.sub("", text).strip()
-    if not text or WRAPPER_RE.fullmatch(text):
+    if not text or only_wrappers(text):
         return ""
     if text.startswith(("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")):
         return ""
@@ -2832,14 +2865,18 @@ def request_text(text: str) -> str:
 def first_error_line(text: str) -> str:
     """The first telling line of a failed command's output: not an exit-code header.
     Private blocks go first: a line picked from inside one would carry no marker."""
-    lines = [line.strip() for line in PRIVATE_RE.sub("", text[:4096]).splitlines()]
+    text = ANSI_RE.sub("", PRIVATE_RE.sub("", text[-16384:]))
+    lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line]
     telling = [
         line
         for line in lines
         if not EXIT_CODE_RE.match(line) and not line.startswith(("Wall time:", "Output:"))
     ]
-    return (telling or lines or [""])[0]
+    # An error line says more than a runner's first line ("F [100%]", "> npm test",
+    # "Compiling …"): the first line that names a failure or an error, else the first.
+    named = [line for line in telling if ERROR_WORD_RE.search(line)]
+    return (named or telling or lines or [""])[0]
 
 
 class TranscriptReader:
@@ -3034,7 +3071,8 @@ class TranscriptReader:
     def touch_patch(self, patch) -> None:
         if isinstance(patch, str) and "*** " in patch:
             for match in PATCH_FILE_RE.finditer(patch):
-                self.touch(match[1])
+                if match[1].strip():
+                    self.touch(match[1].strip())
 
     # The result
 
@@ -3052,10 +3090,11 @@ class TranscriptReader:
                 plan.append((line, status if status in PLAN_STATUSES else "pending"))
         return plan[:PLAN_MAX_ITEMS]
 
-    def finish(self, size: int | None) -> Transcript:
-        """The Transcript; `size` is the file's (None when it could not be read)."""
+    def finish(self, size: int | None, root: str | None = None) -> Transcript:
+        """The Transcript; `size` is the file's (None when it could not be read). Paths
+        are shown relative to `root` (the project), else to the session's folder."""
         ended = parse_iso(self.ended_at, need_zone=True) if self.ended_at else None
-        files = [relative_to(path, self.cwd) for path in list(self.files)[-FILES_MAX:]]
+        files = [shown_path(path, root or self.cwd) for path in list(self.files)[-FILES_MAX:]]
         return Transcript(
             client=self.client,
             session_id=safe_line(self.session_id, ID_MAX_CHARS),
@@ -3082,8 +3121,9 @@ def call_key(value) -> str | None:
 def as_task_number(value) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    digits = value.strip() if isinstance(value, str) else ""
+    if digits.isascii() and digits.isdigit() and len(digits) <= 9:
+        return int(digits)
     return None
 
 
@@ -3140,6 +3180,14 @@ def codex_exit(output) -> tuple[int | None, str]:
     return int(match[1]), first_error_line(text.split("Output:", 1)[-1])
 
 
+def shown_path(path: str, folder: str) -> str:
+    """A touched file as boot shows it: relative to `folder` when inside; a path holding
+    a secret is redacted whole, before relpath could change it past recognition
+    (`postgres://` becomes `postgres:/`)."""
+    redacted = redact(path)
+    return redacted if redacted != path else relative_to(path, folder)
+
+
 def relative_to(path: str, cwd: str) -> str:
     """`path` relative to `cwd` when it lies inside; as written otherwise."""
     if not cwd or not os.path.isabs(path) or not os.path.isabs(cwd):
@@ -3152,7 +3200,9 @@ def relative_to(path: str, cwd: str) -> str:
     return path if outside else rel
 
 
-def read_transcript(path: str, *, max_bytes: int = TRANSCRIPT_TAIL_BYTES) -> Transcript:
+def read_transcript(
+    path: str, *, max_bytes: int = TRANSCRIPT_TAIL_BYTES, root: str | None = None
+) -> Transcript:
     """What the session behind the transcript at `path` did (see Transcript), from the
     last `max_bytes` of it only. A file that cannot be read (missing, a link, a FIFO or
     device) gives an empty Transcript: capture runs in hooks, which must not fail."""
@@ -3165,12 +3215,13 @@ def read_transcript(path: str, *, max_bytes: int = TRANSCRIPT_TAIL_BYTES) -> Tra
         finally:
             os.close(fd)
     except (OSError, ValueError):  # ValueError: a NUL in the path
-        return reader.finish(None)
+        return reader.finish(None, root)
     for line in lines:
         entry = parse_entry(line)
         if entry is not None:
-            reader.feed(entry)
-    return reader.finish(size)
+            with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
+                reader.feed(entry)  # a line of an unforeseen shape is skipped, not the file
+    return reader.finish(size, root)
 
 
 def find_project_transcript(
@@ -4455,12 +4506,15 @@ def render_capture(captured: dict, now: float) -> list[str]:
     """Boot's lines for a capture: what the agent client's transcript and git showed of
     the last session, which the agent itself may never have written down."""
     at = parse_iso(str(captured.get("at", "")), need_zone=True) or now
+    ended = parse_iso(str(captured.get("ended_at", "")), need_zone=True)
     client = one_line(captured.get("client") or "agent", 40)
     session = one_line(captured.get("client_session") or "?", 40)[:8]
     how = CAPTURE_EVENT_WORDS.get(str(captured.get("event")), "by a hook")
+    # How old the work is (its transcript's last entry), not how recently stm read it: a
+    # recovery at the next start is always "0 minutes" old, the work may be weeks old.
     lines = [
-        f"- Captured {age_words(now - at)} ago {how}, from {client} session {session}: "
-        "the agent did not write this itself"
+        f"- From {client} session {session}, last active {age_words(now - (ended or at))} "
+        f"ago; captured {how}: the agent did not write this itself"
     ]
     if captured.get("request"):
         lines.append(f"- Asked: {one_line(captured['request'], 400)}")
@@ -4476,7 +4530,7 @@ def render_capture(captured: dict, now: float) -> list[str]:
     for key, word in (("files", "Touched"), ("failures", "Failed")):
         values = captured.get(key) if isinstance(captured.get(key), list) else []
         if values:
-            lines.append(f"- {word}: " + "; ".join(f"`{one_line(v, 160)}`" for v in values))
+            lines.append(f"- {word}: " + "; ".join(md_code(one_line(v, 160)) for v in values))
     if captured.get("last_message"):
         lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
     return lines
@@ -4510,7 +4564,7 @@ def render_git_behind(git, stamp: float | None) -> list[str]:
     than MEMORY.md's Last Updated. Bounded lists."""
     lines = []
     if git.changed_total:
-        shown = ", ".join(f"`{one_line(path_text(p), 120)}`" for p in git.changed)
+        shown = ", ".join(md_code(one_line(path_text(p), 120)) for p in git.changed)
         more = git.changed_total - len(git.changed)
         lines.append(
             f"- Uncommitted now: {plural(git.changed_total, 'file')}: {shown}"
@@ -8681,6 +8735,7 @@ HOOK_RECORD_MAX = 64 * 1024
 HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
 CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
 HOOK_CLIENTS = ("claude", "codex")
+SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
 
 
 def read_hook_payload(data: bytes) -> dict:
@@ -8722,7 +8777,7 @@ def read_hook_record(store: Store) -> dict:
     {"client Event": stamp}}. A missing, unreadable or corrupt record starts afresh: it
     only decides what to capture next, and a capture is never lost by re-reading."""
     path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}}
+    record = {"sessions": {}, "runs": {}, "logged": {}}
     if links_on_the_way(store.state, path) or not os.path.lexists(path):
         return record
     try:
@@ -8750,7 +8805,7 @@ def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str
     transcript beside this one that names this project); a start after compaction or a
     resume of the same session captures the live transcript. Other events capture their
     own session."""
-    session = payload_text(payload, "session_id", 200)
+    session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
     if event != "SessionStart":
         return [(session, transcript, event in CAPTURE_LOG_EVENTS)] if transcript else []
@@ -8785,18 +8840,52 @@ def is_project_transcript(path, root: str, payload: dict) -> bool:
     return transcript_names_folder(path, places)
 
 
+# What one capture keeps, so state.json stays far under its 10 KB warning and boot's
+# block under a tenth of the hook's cap whatever the transcript held.
+CAPTURE_PLAN_MAX, CAPTURE_FILES_MAX, CAPTURE_FAILURES_MAX = 12, 10, 3
+CAPTURE_ITEM_CHARS = 160
+
+
+def capture_item(text: str) -> str:
+    return text if len(text) <= CAPTURE_ITEM_CHARS else text[: CAPTURE_ITEM_CHARS - 3] + "..."
+
+
+def client_session_id(payload: dict) -> str:
+    """The payload's session id as stm stores it: letters, digits, `-`, `_`, `.`, at
+    most 100; anything else (a token, an escape, a newline) is never stored as given."""
+    raw = payload.get("session_id")
+    text = raw if isinstance(raw, str) else ""
+    if SESSION_TOKEN_RE.fullmatch(text) and not any(find_secrets(text)):
+        return text
+    if not text:
+        return ""
+    import hashlib
+
+    return "h-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
 def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:
     """The "captured" object of state.json (CAPTURED_FIELDS) from one transcript read."""
+    plan = transcript.plan
+    if len(plan) > CAPTURE_PLAN_MAX:  # what is open matters most; then the newest done
+        open_items = [p for p in plan if p[1] != "completed"]
+        done = [p for p in plan if p[1] == "completed"]
+        keep = open_items[:CAPTURE_PLAN_MAX]
+        keep += (
+            done[len(done) - (CAPTURE_PLAN_MAX - len(keep)) :]
+            if len(keep) < CAPTURE_PLAN_MAX
+            else []
+        )
+        plan = [p for p in plan if p in keep]
+    failures = [f"{c} — {e}" if e else c for c, e in transcript.failures]
     record = {
         "at": iso_now(),
         "client": client,
         "client_session": session,
         "event": event,
-        "plan": [{"text": text, "status": status} for text, status in transcript.plan],
-        "files": list(transcript.files),
-        "failures": [
-            f"{command} — {error}" if error else command for command, error in transcript.failures
-        ],
+        "plan": [{"text": capture_item(text), "status": status} for text, status in plan],
+        "files": [capture_item(f) for f in transcript.files[-CAPTURE_FILES_MAX:]],
+        "failures": [capture_item(f) for f in failures[-CAPTURE_FAILURES_MAX:]],
         "position": str(transcript.position),
     }
     for key, value in (
@@ -8865,16 +8954,32 @@ def capture_log_text(captured: dict) -> str:
     return "\n".join(lines)
 
 
-def record_capture(store: Store, captured: dict, *, log: bool) -> tuple[SessionRef, bool]:
+# Fields of a capture that change every turn without saying anything new: a Stop hook
+# (every turn) writes only when something else changed, so history.jsonl does not grow
+# by a capture a turn.
+CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "ended_at", "head")
+
+
+def capture_content(captured: dict) -> dict:
+    return {k: v for k, v in captured.items() if k not in CAPTURE_VOLATILE}
+
+
+def record_capture(
+    store: Store, captured: dict, *, log: bool, logged: dict
+) -> tuple[SessionRef, bool]:
     """Write one capture into its session (and, when asked, the log). The same
-    transcript position twice writes nothing new. Returns (session, changed)."""
+    transcript position twice writes nothing new; `logged` (client session: position,
+    from the local record) keeps a second log entry away when another session's capture
+    came in between. Returns (session, changed)."""
     ref, made = capture_target(store, captured["client"], captured["client_session"])
     state = load_state(ref)
     previous = state.get("captured") if isinstance(state.get("captured"), dict) else {}
-    same = (
-        previous.get("client_session") == captured["client_session"]
-        and previous.get("position") == captured["position"]
-    )
+    ours = previous.get("client_session") == captured["client_session"]
+    same = ours and previous.get("position") == captured["position"]
+    if ours and captured["event"] == "Stop" and not log:
+        same = same or capture_content(previous) == capture_content(captured)
+    if logged.get(captured["client_session"]) == captured["position"]:
+        log = False
     if same and (not log or previous.get("logged") == captured["position"]):
         return ref, False
     if log:
@@ -8909,7 +9014,8 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     event = payload_text(payload, "hook_event_name", 60) or "capture"
     client = payload_client(payload, client)
     root = os.path.dirname(os.path.abspath(store.stacks))
-    result = {"event": event, "client": client, "captured": [], "sessions": [], "skipped": []}
+    result = {"event": event, "client": client, "captured": [], "sessions": []}
+    result.update(skipped=[], logged={})
     record = read_hook_record(store)
     git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
     jobs = capture_jobs(record, payload, client, event, root)
@@ -8917,7 +9023,7 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         result["skipped"].append("the payload names no transcript (transcript_path)")
     for session, path, log in jobs:
         try:
-            transcript = read_transcript(path)
+            transcript = read_transcript(path, root=root)
         except (OSError, StmError, ValueError) as exc:
             result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
             continue
@@ -8928,25 +9034,33 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         captured = captured_record(transcript, git, client=who, session=session, event=event)
         result["captured"].append(captured)
         if not dry_run:
-            ref, changed = record_capture(store, captured, log=log)
+            logged = record.get("logged") if isinstance(record.get("logged"), dict) else {}
+            ref, changed = record_capture(store, captured, log=log, logged=logged)
             if changed:
                 result["sessions"].append(ref.id)
-    if not dry_run:
-        note_hook_run(store, payload, client, event)
+            if captured.get("logged"):
+                result["logged"][session] = captured["logged"]
     return result
 
 
-def note_hook_run(store: Store, payload: dict, client: str, event: str) -> None:
-    """Record that this hook ran, and which client session it saw (re-read under the
-    lock: hooks of one client run in parallel)."""
+HOOK_LOGGED_MAX = 20  # client sessions whose last logged position the record keeps
+
+
+def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=None) -> None:
+    """Record that this hook ran, which client session it saw, and the transcript
+    positions just logged (re-read under the lock: hooks of one client run in parallel)."""
     now = iso_now()
-    session = payload_text(payload, "session_id", 200)
+    session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
     with store.state_lock():
         record = read_hook_record(store)
         record["runs"][f"{client} {event}"] = now
         if session and (event == "SessionStart" or transcript):
             record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
+        if logged:
+            kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}
+            kept = {k: v for k, v in kept.items() if k not in logged}
+            record["logged"] = dict(list({**kept, **logged}.items())[-HOOK_LOGGED_MAX:])
         write_hook_record(store, record)
 
 
@@ -8977,7 +9091,7 @@ def cmd_capture(args) -> int:
         data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
     except (OSError, ValueError):
         data = b""
-    store = None
+    store = payload = result = None
     try:
         payload = read_hook_payload(data)
         event = payload_text(payload, "hook_event_name", 60) or event
@@ -8988,9 +9102,17 @@ def cmd_capture(args) -> int:
             print(f"stm capture: skipped {path_text(reason)}", file=sys.stderr)
         if args.print:
             sys.stdout.write(capture_report(result))
-    except (StmError, OSError, ValueError) as exc:
-        reason = exc.line() if isinstance(exc, StmError) else str(exc)
+    except Exception as exc:  # a hook never breaks the agent: a bug too is one line
+        reason = exc.line() if isinstance(exc, StmError) else f"{type(exc).__name__}: {exc}"
         print(f"stm capture: nothing captured: {escape_controls(reason)}", file=sys.stderr)
+    if store is not None and payload is not None and not args.print:
+        # Even when the capture failed: the next start must know which session this was.
+        client = payload_client(payload, args.client)
+        try:
+            note_hook_run(store, payload, client, event, result and result["logged"])
+        except Exception as exc:
+            reason = exc.line() if isinstance(exc, StmError) else str(exc)
+            print(f"stm capture: the hook's run was not recorded: {reason}", file=sys.stderr)
     if args.boot and event in ("SessionStart", "capture") and not args.print:
         hook_boot(args, store)
     return EXIT_OK
@@ -9008,23 +9130,14 @@ def hook_boot(args, store) -> None:
             warn(warning)
         sys.stdout.write(text)
         mark_boot(store)
-    except (StmError, OSError) as exc:
-        reason = exc.line() if isinstance(exc, StmError) else str(exc)
+    except Exception as exc:  # as above: one line, exit 0
+        reason = exc.line() if isinstance(exc, StmError) else f"{type(exc).__name__}: {exc}"
         print(f"stm capture: no boot: {escape_controls(reason)}", file=sys.stderr)
 
 
 CLAUDE_MATCHER = "startup|resume|clear|compact"
 AGENTS_BEGIN = "<!-- stm:agents begin -->"
 AGENTS_END = "<!-- stm:agents end -->"
-
-
-def md_code(text: str) -> str:
-    """`text` as a Markdown code span, fenced by more backquotes than it holds in a row
-    (a quoted path may hold one), so a reader copies exactly the command."""
-    runs = [len(run) for run in re.findall("`+", text)]
-    fence = "`" * (max(runs, default=0) + 1)
-    pad = " " if runs else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def agents_block(stm: str = "stm") -> str:
@@ -9047,10 +9160,28 @@ def agents_block(stm: str = "stm") -> str:
 
 
 AGENTS_BLOCK = agents_block()
-# A hook command stm wrote: it runs stm (the command, stm.py, or `-m stm`) with boot or
-# capture. Recognised whatever the prefix, so --install replaces an older form of its own
-# hook and --remove finds every one.
-STM_HOOK_COMMAND_RE = LazyRegex(r"(^|[\s/\"';])stm(\.py)?[\"']?\s+(.*\s)?(boot|capture)(\s|$)")
+# How a hook runs the project's own stm.py: by its path, imported with its bytecode
+# cached outside the project, in an isolated interpreter (-I: no PYTHONPATH, no user
+# site, and the project folder not on sys.path, so a json.py or an stm/ package in the
+# project cannot stand in for the standard library or for stm; -S: no site). A relative
+# path is looked for from the hook's folder upward (Codex names no project folder).
+HOOK_LOADER = (
+    "import os,sys,importlib.util as u;p=sys.argv[1];d=os.getcwd()\n"
+    "while not os.path.isfile(os.path.join(d,p)) and os.path.dirname(d)!=d:"
+    "d=os.path.dirname(d)\n"
+    "sys.dont_write_bytecode=False;sys.pycache_prefix=os.path.join(os.environ.get("
+    '"XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),"stm")\n'
+    's=u.spec_from_file_location("stm",os.path.join(d,p));m=u.module_from_spec(s)\n'
+    "s.loader.exec_module(m);sys.exit(m.main(sys.argv[2:]))"
+)
+HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
+# A hook command of stm's own, as older versions wrote it: one simple command (no `;`,
+# `&&` or `|`: a user's compound command that mentions stm is the user's) running stm,
+# `python3 -m stm` or a stm.py with boot or capture.
+STM_HOOK_COMMAND_RE = LazyRegex(
+    r"^(?:[A-Z_]+=\S+\s+)*(?:stm|python3?(?:\s+-\S+)*\s+(?:-m\s+stm|\S*stm\.py['\"]?))"
+    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture)(?:\s[^;&|`]*)?$"
+)
 
 
 def project_root(args) -> str:
@@ -9105,8 +9236,7 @@ HOOK_CLIENTS_TABLE = (
         "codex",
         "Codex",
         os.path.join(".codex", "hooks.json"),
-        # Codex names no project folder for hooks; they run in the session's folder.
-        '"$(git rev-parse --show-toplevel 2>/dev/null || pwd)"',
+        None,  # Codex names no project folder: stm.py is looked for from the hook's folder up
         (
             ("SessionStart", None, ("--boot", "--max-tokens", str(CODEX_HOOK_MAX_TOKENS))),
             ("PreCompact", None, ()),
@@ -9140,13 +9270,13 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
     rel = stm_in_project(root)
     if rel is not None or not shutil.which("stm"):
         if rel is None:  # neither in the project nor installed: this machine only
-            path = (os.path.dirname(os.path.abspath(__file__)),)
-        else:
-            project = ShellText(client.project_dir)
-            path = (project,) if rel == "." else (project, "/" + rel.replace(os.sep, "/"))
-        cache = (ShellText('"${XDG_CACHE_HOME:-$HOME/.cache}"'), "/stm")
-        env = {"PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": path}
-        return shell_command("python3", "-m", "stm", *words, env=env)
+            path = (os.path.abspath(__file__),)
+        elif client.project_dir:
+            file = "stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py"
+            path = (ShellText(client.project_dir), "/" + file)
+        else:  # found from the hook's folder upward
+            path = ("stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py",)
+        return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
     to = "" if "--boot" in arguments else " >&2"
     missing = shell_command(
         "echo",
@@ -9173,8 +9303,16 @@ def wanted_hooks(root: str, client: HookClient, session_start: str | None = None
 
 
 def is_stm_hook(hook, command: str) -> bool:
+    """Whether a hook is one stm wrote (this version's or an older form), never a user's
+    own command that merely mentions stm."""
     text = hook.get("command") if isinstance(hook, dict) else None
-    return isinstance(text, str) and (text == command or bool(STM_HOOK_COMMAND_RE.search(text)))
+    if not isinstance(text, str):
+        return False
+    if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
+        return True
+    if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
+        return True
+    return bool(STM_HOOK_COMMAND_RE.match(text))
 
 
 def load_settings(path: str, events=("SessionStart",)) -> tuple[dict, bytes | None]:
@@ -9268,18 +9406,24 @@ def hook_command_problem(root: str, command: str) -> str | None:
     import shlex
     import shutil
 
+    if HOOK_LOADER_MARK in command:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            return None
+        at = words.index(HOOK_LOADER) + 1 if HOOK_LOADER in words else len(words)
+        if at < len(words):
+            path = words[at].replace("$CLAUDE_PROJECT_DIR", root)
+            if not os.path.isfile(os.path.join(root, path)):
+                return f"it runs {path}, which this clone does not have"
+            return None
     try:
         words = shlex.split(command.split(";")[0])
     except ValueError:
         return None  # a hand-written command stm cannot read: not stm's to judge
     for word in words:
         if word.startswith("PYTHONPATH="):
-            folder = word.split("=", 1)[1]
-            for var in (
-                "$CLAUDE_PROJECT_DIR",
-                "$(git rev-parse --show-toplevel 2>/dev/null || pwd)",
-            ):
-                folder = folder.replace(var, root)
+            folder = word.split("=", 1)[1].replace("$CLAUDE_PROJECT_DIR", root)
             if not os.path.isfile(os.path.join(folder, "stm.py")):
                 return f"it runs {folder}/stm.py, which this clone does not have"
             return None

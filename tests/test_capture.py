@@ -617,7 +617,7 @@ def test_a_committed_stm_boot_hook_is_upgraded_by_install(copied, run):
     result = run("setup", "claude", "--install")
     assert result.code == 0 and "already installed" not in result.out
     hooks = installed(project, "claude")
-    assert "stm capture --client claude --boot" in hooks["SessionStart"]
+    assert "stm.py capture --client claude --boot" in hooks["SessionStart"]
     assert [len(v) for v in json.loads(settings.read_text())["hooks"].values()] == [1, 1, 1]
     assert run("setup", "claude", "--check").code == 0
     assert run("setup", "claude", "--remove").code == 0
@@ -684,3 +684,140 @@ def test_a_planted_hook_record_never_makes_stm_read_another_file(agent, run, tmp
         assert result.code == 0 and "the other team's plans" not in result.out
     assert sessions(project) == []
     assert "other team" not in log_text(project)
+
+
+# ---- what an attack on the first version found -----------------------------------------------
+
+
+def test_a_message_of_many_elements_is_read_in_linear_time(agent, run):
+    """`<li>…</li>` * n made a back-referencing regex take 2^n steps: the hook hung."""
+    project, folder = agent
+    c = Claude(str(project), SID)
+    message = "<li>Home</li>" * 30 + " make this nav responsive"  # 2^30 steps before
+    transcript = write_jsonl(folder / f"{SID}.jsonl", [c.user(message), c.say("ok")])
+    assert run("capture", stdin=payload("PreCompact", SID, transcript, project)).code == 0
+    [only] = sessions(project)
+    assert state_of(only)["captured"]["request"].endswith("make this nav responsive")
+    assert stm.only_wrappers("<a></a>" * 10_000) and not stm.only_wrappers("<a></a>" * 99 + "x")
+
+
+def test_the_hook_runs_in_a_project_whose_modules_shadow_stms(copied, run):
+    """A json.py or an stm/ package in the project must not stand in for the standard
+    library or for stm: the hook's interpreter is isolated."""
+    project = copied
+    (project / "json.py").write_text("raise SystemExit('the project json.py was imported')\n")
+    (project / "stm").mkdir()
+    (project / "stm" / "__init__.py").write_text("raise SystemExit('the stm package')\n")
+    run("setup", "claude", "--install")
+    hooks = installed(project, "claude")
+    start = payload("SessionStart", SID, project.parent / "t.jsonl", project, source="startup")
+    for cwd in (project, project / "stm"):
+        done = hook(hooks["SessionStart"], project, start, cwd=cwd)
+        assert done.returncode == 0 and "## Identity" in done.stdout, done.stderr
+
+
+def test_setup_keeps_the_users_own_hooks_that_mention_stm(copied, run):
+    project = copied
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    mine = {
+        "SessionStart": [stm.hook_entry("notify-send 'stm boot reminder'", "startup")],
+        "SessionEnd": [
+            stm.hook_entry('~/bin/backup.sh; echo "stm capture skipped" >> /tmp/l', None)
+        ],
+    }
+    settings.write_text(json.dumps({"hooks": mine}))
+    assert run("setup", "claude", "--install").code == 0
+    data = json.loads(settings.read_text())
+    commands = [
+        h["command"] for entries in data["hooks"].values() for e in entries for h in e["hooks"]
+    ]
+    assert "notify-send 'stm boot reminder'" in commands
+    assert '~/bin/backup.sh; echo "stm capture skipped" >> /tmp/l' in commands
+    assert run("setup", "claude", "--remove").code == 0
+    assert json.loads(settings.read_text()) == {"hooks": mine}
+
+
+def test_a_secret_in_a_file_path_or_a_session_id_is_never_stored(agent, run):
+    project, folder = agent
+    token = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+    url = "postgres://admin:hunter2hunter2@db.example.com/prod"
+    c = Claude(str(project), token)
+    entries = [
+        c.user("set up the database"),
+        c.call("w", "Write", file_path=f"{project}/cfg/url-{url}.txt", content="x"),
+        c.result("w", "ok"),
+    ]
+    transcript = write_jsonl(folder / "t.jsonl", entries)
+    assert (
+        run("capture", stdin=payload("PreCompact", token + "\n## x", transcript, project)).code == 0
+    )
+    stored = log_text(project) + (project / ".state" / ".hooks.json").read_text()
+    stored += "".join(
+        (s / n).read_text() for s in sessions(project) for n in ("state.json", "history.jsonl")
+    )
+    assert token not in stored and "hunter2" not in stored and "\n## x" not in stored
+
+
+def test_a_big_plan_leaves_memory_in_a_hook_sized_boot_and_check_strict_ok(agent, run):
+    project, folder = agent
+    c = Claude(str(project), SID)
+    todos = [
+        {"content": f"step {n}: " + "describe the work in detail " * 5, "status": s}
+        for n, s in enumerate(["completed"] * 20 + ["in_progress"] + ["pending"] * 19)
+    ]
+    entries = [c.user("a big job"), c.call("t", "TodoWrite", todos=todos)]
+    for n in range(25):
+        entries.append(c.call(f"e{n}", "Edit", file_path=f"{project}/src/m{n}.py", old_string="a"))
+    transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
+    run("capture", stdin=payload("PreCompact", SID, transcript, project))
+    out = run("boot", "--max-chars", str(stm.HOOK_MAX_CHARS)).out
+    assert "Parser port half done" in out  # session memory survives the capture
+    assert "- Plan, in progress: step 20" in out
+    [only] = sessions(project)
+    assert len((only / "state.json").read_bytes()) < 8000
+    assert run("check", "--strict").code == 0
+
+
+def test_the_start_is_recorded_even_when_its_capture_fails(agent, run, monkeypatch):
+    project, folder = agent
+    transcript = folder / f"{SID}.jsonl"
+
+    def broken(*args, **kwargs):
+        raise stm.StmError("the lock could not be taken in 1 s")
+
+    monkeypatch.setattr(stm, "capture_hook", broken)
+    start = payload("SessionStart", SID, transcript, project, source="startup")
+    result = run("capture", "--client", "claude", "--boot", stdin=start)
+    assert result.code == 0 and "## Identity" in result.out and "nothing captured" in result.err
+    record = json.loads((project / ".state" / ".hooks.json").read_text())
+    assert record["sessions"]["claude"]["id"] == SID
+
+
+def test_stop_writes_only_when_the_work_changed(agent, run):
+    project, folder = agent
+    entries = todo_session(str(project))
+    transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
+    run("capture", stdin=payload("Stop", SID, transcript, project))
+    [only] = sessions(project)
+    events = (only / "history.jsonl").read_text().count("\n")
+    c = Claude(str(project), SID)
+    for n in range(3):  # turns that only talk
+        entries.append(c.say(f"thinking, turn {n}"))
+        write_jsonl(folder / f"{SID}.jsonl", entries)
+        run("capture", stdin=payload("Stop", SID, transcript, project))
+    assert (only / "history.jsonl").read_text().count("\n") == events
+    entries.append(c.call("w9", "Write", file_path=f"{project}/new.py", content="x"))
+    write_jsonl(folder / f"{SID}.jsonl", entries)
+    run("capture", stdin=payload("Stop", SID, transcript, project))
+    assert (only / "history.jsonl").read_text().count("\n") == events + 1
+
+
+def test_two_sessions_alternating_log_each_position_once(agent, run):
+    project, folder = agent
+    other = "7a7a7a7a-2222-4000-8000-000000000002"
+    a = write_jsonl(folder / "a.jsonl", todo_session(str(project)))
+    b = write_jsonl(folder / "b.jsonl", todo_session(str(project), other))
+    for session, transcript in ((SID, a), (other, b), (SID, a), (other, b), (SID, a)):
+        assert run("capture", stdin=payload("PreCompact", session, transcript, project)).code == 0
+    assert log_text(project).count("Captured by stm") == 2

@@ -431,10 +431,11 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
     data = json.loads(run("setup", "claude").out)
     command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
     # it captures the session that ended, then boots under the hook cut
-    assert command.endswith(" python3 -m stm capture --client claude --boot --max-chars 9500")
+    assert command.endswith(" capture --client claude --boot --max-chars 9500")
     words = shlex.split(command)  # every path is quoted for the shell (shell_command)
-    folder = next(w for w in words if w.startswith("PYTHONPATH=")).split("=", 1)[1]
-    assert os.path.exists(os.path.join(folder, "stm.py"))  # it names this checkout
+    assert words[:3] == ["python3", "-I", "-S"]  # isolated: no project module shadows stdlib
+    path = words[words.index("capture") - 1]
+    assert os.path.samefile(path, stm.__file__)  # it names this checkout's stm.py
 
 
 def test_the_hook_command_leaves_no_pycache_in_the_project(store, run, monkeypatch, tmp_path):
