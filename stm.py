@@ -460,15 +460,19 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
-def require_regular(fd: int, path: str) -> None:
+def require_regular(fd: int, path: str) -> os.stat_result:
     """Refuse a FIFO, socket or device where stm expects a regular file. An OSError, so
-    every reader that copes with an unreadable file (boot, check, search) copes here."""
-    import errno
+    every reader that copes with an unreadable file (boot, check, search) copes here.
+    Returns the file's status (its size tells a reader how much to ask for)."""
     import stat
 
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        import errno
+
         message = "not a regular file (a FIFO, socket or device?): remove it"
         raise OSError(errno.EINVAL, message, path)
+    return status
 
 
 def fsync_enabled() -> bool:
@@ -2098,10 +2102,13 @@ def iter_active_sessions(store: Store):
     return sorted(found)
 
 
-def iter_archived_sessions(store: Store):
-    """(id, folder) of every archived session, sorted by id."""
+def iter_archived_sessions(store: Store, since: str | None = None):
+    """(id, folder) of every archived session (of the months from `since`, a date, on),
+    sorted by id."""
     found = []
     for month in list_dirs(store.history_dir):
+        if since and month < since[:7]:
+            continue
         month_dir = os.path.join(store.history_dir, month)
         found.extend((sid, os.path.join(month_dir, sid)) for sid in list_dirs(month_dir))
     return sorted(found)
@@ -8486,7 +8493,7 @@ def search_files(store: Store, layers, since: str | None):
             for path in layer_files(store, layer, newest_first=True, since=since):
                 yield layer.name, path
     if "sessions" in layers:
-        found = iter_active_sessions(store) + iter_archived_sessions(store)
+        found = iter_active_sessions(store) + iter_archived_sessions(store, since=since)
         for session_id, folder in sorted(found, reverse=True):
             if since and session_id[:10] < since:
                 continue
@@ -8494,33 +8501,51 @@ def search_files(store: Store, layers, since: str | None):
                 yield "sessions", os.path.join(folder, name)
 
 
-def open_lines(path: str):
-    """(number, text) for each line of a file inside a tree, read SEARCH_CHUNK bytes at a
-    time, so memory stays flat however big one file grows. Opens now (an error is the
-    caller's to handle), reads as it is iterated."""
+# Search runs over blocks of whole lines (about SEARCH_CHUNK bytes), not line by line:
+# one C-level scan of a block finds where a match can be, and only those lines are
+# decoded and tested with the per-line verdict (`LineMatcher.matches`, the one
+# definition of a match). The scan may propose lines that do not match, never miss one.
+
+
+def open_blocks(path: str):
+    """(number of its first line, bytes) for each block of whole lines of a file inside
+    a tree, each block ending with b"\n" (one is added after a last line without it), so
+    memory stays flat however big the file grows. Opens now (an error is the caller's to
+    handle), reads as it is iterated."""
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
-        require_regular(fd, path)
+        size = require_regular(fd, path).st_size
     except BaseException:
         os.close(fd)
         raise
-    return _lines_of(fd)
+    return _blocks_of(fd, size)
 
 
-def _lines_of(fd: int):
+def _blocks_of(fd: int, size: int):
     try:
-        number, rest = 0, b""
+        number, rest, done = 1, [], 0  # rest: what follows the last newline read
         while True:
-            chunk = os.read(fd, SEARCH_CHUNK)
+            # Ask for what the file holds and one byte more: a short read of a regular
+            # file is its end, so a small file costs one read (and no 1 MiB buffer).
+            want = min(SEARCH_CHUNK, size - done + 1) if done < size else SEARCH_CHUNK
+            chunk = os.read(fd, want)
+            done += len(chunk)
             if not chunk:
                 break
-            lines = (rest + chunk).split(b"\n")
-            rest = lines.pop()  # the start of a line that goes on in the next chunk
-            for raw in lines:
-                number += 1
-                yield number, raw.decode("utf-8", "replace").removesuffix("\r")
-        if rest:  # a last line without its newline
-            yield number + 1, rest.decode("utf-8", "replace").removesuffix("\r")
+            if len(chunk) < want and done >= size:
+                rest.append(chunk)
+                break
+            cut = chunk.rfind(b"\n") + 1
+            if not cut:  # no line ends here (a very long line): keep reading
+                rest.append(chunk)
+                continue
+            block = b"".join((*rest, chunk[:cut])) if rest else chunk[:cut]
+            rest = [chunk[cut:]] if cut < len(chunk) else []
+            yield number, block
+            number += block.count(b"\n")
+        tail = b"".join(rest)
+        if tail:
+            yield number, tail if tail.endswith(b"\n") else tail + b"\n"
     finally:
         os.close(fd)
 
@@ -8578,9 +8603,13 @@ class RegexBudget:
         self.saved = None
 
     def __call__(self, line: str):
+        return self.timed(self.search, line)
+
+    def timed(self, function, *args):
+        """`function(*args)`, its time counted against the budget."""
         self.started = time.monotonic()
         try:
-            return self.search(line)
+            return function(*args)
         finally:
             started, self.started = self.started, None
             self.spent += time.monotonic() - started
@@ -8622,26 +8651,141 @@ class RegexBudget:
         return False
 
 
-def search_matcher(pattern: str, regex: bool):
-    """The line test of a search: a case-blind substring, or (regex) a RegexBudget."""
+class BudgetedPattern:
+    """A compiled regex whose searches count against a RegexBudget (block scans too)."""
+
+    __slots__ = ("pattern", "budget")
+
+    def __init__(self, pattern, budget: RegexBudget):
+        self.pattern, self.budget = pattern, budget
+
+    def search(self, text, pos: int = 0):
+        return self.budget.timed(self.pattern.search, text, pos)
+
+
+# Characters outside ASCII whose case folding holds ASCII letters (ß -> ss, the Kelvin
+# sign -> k, ﬁ -> fi, ...): a line holding one can match an ASCII pattern that its bytes,
+# lowered, do not show. A test recomputes the list from the running Python's Unicode data.
+FOLDS_TO_ASCII = (
+    "\xdf\u0130\u0149\u017f\u01f0\u1e96\u1e97\u1e98\u1e99\u1e9a\u1e9e\u212a"
+    "\ufb00\ufb01\ufb02\ufb03\ufb04\ufb05\ufb06"
+)
+
+
+def folding_into(needle: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """The UTF-8 codes of the FOLDS_TO_ASCII characters that can fold into part of the
+    ASCII `needle` (ﬂ for "flow", none for "zzz"), and their first bytes."""
+    codes = tuple(c.encode() for c in FOLDS_TO_ASCII if set(c.casefold()) & set(needle))
+    return codes, tuple({code[:1]: None for code in codes})
+
+
+_ASCII_BYTES = bytes(range(128))
+
+
+def may_fold_into(block: bytes, codes, leads) -> bool:
+    """Whether `block` may hold one of `codes` (a yes can be wrong, a no cannot)."""
+    for lead in leads:  # a C-level scan for one byte each, usually none found
+        if lead in block:
+            rest = block.translate(None, _ASCII_BYTES)  # the few bytes outside ASCII
+            return any(code in rest for code in codes)
+    return False
+
+
+# Regex constructs that see past the ends of a line: a pattern holding one is run line
+# by line, since in a block it would see the neighbouring lines.
+SEARCH_LINE_ONLY = ("\\A", "\\Z", "(?<", "(?=", "(?!")
+
+
+class LineMatcher:
+    """A search pattern: `matches(line)` is whether one line matches (a case-insensitive
+    substring, or a case-insensitive regex search); `scan(block)` finds the matching
+    lines of a block of whole lines, returning the text it searched (the bytes, or their
+    decoded text) and an iterator of (offset in that text, line)."""
+
+    __slots__ = ("matches", "needle", "folded", "block_regex", "folding", "budget")
+
+    def __init__(self, pattern: str, regex: bool):
+        self.needle = self.folded = self.block_regex = self.budget = None
+        if regex:
+            self.matches = re.compile(pattern, re.IGNORECASE).search
+            if not any(construct in pattern for construct in SEARCH_LINE_ONLY):
+                self.block_regex = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+            return
+        self.folded = pattern.casefold()
+        if self.folded.isascii():
+            self.needle = self.folded.encode()
+            self.folding = folding_into(self.folded)
+        folded = self.folded
+        self.matches = lambda line: folded in line.casefold()
+
+    def scan(self, block: bytes):
+        if self.needle is not None and not may_fold_into(block, *self.folding):
+            # bytes.lower() lowers ASCII only; nothing else can fold into an ASCII needle
+            return block, self._found(block, block.lower(), self.needle, b"\n", b"\r")
+        text = block.decode("utf-8", "replace")
+        if self.block_regex is not None:
+            if "\r" in text:  # a line's last \r goes before it is tested, as `$` must see
+                text = text.replace("\r\n", "\n")
+            return text, self._found(text, text, self.block_regex, "\n", "")
+        if self.folded is not None:
+            folded = text.casefold()
+            if len(folded) == len(text):  # one character each: the offsets line up
+                return text, self._found(text, folded, self.folded, "\n", "\r")
+        return text, self._each_line(text)
+
+    def _found(self, text, haystack, needle, newline, cr):
+        """(offset, line) of each line of `text` holding a match; `haystack` is `text` as
+        searched (lowered or folded, the same length), `needle` a string or a regex, `cr`
+        what to take off a line's end (nothing once taken off the whole text)."""
+        search = None if isinstance(needle, (str, bytes)) else needle.search
+        pos, size = 0, len(text)
+        while pos < size:
+            if search is None:
+                at = haystack.find(needle, pos)
+            else:
+                found = search(haystack, pos)
+                at = found.start() if found else -1
+            if at < 0 or at >= size:
+                return
+            start = text.rfind(newline, pos, at) + 1 or pos
+            end = text.find(newline, at)
+            end = size if end < 0 else end
+            line = text[start:end].removesuffix(cr) if cr else text[start:end]
+            if isinstance(line, bytes):
+                line = line.decode("utf-8", "replace")
+            if self.matches(line):
+                yield start, line
+            pos = end + 1
+
+    def _each_line(self, text: str):
+        start = 0
+        for line in text.split("\n")[:-1]:  # the block ends with a newline
+            if self.matches(line.removesuffix("\r")):
+                yield start, line.removesuffix("\r")
+            start += len(line) + 1
+
+
+def search_matcher(pattern: str, regex: bool) -> LineMatcher:
+    """The line test of a search: a case-blind substring, or a regex refused when it could
+    backtrack exponentially and timed against a RegexBudget (matcher.budget)."""
     if not pattern:
         raise usage_error("search needs a non-empty PATTERN")
+    try:
+        matcher = LineMatcher(pattern, regex)
+        hazard = regex_hazard(pattern) if regex else None
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise usage_error(f"--regex {pattern!r} is not a valid regular expression: {exc}") from None
+    if hazard:
+        raise usage_error(
+            f"regex {pattern!r} {hazard}, which can take exponential time on one line; "
+            "write it without that, or search without --regex"
+        )
     if regex:
-        try:
-            compiled = re.compile(pattern, re.IGNORECASE)
-            hazard = regex_hazard(pattern)
-        except (re.error, RecursionError, OverflowError) as exc:
-            raise usage_error(
-                f"--regex {pattern!r} is not a valid regular expression: {exc}"
-            ) from None
-        if hazard:
-            raise usage_error(
-                f"regex {pattern!r} {hazard}, which can take exponential time on one line; "
-                "write it without that, or search without --regex"
-            )
-        return RegexBudget(compiled.search, pattern)
-    needle = pattern.casefold()
-    return lambda line: needle in line.casefold()
+        matcher.budget = RegexBudget(matcher.matches, pattern)
+        matcher.matches = matcher.budget
+        if matcher.block_regex is not None:
+            matcher.block_regex = BudgetedPattern(matcher.block_regex, matcher.budget)
+    return matcher
 
 
 def search_memory(
@@ -8659,10 +8803,10 @@ def search_memory(
         raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD)")
     if layer is not None and layer not in search_layers():
         raise usage_error(f"--layer {layer!r} is not one of {', '.join(search_layers())}")
-    matches = search_matcher(pattern, regex)
+    matcher = search_matcher(pattern, regex)
     layers = (layer,) if layer else search_layers()
-    hits = _search_hits(store, matches, layers, since[:10] if since else None)
-    return _budgeted(hits, matches) if isinstance(matches, RegexBudget) else hits
+    hits = _search_hits(store, matcher, layers, since[:10] if since else None)
+    return _budgeted(hits, matcher.budget) if matcher.budget else hits
 
 
 def _budgeted(hits, budget: RegexBudget):
@@ -8672,38 +8816,84 @@ def _budgeted(hits, budget: RegexBudget):
         yield from hits
 
 
-def _search_hits(store: Store, matches, layers, since):
+def _search_hits(store: Store, matcher, layers, since):
     for layer, path in search_files(store, layers, since):
         try:
-            lines = open_lines(path)
+            blocks = open_blocks(path)
         except OSError:
             continue  # missing optional files (Session.md), links: nothing to search
         if layer == "logs":
-            yield from log_hits_newest_first(store, path, lines, matches)
+            yield from log_hits_newest_first(store, path, blocks, matcher)
             continue
-        for number, line in lines:
-            if matches(line):
-                yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+        shown = None
+        for number, line in matching_lines(blocks, matcher):
+            shown = shown or store.rel(path)
+            yield {"path": shown, "line": number, "text": line, "layer": layer}
+
+
+def matching_lines(blocks, matcher):
+    """(line number, line) of each matching line, in file order."""
+    for number, block in blocks:
+        text, hits = matcher.scan(block)
+        newline, counted = ("\n" if isinstance(text, str) else b"\n"), 0
+        for start, line in hits:
+            number += text.count(newline, counted, start)
+            counted = start
+            yield number, line
 
 
 LOG_HEADER_STAMP_RE = LazyRegex(r"^## (\S+) · .* <!-- stm:entry [0-9a-f]{8} -->$")
 
 
-def log_hits_newest_first(store: Store, path: str, lines, matches):
+def log_hits_newest_first(store: Store, path: str, blocks, matcher):
     """A day's matches ordered by their entries' timestamps, newest first: a union merge
-    of two clones' logs can leave the entries out of time order. Only the matches are
-    kept in memory, never the file."""
-    hits, stamp = [], ""
-    for number, line in lines:
-        header = LOG_HEADER_STAMP_RE.match(line) if line.startswith("## ") else None
-        if header:
-            stamp = header.group(1)
-        if matches(line):
-            hit = {"path": store.rel(path), "line": number, "text": line, "layer": "logs"}
-            hits.append((stamp, number, hit))
-    hits.sort(key=lambda item: (_descending(item[0]), item[1]))
-    for _, _, hit in hits:
+    of two clones' logs can leave the entries out of time order. A match's timestamp is
+    that of the last header line at or above it, looked up only for matches. Only the
+    matches are kept in memory, never the file."""
+    hits, stamp, shown, before = [], "", None, None
+    header = LOG_HEADER_STAMP_RE.match  # resolved once: LazyRegex looks it up in Python
+    for number, block in blocks:
+        if before is not None:  # the block before may end with headers after its matches
+            text, looked = before
+            last = text.rfind(text[-1:], 0, len(text) - 1) + 1  # its last line
+            stamp = entry_stamp(text, looked, last, header) or stamp
+        text, found = matcher.scan(block)
+        newline, counted, looked = ("\n" if isinstance(text, str) else b"\n"), 0, 0
+        for start, line in found:
+            number += text.count(newline, counted, start)
+            counted = start
+            stamp = entry_stamp(text, looked, start, header) or stamp
+            looked = start
+            shown = shown or store.rel(path)
+            hits.append((stamp, {"path": shown, "line": number, "text": line, "layer": "logs"}))
+        before = text, looked
+    # Newest first, a match before a later one of the same entry: a stable sort, reversed,
+    # on the stamp with a last character above all others (so "" and any stamp that is
+    # the start of another come first, as by _descending, which costs a loop per match).
+    hits.sort(key=lambda item: item[0] + "\U0010ffff", reverse=True)
+    for _, hit in hits:
         yield hit
+
+
+def entry_stamp(text, low: int, start: int, header) -> str | None:
+    """The timestamp of the last log header line (`header`: LOG_HEADER_STAMP_RE.match)
+    that starts between offsets `low` and `start` of a block (both line starts, both
+    included), or None when none does."""
+    newline, marker = (b"\n", b"\n## ") if isinstance(text, bytes) else ("\n", "\n## ")
+    end = start + 3  # "\n## " ending there: a header starting at `start`
+    while True:
+        at = text.rfind(marker, max(low - 1, 0), end)
+        if at < 0 and not (low == 0 and text[:3] == marker[1:]):
+            return None
+        line = text[at + 1 : text.find(newline, at + 1)]
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        found = header(line.removesuffix("\r"))
+        if found:
+            return found.group(1)
+        if at < 0:
+            return None
+        end = at + 3  # a `## ` line that is not a header: look further up
 
 
 def cmd_search(args) -> int:
