@@ -21,7 +21,7 @@ Usage:
     $ python3 stm.py boot                 # print the memory an agent starts from
     $ python3 stm.py log "fixed the parser; see refs/parser.md"
     $ python3 stm.py session new --name "port parser" --phases plan,build,ship
-    $ python3 stm.py session checkpoint --done plan --pending build --resume "run tests"
+    $ python3 stm.py session checkpoint --done lexer --pending "port grammar" --resume "pytest"
     $ python3 stm.py compose-handoff handoff.json
     $ python3 stm.py note "Next Steps" "port the grammar"   # safe MEMORY.md edits
     $ python3 stm.py search parser --layer logs
@@ -6004,6 +6004,7 @@ EVENT_REPLAY_FIELDS = {
     "phase_change": {"to": "phase"},
     "checkpoint": {
         "done": "str",
+        "done_steps": "strs",
         "pending": "strs",
         "resume": "str",
         "note": "str",
@@ -6057,7 +6058,7 @@ def replay_event(state: dict, event: dict) -> None:
     elif name == "checkpoint":
         change = {
             key: event.get(key)
-            for key in ("done", "pending", "resume", "note", "interrupted", "finish")
+            for key in ("done", "done_steps", "pending", "resume", "note", "interrupted", "finish")
         }
         apply_checkpoint(state, change, author=event.get("actor") or "?", now=stamp)
     elif name == "archived":
@@ -7471,21 +7472,75 @@ def resolve_done(done: str, steps: list) -> tuple[str, bool]:
     return done, done in steps
 
 
+def match_done_step(done: str, steps: list) -> str:
+    """What `--done` names among the pending steps `steps`: a step's exact text, its
+    number as boot shows it, or a part of its text (case-insensitive) found in exactly
+    one step; given back unchanged when it names none. A part found in several steps is
+    refused, listing them: recording the wrong one would lose a step silently."""
+    text, matched = resolve_done(done, steps)
+    if matched:
+        return text
+    wanted = done.casefold()
+    found = [step for step in steps if wanted in str(step).casefold()]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        shown = "; ".join(f"{steps.index(s) + 1}. {one_line(s, 80)}" for s in found[:10])
+        raise usage_error(
+            f"--done {one_line(done, 80)!r} matches {len(found)} pending steps: {shown}; "
+            "give more of the step's text, or its number; nothing written"
+        )
+    return done
+
+
+def session_phases(state: dict) -> list[str]:
+    """Every phase name a session knows: its valid phases, its history, its phase."""
+    names = list(state.get("valid_phases") or [])
+    history = state.get("phase_history") if isinstance(state.get("phase_history"), list) else []
+    names += [h.get("phase") for h in history if isinstance(h, dict)]
+    names.append(state.get("phase"))
+    return [n for n in names if isinstance(n, str)]
+
+
+def done_list(change: dict) -> list[str]:
+    """The steps a checkpoint marks done, in order: `done_steps` when several were given
+    (`done` is then the last), else `done` alone."""
+    several = change.get("done_steps")
+    if isinstance(several, list) and several:
+        return [str(step) for step in several]
+    return [] if change.get("done") is None else [change["done"]]
+
+
 def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> list[str]:
-    """Apply one checkpoint (`change`: done, pending, resume, note, interrupted, finish;
-    absent keys change nothing) to `state` in place; returns warnings. The same function
-    replays checkpoint events when a merged state is rebuilt from its history."""
+    """Apply one checkpoint (`change`: done or done_steps, pending, resume, note,
+    interrupted, finish; absent keys change nothing) to `state` in place; returns
+    warnings. The same function replays checkpoint events when a merged state is rebuilt
+    from its history."""
     warnings = []
     checkpoint = dict(state.get("checkpoint") or {})
     steps = list(checkpoint.get("pending_steps") or [])
-    done = change.get("done")
-    if done is not None:
-        done, matched = resolve_done(done, steps)
-        change["done"] = done
+    done = None
+    shown = list(steps)  # numbers name steps as boot showed them, before any is removed
+    resolved = []
+    for given in done_list(change):
+        done, matched = resolve_done(given, shown)
+        resolved.append(done)
         checkpoint["last_completed_step"] = done
         steps = [s for s in steps if s != done]
-        if not matched:
+        if matched:
+            continue
+        if done in session_phases(state):
+            warnings.append(
+                f"--done {done!r} is a phase, not a pending step: recorded as the last "
+                "completed step; a phase is changed with `stm session phase NAME`, a step "
+                "is one line of --pending"
+            )
+        else:
             warnings.append(f"--done {done!r} matched no pending step; recorded as done")
+    if resolved:
+        change["done"] = done
+        if len(resolved) > 1:
+            change["done_steps"] = resolved
     if change.get("pending") is not None:
         steps = list(change["pending"])
     if change.get("finish"):
@@ -7512,7 +7567,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
     if change.get("finish"):
         recovery["last_action"] = "checkpoint: finished"
     elif done:
-        recovery["last_action"] = f"checkpoint: done {done}"
+        recovery["last_action"] = f"checkpoint: done {'; '.join(resolved)}"
     else:
         interrupted = change.get("interrupted")
         recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
@@ -7524,7 +7579,7 @@ def checkpoint_session(
     store: Store,
     *,
     session: str | None = None,
-    done: str | None = None,
+    done: str | list[str] | None = None,
     pending: list[str] | None = None,
     clear_pending: bool = False,
     resume: str | None = None,
@@ -7533,11 +7588,14 @@ def checkpoint_session(
     finish: bool = False,
     expect_version: int | None = None,
 ) -> tuple[SessionRef, dict, bool, list[str]]:
-    """The `session checkpoint` operation (spec/state-layout.md): record the step done
-    (its text, or its number as boot shows it), the pending steps, how to resume, a
-    recovery note ("" clears it), an interruption, or that the work is finished. Returns
-    (ref, state, changed, warnings); repeating a call changes nothing."""
-    done = clean_text(done, "--done") if done is not None else None
+    """The `session checkpoint` operation (spec/state-layout.md): record the steps done
+    (each by its text, its number as boot shows it, or a part of its text that only it
+    holds), the pending steps, how to resume, a recovery note ("" clears it), an
+    interruption, or that the work is finished. Returns (ref, state, changed, warnings);
+    repeating a call changes nothing."""
+    dones = [done] if isinstance(done, str) else list(done or [])
+    dones = [clean_text(step, "--done") for step in dones]
+    done = dones[-1] if dones else None
     pending = [clean_text(p, "--pending") for p in pending] if pending else None
     if clear_pending:
         if pending:
@@ -7546,7 +7604,8 @@ def checkpoint_session(
     resume = clean_text(resume, "--resume", 1000) if resume is not None else None
     if note is not None:
         note = clean_text(note, "--note", 2000) if note.strip() else ""
-    refuse_secrets("\n".join(t for t in (done, resume, note, *(pending or [])) if t), "no flag")
+    texts = (*dones, resume, note, *(pending or []))
+    refuse_secrets("\n".join(t for t in texts if t), "no flag")
     given = (done, pending, resume, note)
     if all(value is None for value in given) and not interrupted and not finish:
         raise usage_error(
@@ -7558,8 +7617,12 @@ def checkpoint_session(
     warnings: list[str] = []
 
     def mutate(state: dict):
-        change = {"done": done, "pending": pending, "resume": resume, "note": note}
-        change.update({"interrupted": interrupted or None, "finish": finish or None})
+        shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
+        named = [match_done_step(step, shown) for step in dones]
+        change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
+        change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
+        if len(named) > 1:
+            change["done_steps"] = named
         warnings[:] = apply_checkpoint(state, change, author=store.settings.author, now=now)
         return "checkpoint", change
 
@@ -10778,7 +10841,12 @@ def options_session_phase(p) -> None:
 
 def options_session_checkpoint(p) -> None:
     p.add_argument(
-        "--done", metavar="STEP", help="the step just completed: its text, or its number in boot"
+        "--done",
+        metavar="STEP",
+        action="append",
+        help="a pending step just completed (repeat for several): its text, its number in "
+        "boot, or a part of its text that only it holds; a phase is changed with `session "
+        "phase`",
     )
     p.add_argument(
         "--pending",
@@ -11000,7 +11068,7 @@ SESSION_VERBS = (
         "checkpoint",
         cmd_session_checkpoint,
         "record progress so a crashed or replaced agent can resume",
-        "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
+        "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
         options_session_checkpoint,
     ),
 )
