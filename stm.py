@@ -1265,6 +1265,18 @@ def display_path(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def path_from_here(path: str) -> str:
+    """A path the user can open from where they stand: relative to the current directory
+    (`../.stacks/MEMORY.md` from a subfolder), absolute when that would climb more than
+    four folders (the user stands outside the project) or the current directory is gone."""
+    try:
+        rel = os.path.relpath(path)
+    except (ValueError, OSError):  # another drive on Windows; a removed cwd
+        return path
+    climbs = rel.replace(os.sep, "/").split("/").count("..")
+    return os.path.abspath(path) if climbs > 4 else rel
+
+
 def not_utf8(text: str) -> bool:
     """Text from the OS (argv, environment) that held bytes which are not UTF-8: Python
     keeps them as lone surrogates, which no file may receive."""
@@ -7961,23 +7973,42 @@ def ref_name_parts(name: str) -> list[str]:
     return parts
 
 
-def refuse_near_miss(text: str, section: str, shown: str) -> None:
-    """A section name that matches none but is close to one is a typo, not a new section:
-    `note "Nxt Steps"` would otherwise start a section no one reads."""
+class SectionMissing(StmError):
+    """`note` to a `## SECTION` the file does not hold: refused unless asked to create it
+    (a typo would otherwise start a section no one reads). Carries the facts, so each
+    front end words the way out in its own terms (a flag, a tool argument)."""
+
+    def __init__(self, section: str, shown: str, nearest: tuple[list[str], list[str]]):
+        self.section, self.shown, self.nearest = section, shown, nearest
+        super().__init__(self.wording("pass --create"), EXIT_USAGE)
+
+    def wording(self, way_out: str) -> str:
+        close, others = self.nearest
+        if close:
+            near = " or ".join(f'"{name}"' for name in close)
+            near = f" (did you mean {near}?)"
+        else:
+            near = ", ".join(f'"{name}"' for name in others)
+            near = f" (its sections: {near})" if near else ""
+        return (
+            f'no section "{self.section}" in {self.shown}{near}; to start a new section, '
+            f"{way_out}; nothing written"
+        )
+
+
+def nearest_sections(text: str, section: str) -> tuple[list[str], list[str]] | None:
+    """None when `## section` is in `text`; else (its sections close to `section`,
+    closest first; its other sections, at most eight)."""
     lines = text.replace("\r\n", "\n").split("\n")
     if find_section(lines, section) is not None:
-        return
+        return None
     import difflib
 
-    names = [name for _, name in heading_lines(lines)]
+    names = [name for _, name in heading_lines(lines) if name.lower() != "last updated"]
     lowered = {name.lower(): name for name in names}
-    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.75)
-    if close:
-        guesses = " or ".join(f'"{lowered[c]}"' for c in close)
-        raise usage_error(
-            f'no section "{section}" in {shown}; did you mean {guesses}? '
-            "(pass --create to start a new section with that name); nothing written"
-        )
+    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.6)
+    close = [lowered[c] for c in close]
+    return close, [name for name in names if name not in close][:8]
 
 
 def refuse_conflicted(path: str, text: str, store: Store) -> None:
@@ -8029,9 +8060,11 @@ def add_memory_note(
         refuse_links_below(store.stacks, path)
     refuse_symlink(path, "memory file")
     with store.stacks_lock():
+        new_file = False
         try:
             before = read_text_to_edit(path, store.rel(path))
         except FileNotFoundError:
+            new_file = True  # a new ref: --ref NAME asked for it, with its first section
             if ref is None:
                 raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
             title = os.path.basename(path)[:-3].replace("-", " ").replace("_", " ")
@@ -8045,8 +8078,11 @@ def add_memory_note(
                         f"`## {key}` in {store.rel(path)} is a fact: set it with "
                         f"`stm fact set {key} VALUE`; nothing written"
                     )
-        if not create:
-            refuse_near_miss(before, section, store.rel(path))
+        nearest = nearest_sections(before, section)
+        if nearest is not None and not create and not new_file:
+            raise SectionMissing(section, path_from_here(path), nearest)
+        if not replace and nearest is None and bullet_present(before, section, note):
+            return note_result(store, path, section, replace, created=False, changed=False)
         anchor = None if identity or ref is not None else "Last Updated"
         after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
         if not identity and ref is None:
@@ -8057,27 +8093,106 @@ def add_memory_note(
         if not note_landed(read_text(path), section, note):
             atomic_write(path, before.encode("utf-8"))
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
-    return {"path": store.rel(path), "section": section, "replaced": bool(replace)}
+    heading = section
+    if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
+        lines = after.split("\n")
+        heading = lines[find_section(lines, section)][3:].strip()
+    return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+
+
+def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
+    """What `note` did: the file (from the project root), the section, whether it replaced
+    the body, created the section, or changed anything at all."""
+    return {
+        "path": store.rel(path),
+        "section": section,
+        "replaced": bool(replace),
+        "created": bool(created),
+        "changed": bool(changed),
+    }
+
+
+def bullet_present(text: str, section: str, note: str) -> bool:
+    """Whether `note`, as the bullet `note` would write, already stands in the section:
+    the same note twice (an agent's retry) is not a second bullet."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    index = find_section(lines, section)
+    if index is None:
+        return False
+    bullet = as_bullet(note)
+    body = lines[index + 1 : section_end(lines, index)]
+    size = len(bullet)
+    return any(body[i : i + size] == bullet for i in range(len(body) - size + 1))
+
+
+def note_report(result: dict, shown: str) -> str:
+    """The one line `note` prints: where the text went (`shown`: the file's path)."""
+    where = f"## {result['section']} in {shown}"
+    if not result["changed"]:
+        return f"already under {where}; nothing changed"
+    if result["created"]:
+        return f"created {where}, with the note"
+    return f"replaced the body of {where}" if result["replaced"] else f"noted under {where}"
+
+
+def note_command(args, section: str, text: str, *extra: str) -> str:
+    """`stm note … SECTION TEXT` as the user would retype it, with `extra` flags."""
+    where = ["--identity"] if args.identity else ["--ref", args.ref] if args.ref else []
+    shown = text if len(text) <= 60 and "\n" not in text else "…"
+    return shell_command("stm", "note", *where, *extra, section, shown)
+
+
+def refuse_one_argument(args) -> None:
+    """`stm note "just a thought"`: the one word given is the section, so the text is
+    missing. Say so, and show the command the user most likely meant."""
+    section = " ".join(escape_controls(args.section).split())
+    names = []
+    with contextlib.suppress(StmError, OSError):
+        store = store_from_args(args)
+        path = store.agent_path if args.identity else store.memory_path
+        if args.ref is None:
+            names = [name for _, name in heading_lines(read_text(path).split("\n"))]
+    if any(name.lower() == section.lower() for name in names):
+        command = note_command(args, section, "…")
+        raise usage_error(f"note needs TEXT after the section: `{command}`")
+    likely = next((n for n in names if n.lower() == "observations"), "Observations")
+    if args.identity or args.ref:
+        likely = next((n for n in names if n.lower() != "last updated"), "Notes")
+    command = note_command(args, likely, section)
+    raise usage_error(
+        f"note takes a SECTION, then the TEXT; did you mean `{command}`? "
+        "(or `-` as TEXT reads standard input)"
+    )
 
 
 def cmd_note(args) -> int:
+    if not args.text and not args.replace:
+        refuse_one_argument(args)
     section = clean_section_name(args.section)
     note = read_note_text(args)
     if not args.allow_secret:
         refuse_secrets(note, "--allow-secret")
     store = store_from_args(args)
-    result = add_memory_note(
-        store,
-        section,
-        note,
-        replace=args.replace,
-        identity=args.identity,
-        allow_secret=args.allow_secret,
-        create=args.create,
-        ref=args.ref,
-    )
+    try:
+        result = add_memory_note(
+            store,
+            section,
+            note,
+            replace=args.replace,
+            identity=args.identity,
+            allow_secret=args.allow_secret,
+            create=args.create,
+            ref=args.ref,
+        )
+    except SectionMissing as missing:
+        flags = ["--create"] + (["--replace"] if args.replace else [])
+        command = note_command(args, section, note.strip(), *flags)
+        raise usage_error(missing.wording(f"run `{command}`")) from None
     if args.json:
         print_json(result)
+    elif not args.quiet:
+        shown = path_from_here(os.path.join(os.path.dirname(store.stacks), result["path"]))
+        out(note_report(result, shown))
     return EXIT_OK
 
 
@@ -9944,11 +10059,17 @@ def mcp_tool_log(store: Store, args: dict):
 
 
 def mcp_tool_note(store: Store, args: dict):
-    result = add_memory_note(
-        store, args["section"], normalise_message(args["text"]), replace=args.get("replace", False)
-    )
-    verb = "replaced" if result["replaced"] else "noted under"
-    return f"{verb} '## {result['section']}' in {result['path']}", result
+    try:
+        result = add_memory_note(
+            store,
+            args["section"],
+            normalise_message(args["text"]),
+            replace=args.get("replace", False),
+            create=args.get("create", False),
+        )
+    except SectionMissing as missing:
+        raise usage_error(missing.wording("call `note` again with create: true")) from None
+    return note_report(result, result["path"]), result
 
 
 def mcp_tool_search(store: Store, args: dict):
@@ -10029,9 +10150,9 @@ MCP_TOOLS = (
     ("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
     (
         "note",
-        "Add a bullet to a MEMORY.md section (replace: rewrite its body).",
+        "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
         {"section": _STR, "text": _STR},
-        {"replace": _BOOL},
+        {"replace": _BOOL, "create": _BOOL},
         mcp_tool_note,
         None,
     ),
@@ -10601,7 +10722,10 @@ def options_note(p) -> None:
     p.add_argument(
         "--create",
         action="store_true",
-        help="create SECTION even when its name is close to an existing one (a typo otherwise)",
+        help="start SECTION when the file has no such section (refused otherwise: a typo)",
+    )
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing on success (not where it went)"
     )
     p.add_argument(
         "--allow-secret", action="store_true", help="write text even if it looks like a credential"

@@ -92,3 +92,73 @@ def test_repeated_done_records_every_step(store, run, steps):
     rebuilt, _, skipped = stm.rebuild_state(str(store / ".state" / "sessions" / steps))
     assert skipped == []
     assert rebuilt["checkpoint"]["pending_steps"] == ["test the counters"]
+
+
+# ---- 3. note: no section from a typo, one argument explained, where the text went ----
+
+
+def memory_text(store):
+    return (store / ".stacks" / "MEMORY.md").read_text()
+
+
+def test_note_to_a_missing_section_is_refused_showing_the_create_command(store, run):
+    before = snapshot(store)
+    result = run("note", "Nxt", "x")
+    assert result.code == 2, result
+    assert 'no section "Nxt" in .stacks/MEMORY.md' in result.err
+    assert '"Next Steps"' in result.err  # the nearest existing sections
+    assert "`stm note --create Nxt x`" in result.err
+    assert snapshot(store) == before
+    created = run("note", "--create", "Nxt", "x")
+    assert created.code == 0
+    assert created.out == "created ## Nxt in .stacks/MEMORY.md, with the note\n"
+    again = run("note", "Nxt", "x")  # now it exists; the same bullet is not written twice
+    assert again.out == "already under ## Nxt in .stacks/MEMORY.md; nothing changed\n"
+    assert memory_text(store).count("- x\n") == 1
+
+
+def test_note_with_only_one_argument_suggests_the_section(store, run):
+    result = run("note", "just a thought")
+    assert result.code == 2
+    assert "note needs TEXT" not in result.err
+    assert "`stm note Observations 'just a thought'`" in result.err
+    named = run("note", "Status")  # a section alone: the text is what is missing
+    assert named.code == 2 and "needs TEXT" in named.err
+
+
+def test_note_says_where_the_text_went_from_where_the_user_stands(store, run, monkeypatch):
+    result = run("note", "next", "port the grammar")
+    assert result.out == "noted under ## Next Steps in .stacks/MEMORY.md\n"
+    (store / "src").mkdir()
+    monkeypatch.chdir(store / "src")
+    result = run("note", "Status", "--replace", "green")
+    assert (
+        result.out
+        == f"replaced the body of ## Status in {os.path.join('..', '.stacks', 'MEMORY.md')}\n"
+    )
+    assert run("note", "-q", "Observations", "quiet one").out == ""
+    assert "- quiet one" in memory_text(store)
+
+
+def mcp_call(name: str, arguments: dict) -> dict:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+    }
+    params = {"name": name, "arguments": arguments, "_meta": meta}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    return stm.McpServer().answer(json.dumps(request).encode())["result"]
+
+
+def test_mcp_note_refuses_a_missing_section_unless_create(store):
+    before = snapshot(store)
+    refused = mcp_call("note", {"section": "Nxt Steps", "text": "x"})
+    assert refused["isError"]
+    text = refused["content"][0]["text"]
+    assert 'did you mean "Next Steps"?' in text and "create: true" in text
+    assert "--create" not in text  # a tool argument, not a CLI flag
+    assert snapshot(store) == before
+    done = mcp_call("note", {"section": "Nxt Steps", "text": "x", "create": True})
+    assert not done["isError"] and done["structuredContent"]["created"] is True
+    assert "## Nxt Steps\n\n- x\n" in memory_text(store)
