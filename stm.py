@@ -2472,6 +2472,36 @@ HANDOFF_META = ("to_agent", "phase", "priority")
 HANDOFF_KNOWN = set(HANDOFF_REQUIRED) | {k for k, _ in HANDOFF_SECTIONS} | set(HANDOFF_META)
 PLACEHOLDERS = {"tbd", "todo", "n/a", "see chat", "..."}
 TASK_ID_MAX = 200
+# `compose-handoff --example`: every field, required first (created_at is filled in as
+# now). Its free-text values are placeholders: a handoff still holding one was not
+# filled in, and composing it would give the next agent a task no one wrote.
+HANDOFF_EXAMPLE = {
+    "task_id": "TASK-1",
+    "from_agent": "your-agent-name",
+    "to_agent": "the-next-agent",
+    "task": "What the next agent must do, in a sentence or two.",
+    "status": "in-progress",
+    "created_at": None,
+    "summary": "Where the work stands.",
+    "context": ["files or facts the next agent needs"],
+    "decisions": ["what was decided, and why"],
+    "next_steps": ["the first step", "the second step"],
+    "blockers": [],
+    "artifacts": [],
+    "notes": "Anything else.",
+    "phase": "build",
+    "priority": "normal",
+}
+HANDOFF_PLACEHOLDER_FIELDS = (
+    "from_agent",
+    "to_agent",
+    "task",
+    "summary",
+    "context",
+    "decisions",
+    "next_steps",
+    "notes",
+)
 
 
 def parse_handoff(raw: bytes, source: str) -> dict:
@@ -2532,6 +2562,22 @@ def handoff_problems(handoff: dict) -> list[str]:
     if isinstance(phase, str) and not PHASE_RE.match(phase):
         problems.append("phase must be 1-64 letters, digits, '.', '_' or '-'")
     return problems
+
+
+def example_placeholders(handoff: dict) -> list[str]:
+    """The fields of `handoff` that still hold `compose-handoff --example`'s placeholder
+    text (a list field: any item of the example's list)."""
+    found = []
+    for key in HANDOFF_PLACEHOLDER_FIELDS:
+        example = HANDOFF_EXAMPLE[key]
+        examples = [example] if isinstance(example, str) else example
+        values = handoff.get(key)
+        values = [values] if isinstance(values, str) else values
+        if isinstance(values, list) and any(
+            isinstance(v, str) and v.strip() in examples for v in values
+        ):
+            found.append(key)
+    return found
 
 
 def neutralise_markdown(text: str) -> str:
@@ -7662,6 +7708,102 @@ def cmd_session_checkpoint(args) -> int:
     return EXIT_OK
 
 
+def received_handoff(ref: SessionRef) -> dict:
+    """The handoff a session was composed from (context/handoff.json), or {}."""
+    path = os.path.join(ref.path, "context", HANDOFF_JSON)
+    if not os.path.isfile(path) or os.path.islink(path):
+        return {}
+    try:
+        handoff = load_json(read_bytes(path).decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return handoff if isinstance(handoff, dict) else {}
+
+
+def text_items(value) -> list[str]:
+    """A handoff field (a string or a list of strings) as a list of its texts."""
+    value = [value] if isinstance(value, str) else value
+    return [v for v in value or [] if isinstance(v, str) and v.strip()]
+
+
+def session_handoff(
+    store: Store,
+    *,
+    to: str | None = None,
+    task: str | None = None,
+    task_id: str | None = None,
+    decisions: list[str] | None = None,
+    session: str | None = None,
+) -> dict:
+    """The `session handoff` operation: a handoff, as `compose-handoff` reads it, written
+    from a session (the current one by default): its pending steps as next_steps, its
+    resume line and recovery notes as notes, the decisions given and those of the handoff
+    it came from, its phase; from the author, to `to`. The task is `task`, else the
+    session's name. Writes nothing."""
+    ref = require_session(store, session)
+    state = load_state(ref)
+    came_from = received_handoff(ref)
+    task = clean_text(task, "--task", 2000) if task is not None else state.get("name")
+    if not task:
+        raise usage_error(
+            f"session {ref.id} has no name to serve as the task; say what the next agent "
+            'must do with --task "..."'
+        )
+    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
+    notes = []
+    if checkpoint.get("resume_instruction") and not came_from:
+        notes.append(f"Resume: {checkpoint['resume_instruction']}")
+    if recovery.get("recovery_notes"):
+        notes.append(f"Recovery notes: {recovery['recovery_notes']}")
+    summary = f"Session {ref.id}, phase {state.get('phase')}"
+    if checkpoint.get("last_completed_step"):
+        summary += f"; last completed step: {checkpoint['last_completed_step']}"
+    handoff = {
+        "task_id": task_id or state.get("task_id") or ref.id,
+        "from_agent": store.settings.author,
+        "task": task,
+        "status": "finished" if state.get("finished_at") else "in-progress",
+        "created_at": iso_now(),
+        "summary": summary + ".",
+        "context": [f"{store.rel(ref.path)}/ ({STATE_FILE}, {HISTORY_FILE})"],
+        "decisions": text_items(came_from.get("decisions"))
+        + [clean_text(d, "--decision", 2000) for d in decisions or []],
+        "next_steps": [s for s in checkpoint.get("pending_steps") or [] if isinstance(s, str)],
+        "notes": "\n".join(notes),
+    }
+    if to:
+        handoff["to_agent"] = clean_text(to, "--to", 200)
+    if isinstance(state.get("phase"), str) and PHASE_RE.match(state["phase"]):
+        handoff["phase"] = state["phase"]
+    problems = handoff_problems(handoff)
+    if problems:  # e.g. a --task-id longer than any handoff may carry
+        raise usage_error("the handoff would be invalid: " + "; ".join(problems))
+    order = list(HANDOFF_EXAMPLE)  # the fields in the order --example shows them
+    return {key: handoff[key] for key in order if has_content(handoff.get(key))}
+
+
+def cmd_session_handoff(args) -> int:
+    store = store_from_args(args)
+    handoff = session_handoff(
+        store,
+        to=args.to,
+        task=args.task,
+        task_id=args.task_id,
+        decisions=args.decision,
+        session=args.session,
+    )
+    text = json.dumps(handoff, indent=2, ensure_ascii=False) + "\n"
+    refuse_secrets(text, "no flag", "the handoff: ")
+    if args.output:
+        write_output_file(args.output, text)
+        command = shell_command("stm", "compose-handoff", args.output)
+        out(as_invoked(f"wrote {path_text(args.output)}; compose it with `{command}`"))
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 def read_handoff_input(source: str | None) -> tuple[bytes, str]:
     if source in (None, "-"):
         if source is None and sys.stdin.isatty():
@@ -7764,24 +7906,29 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
 
 def handoff_example() -> str:
     """A handoff to fill in (`compose-handoff --example`): every field, required first."""
-    example = {
-        "task_id": "TASK-1",
-        "from_agent": "your-agent-name",
-        "to_agent": "the-next-agent",
-        "task": "What the next agent must do, in a sentence or two.",
-        "status": "in-progress",
-        "created_at": iso_now(),
-        "summary": "Where the work stands.",
-        "context": ["files or facts the next agent needs"],
-        "decisions": ["what was decided, and why"],
-        "next_steps": ["the first step", "the second step"],
-        "blockers": [],
-        "artifacts": [],
-        "notes": "Anything else.",
-        "phase": "build",
-        "priority": "normal",
-    }
+    example = {**HANDOFF_EXAMPLE, "created_at": iso_now()}
     return json.dumps(example, indent=2, ensure_ascii=False) + "\n"
+
+
+def refuse_example_placeholders(handoff: dict, source: str) -> None:
+    fields = example_placeholders(handoff)
+    if fields:
+        raise StmError(
+            f"handoff {source} still holds the example's placeholder text in "
+            f"{', '.join(fields)}; fill them in (leave out the optional ones you do not "
+            "need), or write the handoff from your session with `stm session handoff`; "
+            "nothing created"
+        )
+
+
+def sent_by_me(store: Store, handoff: dict) -> bool:
+    """Whether `handoff` is one this user sends to someone else: its from_agent is the
+    author (STM_USER, else the login name) and its to_agent another name. Composing it
+    leaves the sender's pointer where it was: the session waits for the receiver."""
+    me = store.settings.author.strip().lower()
+    sender = str(handoff.get("from_agent", "")).strip().lower()
+    receiver = str(handoff.get("to_agent") or "").strip().lower()
+    return sender == me and bool(receiver) and receiver != me
 
 
 def cmd_compose_handoff(args) -> int:
@@ -7790,6 +7937,7 @@ def cmd_compose_handoff(args) -> int:
         return EXIT_OK
     raw, source = read_handoff_input(args.file)
     handoff = parse_handoff(raw, source)
+    refuse_example_placeholders(handoff, source)
     refuse_secrets(raw.decode("utf-8-sig"), "no flag", f"handoff {source}: ")
     if args.print_only:
         text = render_session_md(handoff, "(not created: --print)", iso_now())
@@ -7798,28 +7946,9 @@ def cmd_compose_handoff(args) -> int:
         sys.stdout.write(escape_controls(text))
         return EXIT_OK
     store = store_from_args(args)
-    warnings = []
-    with store.stacks_lock(), store.state_lock():
-        same, earlier = find_handoff_sessions(store, handoff)
-        if earlier:
-            warnings.append(
-                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
-                + ", ".join(earlier)
-            )
-        if same is not None:
-            created = False
-            ref, state = same, load_state(same)
-            if not same.archived and not receipt_logged(store, same.id):
-                append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
-            where = " (archived: the work on it is finished)" if same.archived else ""
-            warnings.append(
-                f"this handoff was already composed into session {same.id}{where}; nothing created"
-            )
-        else:
-            created = True
-            result = compose_handoff(store, handoff, raw, not args.no_switch)
-            ref, state = result["ref"], result["state"]
-    if created and not args.no_switch:
+    switch = args.switch or not (args.no_switch or sent_by_me(store, handoff))
+    ref, state, created, adopted, warnings = compose_or_adopt(store, handoff, raw, switch)
+    if (created or adopted) and switch:
         warn_about_pin(store, ref.id)
     if args.output:
         write_output_file(args.output, read_text(os.path.join(ref.path, SESSION_MD)))
@@ -7838,7 +7967,48 @@ def cmd_compose_handoff(args) -> int:
         out(ref.id)
     for warning in warnings:
         warn(warning)
+    if created and not switch and not args.no_switch:
+        receiver = one_line(handoff.get("to_agent"), 60)
+        print(
+            as_invoked(
+                f"stm: addressed to {receiver}: the session waits for them and this clone's "
+                f"current session is unchanged; they adopt it with `stm session switch "
+                f"{ref.id}` (or by composing this handoff in their clone); --switch adopts "
+                "it here"
+            ),
+            file=sys.stderr,
+        )
     return EXIT_OK
+
+
+def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
+    """The session `handoff` becomes: created, or — when it was composed before (in this
+    clone, or in another and committed) — found, and made current when `switch`, so
+    composing a received handoff again in a fresh clone adopts it. Returns (ref, state,
+    created, adopted, warnings)."""
+    warnings = []
+    with store.stacks_lock(), store.state_lock():
+        same, earlier = find_handoff_sessions(store, handoff)
+        if earlier:
+            warnings.append(
+                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
+                + ", ".join(earlier)
+            )
+        if same is None:
+            result = compose_handoff(store, handoff, raw, switch)
+            return result["ref"], result["state"], True, False, warnings
+        state = load_state(same)
+        if not same.archived and not receipt_logged(store, same.id):
+            append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
+        adopted = switch and not same.archived and read_pointer(store) != same.id
+        if adopted:
+            write_pointer(store, same.id)
+        where = " (archived: the work on it is finished)" if same.archived else ""
+        now = "; it is now this clone's current session" if adopted else ""
+        warnings.append(
+            f"this handoff was already composed into session {same.id}{where}; nothing created{now}"
+        )
+    return same, state, False, adopted, warnings
 
 
 def find_section(lines: list[str], name: str) -> int | None:
@@ -10697,7 +10867,16 @@ def options_compose_handoff(p) -> None:
         help="render Session.md to stdout and create nothing",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
-    p.add_argument("--no-switch", action="store_true", help="do not make the session current")
+    switching = p.add_mutually_exclusive_group()
+    switching.add_argument(
+        "--no-switch", action="store_true", help="do not make the session current"
+    )
+    switching.add_argument(
+        "--switch",
+        action="store_true",
+        help="make it current even when it is one you send (from_agent you, to_agent someone "
+        "else), which by default leaves your current session alone",
+    )
     p.add_argument(
         "--example",
         action="store_true",
@@ -10958,6 +11137,23 @@ def options_session_show(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def options_session_handoff(p) -> None:
+    p.add_argument("--to", metavar="NAME", help="the agent or person it is for (to_agent)")
+    p.add_argument(
+        "--task", metavar="TEXT", help="what the next agent must do (default: the session's name)"
+    )
+    p.add_argument(
+        "--task-id",
+        metavar="ID",
+        help="the task's id (default: the id of the handoff it came from, else the session's)",
+    )
+    p.add_argument(
+        "--decision", metavar="TEXT", action="append", help="a decision to pass on (repeat)"
+    )
+    p.add_argument("--session", metavar="ID", help="write it from this session, not the current")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE, not stdout")
+
+
 def options_session_phase(p) -> None:
     p.add_argument("name", metavar="NAME", help="the new phase")
     options_update(p)
@@ -11048,7 +11244,7 @@ COMMANDS = (
     (
         "session",
         None,
-        "workflow sessions: new, switch, archive, list, show, phase, checkpoint",
+        "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
         "stm session new --name 'port parser' --phases plan,build,ship",
         None,
     ),
@@ -11194,6 +11390,13 @@ SESSION_VERBS = (
         "record progress so a crashed or replaced agent can resume",
         "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
         options_session_checkpoint,
+    ),
+    (
+        "handoff",
+        cmd_session_handoff,
+        "write a handoff (the JSON compose-handoff reads) from the current session",
+        "stm session handoff --to builder-agent --task 'port the grammar' -o handoff.json",
+        options_session_handoff,
     ),
 )
 

@@ -9,7 +9,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import snapshot
+from conftest import run_stm, snapshot
 
 import stm
 
@@ -29,8 +29,13 @@ def git(cwd, *args):
     )
 
 
+def session_dir(store, sid):
+    """A session's folder, in a user namespace (sessions/user-NAME/) or not."""
+    return next((store / ".state" / "sessions").glob(f"**/{sid}"))
+
+
 def state_of(store, sid):
-    return json.loads((store / ".state" / "sessions" / sid / "state.json").read_text())
+    return json.loads((session_dir(store, sid) / "state.json").read_text())
 
 
 # ---- 1. --done: a step by its text, its number or a part; a phase is no step --------
@@ -162,3 +167,97 @@ def test_mcp_note_refuses_a_missing_section_unless_create(store):
     done = mcp_call("note", {"section": "Nxt Steps", "text": "x", "create": True})
     assert not done["isError"] and done["structuredContent"]["created"] is True
     assert "## Nxt Steps\n\n- x\n" in memory_text(store)
+
+
+# ---- 2. compose-handoff: no example placeholders; a handoff from the session ---------
+
+
+def test_compose_handoff_refuses_the_unedited_example_naming_the_fields(store, run, tmp_path):
+    example = tmp_path / "handoff.json"
+    example.write_text(run("compose-handoff", "--example").out)
+    before = snapshot(store)
+    for extra in ((), ("--print",)):
+        result = run("compose-handoff", str(example), *extra)
+        assert result.code == 1, result
+        assert "placeholder text in from_agent, to_agent, task," in result.err
+        assert "`stm session handoff`" in result.err
+    assert snapshot(store) == before
+    filled = json.loads(example.read_text())
+    filled.update(from_agent="ann", to_agent="bob", task="Port the grammar.")
+    for key in ("summary", "context", "decisions", "next_steps", "notes"):
+        del filled[key]
+    example.write_text(json.dumps(filled))
+    assert run("compose-handoff", str(example)).code == 0
+
+
+def test_session_handoff_round_trips_through_compose_handoff(store, run, tmp_path, monkeypatch):
+    monkeypatch.setenv("STM_USER", "ann")
+    sid = run("session", "new", "--name", "port parser", "--phases", "plan,build").out.strip()
+    run("session", "phase", "build")
+    run("session", "checkpoint", "--pending", "port the lexer", "--pending", "port the grammar")
+    run("session", "checkpoint", "--done", "lexer", "--resume", "pytest -k grammar")
+    run("session", "checkpoint", "--note", "API frozen: do not touch parser/__init__.py")
+    path = tmp_path / "handoff.json"
+    written = run("session", "handoff", "--to", "bob", "--decision", "keep Pratt", "-o", str(path))
+    assert written.code == 0, written
+    assert "`stm compose-handoff " in written.out
+    handoff = json.loads(path.read_text())
+    assert handoff["from_agent"] == "ann" and handoff["to_agent"] == "bob"
+    assert handoff["task"] == "port parser" and handoff["phase"] == "build"
+    assert handoff["next_steps"] == ["port the grammar"]
+    assert handoff["decisions"] == ["keep Pratt"]
+    assert "pytest -k grammar" in handoff["notes"] and "API frozen" in handoff["notes"]
+    # the sender composes it: a session for bob, and the sender's pointer stays
+    composed = run("compose-handoff", str(path))
+    assert composed.code == 0, composed
+    new = composed.out.strip()
+    assert "addressed to bob" in composed.err and f"`stm session switch {new}`" in composed.err
+    pointer = json.loads((store / ".state" / "current-session.json").read_text())
+    assert pointer["active_session"] == sid
+    state = state_of(store, new)
+    assert state["from_agent"] == "ann" and state["to_agent"] == "bob"
+    assert state["checkpoint"]["pending_steps"] == ["port the grammar"]
+    md = (session_dir(store, new) / "Session.md").read_text()
+    assert "- keep Pratt" in md and "API frozen" in md and "pytest -k grammar" in md
+
+
+def test_session_handoff_from_stdout_pipes_into_compose(store, run, monkeypatch):
+    run("session", "new", "--name", "port parser")
+    run("session", "checkpoint", "--pending", "port the grammar")
+    text = run("session", "handoff", "--task", "Port the grammar, precedence unchanged.").out
+    composed = run("compose-handoff", "-", stdin=text)
+    assert composed.code == 0, composed
+    state = state_of(store, composed.out.strip())
+    assert state["name"] == "Port the grammar, precedence unchanged."
+    assert state["checkpoint"]["pending_steps"] == ["port the grammar"]
+    # no to_agent: it is for whoever composes it, who adopts it
+    pointer = json.loads((store / ".state" / "current-session.json").read_text())
+    assert pointer["active_session"] == composed.out.strip()
+
+
+def test_composing_a_committed_handoff_again_in_a_fresh_clone_adopts_it(tmp_path):
+    sender = tmp_path / "sender"
+    sender.mkdir()
+    git(sender, "init", "-q")
+    env = {"STM_USER": "ann", "STM_FSYNC": "0"}
+    assert run_stm("init", cwd=sender, env=env).returncode == 0
+    assert run_stm("session", "new", "--name", "port parser", cwd=sender, env=env).returncode == 0
+    run_stm("session", "checkpoint", "--pending", "port the grammar", cwd=sender, env=env)
+    handoff = run_stm("session", "handoff", "--to", "bob", cwd=sender, env=env).stdout
+    composed = run_stm("compose-handoff", "-", cwd=sender, env=env, input=handoff)
+    assert composed.returncode == 0, composed.stderr
+    sid = composed.stdout.strip()
+    git(sender, "add", "-A")
+    git(sender, "commit", "-qm", "handoff to bob")
+    receiver = tmp_path / "receiver"
+    git(tmp_path, "clone", "-q", str(sender), str(receiver))
+    bob = {"STM_USER": "bob", "STM_FSYNC": "0"}
+    saved = receiver / "handoff.json"
+    saved.write_text(handoff)
+    again = run_stm("compose-handoff", str(saved), cwd=receiver, env=bob)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == sid
+    assert "it is now this clone's current session" in again.stderr
+    step = run_stm("session", "checkpoint", "--done", "grammar", cwd=receiver, env=bob)
+    assert step.returncode == 0, step.stderr  # no "no current session"
+    assert sid in step.stdout
