@@ -2654,6 +2654,15 @@ def has_content(value) -> bool:
     return True
 
 
+def handoff_names(handoff: dict, limit: int = 60) -> str:
+    """`TASK from A to B` (`to B` only when addressed): how every line names a handoff."""
+    text = f"{one_line(handoff.get('task_id', '?'), limit)} from "
+    text += one_line(handoff.get("from_agent") or "?", limit)
+    if handoff.get("to_agent"):
+        text += f" to {one_line(handoff['to_agent'], limit)}"
+    return text
+
+
 def handoff_key(handoff: dict) -> str:
     """What makes two handoffs the same: task, sender, and creation time."""
     return dumps_json([handoff["task_id"], handoff["from_agent"], handoff["created_at"]], None)
@@ -4685,9 +4694,8 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
     lines.append(phase_line)
     lines.append(last_activity_line(state, now))
     if state.get("task_id"):
-        sender = one_line(state.get("from_agent", "?"))
         line = (
-            f"- Handoff: task {one_line(state['task_id'])} from {sender}, status "
+            f"- Handoff: task {handoff_names(state, 300)}, status "
             f"{one_line(state.get('handoff_status', '?'))}"
         )
         session_md = os.path.join(ref.path, SESSION_MD)
@@ -7176,11 +7184,7 @@ def cmd_status(args) -> int:
             line += f" for {current['in_phase_for']}"
     out(line)
     for handoff in sessions["handoffs"]:
-        to = f" to {handoff['to_agent']}" if handoff.get("to_agent") else ""
-        out(
-            f"handoff: {one_line(handoff['task_id'], 60)} from "
-            f"{one_line(handoff['from_agent'], 60)}{one_line(to, 64)} ({handoff['session_id']})"
-        )
+        out(f"handoff: {handoff_names(handoff)} ({handoff['session_id']})")
     for warning in status["warnings"]:
         out(f"warning: {warning}")
     for notice in status["notices"]:
@@ -7412,9 +7416,7 @@ def cmd_session_list(args) -> int:
         flag = " [archived]" if row["archived"] else ""
         handoff = row.get("handoff")
         if handoff:
-            task, sender = one_line(handoff["task_id"], 40), one_line(handoff["from_agent"], 40)
-            flag += f" [handoff {task} from {sender}"
-            flag += f" to {one_line(handoff['to_agent'], 40)}]" if handoff.get("to_agent") else "]"
+            flag += f" [handoff {handoff_names(handoff, 40)}]"
         name = one_line(row["name"] or "", 60)
         phase = one_line(row["phase"], 16)
         updated = one_line(row["updated_at"] or "-", 20)
@@ -8206,7 +8208,27 @@ def add_memory_note(
 ) -> dict:
     """The `note` operation: add a bullet to (or replace the body of) `## section` in
     MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
-    the lock and read the result back. Returns the path, section and whether it replaced."""
+    the lock and read the result back. A section the file lacks is refused
+    (SectionMissing) unless `create`. Returns the path, section and whether it replaced;
+    write_memory_note also says whether it created the section or changed anything."""
+    options = {"replace": replace, "identity": identity, "allow_secret": allow_secret}
+    result = write_memory_note(store, section, note, **options, create=create, ref=ref)
+    return {"path": result["path"], "section": section, "replaced": result["replaced"]}
+
+
+def write_memory_note(
+    store: Store,
+    section: str,
+    note: str,
+    *,
+    replace: bool = False,
+    identity: bool = False,
+    allow_secret: bool = False,
+    create: bool = False,
+    ref: str | None = None,
+) -> dict:
+    """add_memory_note's work; the result also holds `created` and `changed`, and
+    `section` is the heading as the file spells it."""
     section = clean_section_name(section)
     refuse_oversized(note, "the note")
     if not note.strip() and not replace:
@@ -8344,7 +8366,7 @@ def cmd_note(args) -> int:
         refuse_secrets(note, "--allow-secret")
     store = store_from_args(args)
     try:
-        result = add_memory_note(
+        result = write_memory_note(
             store,
             section,
             note,
@@ -10230,7 +10252,7 @@ def mcp_tool_log(store: Store, args: dict):
 
 def mcp_tool_note(store: Store, args: dict):
     try:
-        result = add_memory_note(
+        result = write_memory_note(
             store,
             args["section"],
             normalise_message(args["text"]),

@@ -261,3 +261,22 @@ def test_composing_a_committed_handoff_again_in_a_fresh_clone_adopts_it(tmp_path
     step = run_stm("session", "checkpoint", "--done", "grammar", cwd=receiver, env=bob)
     assert step.returncode == 0, step.stderr  # no "no current session"
     assert sid in step.stdout
+
+
+# ---- 4. every line that names a handoff reads "from A to B" ---------------------------
+
+
+def test_status_list_and_workflow_name_a_handoff_from_a_to_b(store, run, tmp_path):
+    handoff = {
+        "task_id": "GRAM-2",
+        "from_agent": "dana",
+        "to_agent": "bob",
+        "task": "Port the grammar.",
+        "status": "in-progress",
+        "created_at": "2026-01-02T03:04:05Z",
+    }
+    sid = run("compose-handoff", "-", "--switch", stdin=json.dumps(handoff)).out.strip()
+    status = run("status").out
+    assert f"handoff: GRAM-2 from dana to bob ({sid})" in status.splitlines()
+    assert "[handoff GRAM-2 from dana to bob]" in run("session", "list").out
+    assert "- Handoff: task GRAM-2 from dana to bob, status in-progress" in run("boot").out
