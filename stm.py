@@ -1502,6 +1502,64 @@ def find_stacks(start: str, *, for_init: bool = False) -> str | None:
         current = parent
 
 
+def repository_root(start: str) -> str | None:
+    """The folder holding `.git` at or above `start` (a worktree's `.git` file counts)."""
+    current = os.path.abspath(start)
+    while True:
+        if os.path.lexists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+STORE_SEARCH_DEPTH = 3  # folders below the repository root a lost store is looked for in
+STORE_SEARCH_FOLDERS = 400  # at most this many folders are listed: a shallow look
+
+
+def stores_below(root: str) -> list[str]:
+    """`.stacks/` folders at most STORE_SEARCH_DEPTH levels below `root`, breadth first,
+    listing at most STORE_SEARCH_FOLDERS folders and never following a link or entering a
+    hidden folder: the store a user created in a subfolder, found without walking a big
+    tree."""
+    found, queue, listed = [], [(root, 0)], 0
+    while queue and listed < STORE_SEARCH_FOLDERS:
+        folder, depth = queue.pop(0)
+        listed += 1
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name == STACKS_DIRNAME and folder != root:
+                    found.append(entry.path)
+                elif not entry.name.startswith(".") and depth + 1 < STORE_SEARCH_DEPTH:
+                    queue.append((entry.path, depth + 1))
+    return found
+
+
+def no_store_error() -> StmError:
+    """No store here or above: say so, and name a store in a subfolder of the repository
+    (or of here, outside one) when a shallow look finds one."""
+    here = os.getcwd()
+    message = f"no {STACKS_DIRNAME}/ directory in {here} or any parent"
+    root = repository_root(here) or here
+    found = stores_below(root)
+    if not found:
+        return StmError(f"{message}; run `stm init` first, or pass --dir PATH")
+    shown = [path_from_here(path) for path in found[:3]]
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return StmError(
+        f"{message}, but there is one at {', '.join(shown)}{more}: run stm from "
+        f"{path_from_here(os.path.dirname(found[0]))}, or pass --dir {shown[0]}; "
+        f"`stm init` would make a second store"
+    )
+
+
 def refuse_foreign_stacks(candidate: str, boundary: str | None) -> None:
     if boundary is not None:
         raise StmError(
@@ -1566,10 +1624,7 @@ def open_store(
         stacks = find_stacks(os.getcwd(), for_init=for_init)
         if stacks is None:
             if not for_init:
-                raise StmError(
-                    f"no {STACKS_DIRNAME}/ directory in {os.getcwd()} or any parent; "
-                    "run `stm init` first, or pass --dir PATH"
-                )
+                raise no_store_error()
             stacks = os.path.join(os.getcwd(), STACKS_DIRNAME)
     if state:
         refuse_non_directory("--state-dir", state)
@@ -6706,7 +6761,26 @@ def cmd_init(args) -> int:
             f"{store.rel(store.memory_path)}, then run `stm check` and `stm boot`."
         )
     )
+    below_root = store_below_repository_root(store)
+    if below_root:
+        warn(below_root)
     return EXIT_OK
+
+
+def store_below_repository_root(store: Store) -> str | None:
+    """Why a store made below its repository's root (whose root has none) may surprise:
+    stm finds it only from its own folder down. None when it sits at the root."""
+    project = os.path.dirname(store.stacks)
+    root = repository_root(project)
+    if root is None or root == project or os.path.isdir(os.path.join(root, STACKS_DIRNAME)):
+        return None
+    here = path_from_here(store.stacks)
+    return (
+        f"the store ({here}/) is in {project}, below the root of its git repository, "
+        f"{root}, which has no store: stm finds this one only from {project} and below; "
+        f"to keep one store for the whole repository instead, remove {here}/ and "
+        f"{path_from_here(store.state)}/ and run `stm init` in {root}"
+    )
 
 
 def cmd_boot(args) -> int:

@@ -280,3 +280,47 @@ def test_status_list_and_workflow_name_a_handoff_from_a_to_b(store, run, tmp_pat
     assert f"handoff: GRAM-2 from dana to bob ({sid})" in status.splitlines()
     assert "[handoff GRAM-2 from dana to bob]" in run("session", "list").out
     assert "- Handoff: task GRAM-2 from dana to bob, status in-progress" in run("boot").out
+
+
+# ---- 5. a store below the repository's root ------------------------------------------
+
+
+def test_init_below_the_repository_root_says_where_the_root_is(project, run, monkeypatch):
+    git(project, "init", "-q")
+    (project / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(project / "src")
+    result = run("init")
+    assert result.code == 0
+    assert (project / "src" / ".stacks" / "AGENT.md").exists()  # created where asked
+    assert f"below the root of its git repository, {project}" in result.err
+    assert f"run `stm init` in {project}" in result.err
+    monkeypatch.chdir(project)
+    at_root = run("init")  # at the root, no notice: that is where it belongs
+    assert at_root.code == 0 and "below the root" not in at_root.err
+
+
+def test_commands_that_find_no_store_name_one_in_a_subfolder(project, run, monkeypatch):
+    git(project, "init", "-q")
+    (project / "src").mkdir()
+    (project / "docs").mkdir()
+    monkeypatch.chdir(project / "src")
+    assert run("init").code == 0
+    for where in (project, project / "docs"):
+        monkeypatch.chdir(where)
+        for argv in (("boot",), ("log", "x"), ("status",)):
+            before = snapshot(project)
+            result = run(*argv)
+            assert result.code == 1, result
+            shown = os.path.relpath(project / "src" / ".stacks")
+            assert f"but there is one at {shown}" in result.err, result.err
+            assert f"--dir {shown}" in result.err
+            assert snapshot(project) == before
+
+
+def test_the_look_for_a_store_below_is_shallow(project, run):
+    deep = project / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    (deep / ".stacks").mkdir()
+    result = run("boot")
+    assert result.code == 1 and "there is one" not in result.err
+    assert "run `stm init` first" in result.err
