@@ -21,7 +21,7 @@ Usage:
     $ python3 stm.py boot                 # print the memory an agent starts from
     $ python3 stm.py log "fixed the parser; see refs/parser.md"
     $ python3 stm.py session new --name "port parser" --phases plan,build,ship
-    $ python3 stm.py session checkpoint --done plan --pending build --resume "run tests"
+    $ python3 stm.py session checkpoint --done lexer --pending "port grammar" --resume "pytest"
     $ python3 stm.py compose-handoff handoff.json
     $ python3 stm.py note "Next Steps" "port the grammar"   # safe MEMORY.md edits
     $ python3 stm.py search parser --layer logs
@@ -1278,6 +1278,18 @@ def display_path(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def path_from_here(path: str) -> str:
+    """A path the user can open from where they stand: relative to the current directory
+    (`../.stacks/MEMORY.md` from a subfolder), absolute when that would climb more than
+    four folders (the user stands outside the project) or the current directory is gone."""
+    try:
+        rel = os.path.relpath(path)
+    except (ValueError, OSError):  # another drive on Windows; a removed cwd
+        return path
+    climbs = rel.replace(os.sep, "/").split("/").count("..")
+    return os.path.abspath(path) if climbs > 4 else rel
+
+
 def not_utf8(text: str) -> bool:
     """Text from the OS (argv, environment) that held bytes which are not UTF-8: Python
     keeps them as lone surrogates, which no file may receive."""
@@ -1503,6 +1515,64 @@ def find_stacks(start: str, *, for_init: bool = False) -> str | None:
         current = parent
 
 
+def repository_root(start: str) -> str | None:
+    """The folder holding `.git` at or above `start` (a worktree's `.git` file counts)."""
+    current = os.path.abspath(start)
+    while True:
+        if os.path.lexists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+STORE_SEARCH_DEPTH = 3  # folders below the repository root a lost store is looked for in
+STORE_SEARCH_FOLDERS = 400  # at most this many folders are listed: a shallow look
+
+
+def stores_below(root: str) -> list[str]:
+    """`.stacks/` folders at most STORE_SEARCH_DEPTH levels below `root`, breadth first,
+    listing at most STORE_SEARCH_FOLDERS folders and never following a link or entering a
+    hidden folder: the store a user created in a subfolder, found without walking a big
+    tree."""
+    found, queue, listed = [], [(root, 0)], 0
+    while queue and listed < STORE_SEARCH_FOLDERS:
+        folder, depth = queue.pop(0)
+        listed += 1
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name == STACKS_DIRNAME and folder != root:
+                    found.append(entry.path)
+                elif not entry.name.startswith(".") and depth + 1 < STORE_SEARCH_DEPTH:
+                    queue.append((entry.path, depth + 1))
+    return found
+
+
+def no_store_error() -> StmError:
+    """No store here or above: say so, and name a store in a subfolder of the repository
+    (or of here, outside one) when a shallow look finds one."""
+    here = os.getcwd()
+    message = f"no {STACKS_DIRNAME}/ directory in {here} or any parent"
+    root = repository_root(here) or here
+    found = stores_below(root)
+    if not found:
+        return StmError(f"{message}; run `stm init` first, or pass --dir PATH")
+    shown = [path_from_here(path) for path in found[:3]]
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return StmError(
+        f"{message}, but there is one at {', '.join(shown)}{more}: run stm from "
+        f"{path_from_here(os.path.dirname(found[0]))}, or pass --dir {shown[0]}; "
+        f"`stm init` would make a second store"
+    )
+
+
 def refuse_foreign_stacks(candidate: str, boundary: str | None) -> None:
     if boundary is not None:
         raise StmError(
@@ -1567,10 +1637,7 @@ def open_store(
         stacks = find_stacks(os.getcwd(), for_init=for_init)
         if stacks is None:
             if not for_init:
-                raise StmError(
-                    f"no {STACKS_DIRNAME}/ directory in {os.getcwd()} or any parent; "
-                    "run `stm init` first, or pass --dir PATH"
-                )
+                raise no_store_error()
             stacks = os.path.join(os.getcwd(), STACKS_DIRNAME)
     if state:
         refuse_non_directory("--state-dir", state)
@@ -2476,6 +2543,36 @@ HANDOFF_META = ("to_agent", "phase", "priority")
 HANDOFF_KNOWN = set(HANDOFF_REQUIRED) | {k for k, _ in HANDOFF_SECTIONS} | set(HANDOFF_META)
 PLACEHOLDERS = {"tbd", "todo", "n/a", "see chat", "..."}
 TASK_ID_MAX = 200
+# `compose-handoff --example`: every field, required first (created_at is filled in as
+# now). Its free-text values are placeholders: a handoff still holding one was not
+# filled in, and composing it would give the next agent a task no one wrote.
+HANDOFF_EXAMPLE = {
+    "task_id": "TASK-1",
+    "from_agent": "your-agent-name",
+    "to_agent": "the-next-agent",
+    "task": "What the next agent must do, in a sentence or two.",
+    "status": "in-progress",
+    "created_at": None,
+    "summary": "Where the work stands.",
+    "context": ["files or facts the next agent needs"],
+    "decisions": ["what was decided, and why"],
+    "next_steps": ["the first step", "the second step"],
+    "blockers": [],
+    "artifacts": [],
+    "notes": "Anything else.",
+    "phase": "build",
+    "priority": "normal",
+}
+HANDOFF_PLACEHOLDER_FIELDS = (
+    "from_agent",
+    "to_agent",
+    "task",
+    "summary",
+    "context",
+    "decisions",
+    "next_steps",
+    "notes",
+)
 
 
 def parse_handoff(raw: bytes, source: str) -> dict:
@@ -2536,6 +2633,22 @@ def handoff_problems(handoff: dict) -> list[str]:
     if isinstance(phase, str) and not PHASE_RE.match(phase):
         problems.append("phase must be 1-64 letters, digits, '.', '_' or '-'")
     return problems
+
+
+def example_placeholders(handoff: dict) -> list[str]:
+    """The fields of `handoff` that still hold `compose-handoff --example`'s placeholder
+    text (a list field: any item of the example's list)."""
+    found = []
+    for key in HANDOFF_PLACEHOLDER_FIELDS:
+        example = HANDOFF_EXAMPLE[key]
+        examples = [example] if isinstance(example, str) else example
+        values = handoff.get(key)
+        values = [values] if isinstance(values, str) else values
+        if isinstance(values, list) and any(
+            isinstance(v, str) and v.strip() in examples for v in values
+        ):
+            found.append(key)
+    return found
 
 
 def neutralise_markdown(text: str) -> str:
@@ -2610,6 +2723,15 @@ def has_content(value) -> bool:
     if isinstance(value, (list, dict)):
         return bool(value)
     return True
+
+
+def handoff_names(handoff: dict, limit: int = 60) -> str:
+    """`TASK from A to B` (`to B` only when addressed): how every line names a handoff."""
+    text = f"{one_line(handoff.get('task_id', '?'), limit)} from "
+    text += one_line(handoff.get("from_agent") or "?", limit)
+    if handoff.get("to_agent"):
+        text += f" to {one_line(handoff['to_agent'], limit)}"
+    return text
 
 
 def handoff_key(handoff: dict) -> str:
@@ -4708,9 +4830,8 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
     lines.append(phase_line)
     lines.append(last_activity_line(state, now))
     if state.get("task_id"):
-        sender = one_line(state.get("from_agent", "?"))
         line = (
-            f"- Handoff: task {one_line(state['task_id'])} from {sender}, status "
+            f"- Handoff: task {handoff_names(state, 300)}, status "
             f"{one_line(state.get('handoff_status', '?'))}"
         )
         session_md = os.path.join(ref.path, SESSION_MD)
@@ -6130,6 +6251,7 @@ EVENT_REPLAY_FIELDS = {
     "phase_change": {"to": "phase"},
     "checkpoint": {
         "done": "str",
+        "done_steps": "strs",
         "pending": "strs",
         "resume": "str",
         "note": "str",
@@ -6183,7 +6305,7 @@ def replay_event(state: dict, event: dict) -> None:
     elif name == "checkpoint":
         change = {
             key: event.get(key)
-            for key in ("done", "pending", "resume", "note", "interrupted", "finish")
+            for key in ("done", "done_steps", "pending", "resume", "note", "interrupted", "finish")
         }
         apply_checkpoint(state, change, author=event.get("actor") or "?", now=stamp)
     elif name == "archived":
@@ -6765,7 +6887,26 @@ def cmd_init(args) -> int:
             f"{store.rel(store.memory_path)}, then run `stm check` and `stm boot`."
         )
     )
+    below_root = store_below_repository_root(store)
+    if below_root:
+        warn(below_root)
     return EXIT_OK
+
+
+def store_below_repository_root(store: Store) -> str | None:
+    """Why a store made below its repository's root (whose root has none) may surprise:
+    stm finds it only from its own folder down. None when it sits at the root."""
+    project = os.path.dirname(store.stacks)
+    root = repository_root(project)
+    if root is None or root == project or os.path.isdir(os.path.join(root, STACKS_DIRNAME)):
+        return None
+    here = path_from_here(store.stacks)
+    return (
+        f"the store ({here}/) is in {project}, below the root of its git repository, "
+        f"{root}, which has no store: stm finds this one only from {project} and below; "
+        f"to keep one store for the whole repository instead, remove {here}/ and "
+        f"{path_from_here(store.state)}/ and run `stm init` in {root}"
+    )
 
 
 def cmd_boot(args) -> int:
@@ -7243,11 +7384,7 @@ def cmd_status(args) -> int:
             line += f" for {current['in_phase_for']}"
     out(line)
     for handoff in sessions["handoffs"]:
-        to = f" to {handoff['to_agent']}" if handoff.get("to_agent") else ""
-        out(
-            f"handoff: {one_line(handoff['task_id'], 60)} from "
-            f"{one_line(handoff['from_agent'], 60)}{one_line(to, 64)} ({handoff['session_id']})"
-        )
+        out(f"handoff: {handoff_names(handoff)} ({handoff['session_id']})")
     for warning in status["warnings"]:
         out(f"warning: {warning}")
     for notice in status["notices"]:
@@ -7479,9 +7616,7 @@ def cmd_session_list(args) -> int:
         flag = " [archived]" if row["archived"] else ""
         handoff = row.get("handoff")
         if handoff:
-            task, sender = one_line(handoff["task_id"], 40), one_line(handoff["from_agent"], 40)
-            flag += f" [handoff {task} from {sender}"
-            flag += f" to {one_line(handoff['to_agent'], 40)}]" if handoff.get("to_agent") else "]"
+            flag += f" [handoff {handoff_names(handoff, 40)}]"
         name = one_line(row["name"] or "", 60)
         phase = one_line(row["phase"], 16)
         updated = one_line(row["updated_at"] or "-", 20)
@@ -7597,21 +7732,75 @@ def resolve_done(done: str, steps: list) -> tuple[str, bool]:
     return done, done in steps
 
 
+def match_done_step(done: str, steps: list) -> str:
+    """What `--done` names among the pending steps `steps`: a step's exact text, its
+    number as boot shows it, or a part of its text (case-insensitive) found in exactly
+    one step; given back unchanged when it names none. A part found in several steps is
+    refused, listing them: recording the wrong one would lose a step silently."""
+    text, matched = resolve_done(done, steps)
+    if matched:
+        return text
+    wanted = done.casefold()
+    found = [step for step in steps if wanted in str(step).casefold()]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        shown = "; ".join(f"{steps.index(s) + 1}. {one_line(s, 80)}" for s in found[:10])
+        raise usage_error(
+            f"--done {one_line(done, 80)!r} matches {len(found)} pending steps: {shown}; "
+            "give more of the step's text, or its number; nothing written"
+        )
+    return done
+
+
+def session_phases(state: dict) -> list[str]:
+    """Every phase name a session knows: its valid phases, its history, its phase."""
+    names = list(state.get("valid_phases") or [])
+    history = state.get("phase_history") if isinstance(state.get("phase_history"), list) else []
+    names += [h.get("phase") for h in history if isinstance(h, dict)]
+    names.append(state.get("phase"))
+    return [n for n in names if isinstance(n, str)]
+
+
+def done_list(change: dict) -> list[str]:
+    """The steps a checkpoint marks done, in order: `done_steps` when several were given
+    (`done` is then the last), else `done` alone."""
+    several = change.get("done_steps")
+    if isinstance(several, list) and several:
+        return [str(step) for step in several]
+    return [] if change.get("done") is None else [change["done"]]
+
+
 def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> list[str]:
-    """Apply one checkpoint (`change`: done, pending, resume, note, interrupted, finish;
-    absent keys change nothing) to `state` in place; returns warnings. The same function
-    replays checkpoint events when a merged state is rebuilt from its history."""
+    """Apply one checkpoint (`change`: done or done_steps, pending, resume, note,
+    interrupted, finish; absent keys change nothing) to `state` in place; returns
+    warnings. The same function replays checkpoint events when a merged state is rebuilt
+    from its history."""
     warnings = []
     checkpoint = dict(state.get("checkpoint") or {})
     steps = list(checkpoint.get("pending_steps") or [])
-    done = change.get("done")
-    if done is not None:
-        done, matched = resolve_done(done, steps)
-        change["done"] = done
+    done = None
+    shown = list(steps)  # numbers name steps as boot showed them, before any is removed
+    resolved = []
+    for given in done_list(change):
+        done, matched = resolve_done(given, shown)
+        resolved.append(done)
         checkpoint["last_completed_step"] = done
         steps = [s for s in steps if s != done]
-        if not matched:
+        if matched:
+            continue
+        if done in session_phases(state):
+            warnings.append(
+                f"--done {done!r} is a phase, not a pending step: recorded as the last "
+                "completed step; a phase is changed with `stm session phase NAME`, a step "
+                "is one line of --pending"
+            )
+        else:
             warnings.append(f"--done {done!r} matched no pending step; recorded as done")
+    if resolved:
+        change["done"] = done
+        if len(resolved) > 1:
+            change["done_steps"] = resolved
     if change.get("pending") is not None:
         steps = list(change["pending"])
     if change.get("finish"):
@@ -7638,7 +7827,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
     if change.get("finish"):
         recovery["last_action"] = "checkpoint: finished"
     elif done:
-        recovery["last_action"] = f"checkpoint: done {done}"
+        recovery["last_action"] = f"checkpoint: done {'; '.join(resolved)}"
     else:
         interrupted = change.get("interrupted")
         recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
@@ -7650,7 +7839,7 @@ def checkpoint_session(
     store: Store,
     *,
     session: str | None = None,
-    done: str | None = None,
+    done: str | list[str] | None = None,
     pending: list[str] | None = None,
     clear_pending: bool = False,
     resume: str | None = None,
@@ -7659,11 +7848,14 @@ def checkpoint_session(
     finish: bool = False,
     expect_version: int | None = None,
 ) -> tuple[SessionRef, dict, bool, list[str]]:
-    """The `session checkpoint` operation (spec/state-layout.md): record the step done
-    (its text, or its number as boot shows it), the pending steps, how to resume, a
-    recovery note ("" clears it), an interruption, or that the work is finished. Returns
-    (ref, state, changed, warnings); repeating a call changes nothing."""
-    done = clean_text(done, "--done") if done is not None else None
+    """The `session checkpoint` operation (spec/state-layout.md): record the steps done
+    (each by its text, its number as boot shows it, or a part of its text that only it
+    holds), the pending steps, how to resume, a recovery note ("" clears it), an
+    interruption, or that the work is finished. Returns (ref, state, changed, warnings);
+    repeating a call changes nothing."""
+    dones = [done] if isinstance(done, str) else list(done or [])
+    dones = [clean_text(step, "--done") for step in dones]
+    done = dones[-1] if dones else None
     pending = [clean_text(p, "--pending") for p in pending] if pending else None
     if clear_pending:
         if pending:
@@ -7672,7 +7864,8 @@ def checkpoint_session(
     resume = clean_text(resume, "--resume", 1000) if resume is not None else None
     if note is not None:
         note = clean_text(note, "--note", 2000) if note.strip() else ""
-    refuse_secrets("\n".join(t for t in (done, resume, note, *(pending or [])) if t), "no flag")
+    texts = (*dones, resume, note, *(pending or []))
+    refuse_secrets("\n".join(t for t in texts if t), "no flag")
     given = (done, pending, resume, note)
     if all(value is None for value in given) and not interrupted and not finish:
         raise usage_error(
@@ -7684,8 +7877,12 @@ def checkpoint_session(
     warnings: list[str] = []
 
     def mutate(state: dict):
-        change = {"done": done, "pending": pending, "resume": resume, "note": note}
-        change.update({"interrupted": interrupted or None, "finish": finish or None})
+        shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
+        named = [match_done_step(step, shown) for step in dones]
+        change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
+        change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
+        if len(named) > 1:
+            change["done_steps"] = named
         warnings[:] = apply_checkpoint(state, change, author=store.settings.author, now=now)
         return "checkpoint", change
 
@@ -7710,6 +7907,102 @@ def cmd_session_checkpoint(args) -> int:
     for warning in warnings:
         warn(warning)
     report_update(args, store, ref, state, changed, "checkpoint saved" if changed else "checkpoint")
+    return EXIT_OK
+
+
+def received_handoff(ref: SessionRef) -> dict:
+    """The handoff a session was composed from (context/handoff.json), or {}."""
+    path = os.path.join(ref.path, "context", HANDOFF_JSON)
+    if not os.path.isfile(path) or os.path.islink(path):
+        return {}
+    try:
+        handoff = load_json(read_bytes(path).decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return handoff if isinstance(handoff, dict) else {}
+
+
+def text_items(value) -> list[str]:
+    """A handoff field (a string or a list of strings) as a list of its texts."""
+    value = [value] if isinstance(value, str) else value
+    return [v for v in value or [] if isinstance(v, str) and v.strip()]
+
+
+def session_handoff(
+    store: Store,
+    *,
+    to: str | None = None,
+    task: str | None = None,
+    task_id: str | None = None,
+    decisions: list[str] | None = None,
+    session: str | None = None,
+) -> dict:
+    """The `session handoff` operation: a handoff, as `compose-handoff` reads it, written
+    from a session (the current one by default): its pending steps as next_steps, its
+    resume line and recovery notes as notes, the decisions given and those of the handoff
+    it came from, its phase; from the author, to `to`. The task is `task`, else the
+    session's name. Writes nothing."""
+    ref = require_session(store, session)
+    state = load_state(ref)
+    came_from = received_handoff(ref)
+    task = clean_text(task, "--task", 2000) if task is not None else state.get("name")
+    if not task:
+        raise usage_error(
+            f"session {ref.id} has no name to serve as the task; say what the next agent "
+            'must do with --task "..."'
+        )
+    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
+    notes = []
+    if checkpoint.get("resume_instruction") and not came_from:
+        notes.append(f"Resume: {checkpoint['resume_instruction']}")
+    if recovery.get("recovery_notes"):
+        notes.append(f"Recovery notes: {recovery['recovery_notes']}")
+    summary = f"Session {ref.id}, phase {state.get('phase')}"
+    if checkpoint.get("last_completed_step"):
+        summary += f"; last completed step: {checkpoint['last_completed_step']}"
+    handoff = {
+        "task_id": task_id or state.get("task_id") or ref.id,
+        "from_agent": store.settings.author,
+        "task": task,
+        "status": "finished" if state.get("finished_at") else "in-progress",
+        "created_at": iso_now(),
+        "summary": summary + ".",
+        "context": [f"{store.rel(ref.path)}/ ({STATE_FILE}, {HISTORY_FILE})"],
+        "decisions": text_items(came_from.get("decisions"))
+        + [clean_text(d, "--decision", 2000) for d in decisions or []],
+        "next_steps": [s for s in checkpoint.get("pending_steps") or [] if isinstance(s, str)],
+        "notes": "\n".join(notes),
+    }
+    if to:
+        handoff["to_agent"] = clean_text(to, "--to", 200)
+    if isinstance(state.get("phase"), str) and PHASE_RE.match(state["phase"]):
+        handoff["phase"] = state["phase"]
+    problems = handoff_problems(handoff)
+    if problems:  # e.g. a --task-id longer than any handoff may carry
+        raise usage_error("the handoff would be invalid: " + "; ".join(problems))
+    order = list(HANDOFF_EXAMPLE)  # the fields in the order --example shows them
+    return {key: handoff[key] for key in order if has_content(handoff.get(key))}
+
+
+def cmd_session_handoff(args) -> int:
+    store = store_from_args(args)
+    handoff = session_handoff(
+        store,
+        to=args.to,
+        task=args.task,
+        task_id=args.task_id,
+        decisions=args.decision,
+        session=args.session,
+    )
+    text = json.dumps(handoff, indent=2, ensure_ascii=False) + "\n"
+    refuse_secrets(text, "no flag", "the handoff: ")
+    if args.output:
+        write_output_file(args.output, text)
+        command = shell_command("stm", "compose-handoff", args.output)
+        out(as_invoked(f"wrote {path_text(args.output)}; compose it with `{command}`"))
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
 
 
@@ -7815,24 +8108,29 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
 
 def handoff_example() -> str:
     """A handoff to fill in (`compose-handoff --example`): every field, required first."""
-    example = {
-        "task_id": "TASK-1",
-        "from_agent": "your-agent-name",
-        "to_agent": "the-next-agent",
-        "task": "What the next agent must do, in a sentence or two.",
-        "status": "in-progress",
-        "created_at": iso_now(),
-        "summary": "Where the work stands.",
-        "context": ["files or facts the next agent needs"],
-        "decisions": ["what was decided, and why"],
-        "next_steps": ["the first step", "the second step"],
-        "blockers": [],
-        "artifacts": [],
-        "notes": "Anything else.",
-        "phase": "build",
-        "priority": "normal",
-    }
+    example = {**HANDOFF_EXAMPLE, "created_at": iso_now()}
     return json.dumps(example, indent=2, ensure_ascii=False) + "\n"
+
+
+def refuse_example_placeholders(handoff: dict, source: str) -> None:
+    fields = example_placeholders(handoff)
+    if fields:
+        raise StmError(
+            f"handoff {source} still holds the example's placeholder text in "
+            f"{', '.join(fields)}; fill them in (leave out the optional ones you do not "
+            "need), or write the handoff from your session with `stm session handoff`; "
+            "nothing created"
+        )
+
+
+def sent_by_me(store: Store, handoff: dict) -> bool:
+    """Whether `handoff` is one this user sends to someone else: its from_agent is the
+    author (STM_USER, else the login name) and its to_agent another name. Composing it
+    leaves the sender's pointer where it was: the session waits for the receiver."""
+    me = store.settings.author.strip().lower()
+    sender = str(handoff.get("from_agent", "")).strip().lower()
+    receiver = str(handoff.get("to_agent") or "").strip().lower()
+    return sender == me and bool(receiver) and receiver != me
 
 
 def cmd_compose_handoff(args) -> int:
@@ -7841,6 +8139,7 @@ def cmd_compose_handoff(args) -> int:
         return EXIT_OK
     raw, source = read_handoff_input(args.file)
     handoff = parse_handoff(raw, source)
+    refuse_example_placeholders(handoff, source)
     refuse_secrets(raw.decode("utf-8-sig"), "no flag", f"handoff {source}: ")
     if args.print_only:
         text = render_session_md(handoff, "(not created: --print)", iso_now())
@@ -7849,28 +8148,9 @@ def cmd_compose_handoff(args) -> int:
         sys.stdout.write(escape_controls(text))
         return EXIT_OK
     store = store_from_args(args)
-    warnings = []
-    with store.stacks_lock(), store.state_lock():
-        same, earlier = find_handoff_sessions(store, handoff)
-        if earlier:
-            warnings.append(
-                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
-                + ", ".join(earlier)
-            )
-        if same is not None:
-            created = False
-            ref, state = same, load_state(same)
-            if not same.archived and not receipt_logged(store, same.id):
-                append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
-            where = " (archived: the work on it is finished)" if same.archived else ""
-            warnings.append(
-                f"this handoff was already composed into session {same.id}{where}; nothing created"
-            )
-        else:
-            created = True
-            result = compose_handoff(store, handoff, raw, not args.no_switch)
-            ref, state = result["ref"], result["state"]
-    if created and not args.no_switch:
+    switch = args.switch or not (args.no_switch or sent_by_me(store, handoff))
+    ref, state, created, adopted, warnings = compose_or_adopt(store, handoff, raw, switch)
+    if (created or adopted) and switch:
         warn_about_pin(store, ref.id)
     if args.output:
         write_output_file(args.output, read_text(os.path.join(ref.path, SESSION_MD)))
@@ -7889,7 +8169,48 @@ def cmd_compose_handoff(args) -> int:
         out(ref.id)
     for warning in warnings:
         warn(warning)
+    if created and not switch and not args.no_switch:
+        receiver = one_line(handoff.get("to_agent"), 60)
+        print(
+            as_invoked(
+                f"stm: addressed to {receiver}: the session waits for them and this clone's "
+                f"current session is unchanged; they adopt it with `stm session switch "
+                f"{ref.id}` (or by composing this handoff in their clone); --switch adopts "
+                "it here"
+            ),
+            file=sys.stderr,
+        )
     return EXIT_OK
+
+
+def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
+    """The session `handoff` becomes: created, or — when it was composed before (in this
+    clone, or in another and committed) — found, and made current when `switch`, so
+    composing a received handoff again in a fresh clone adopts it. Returns (ref, state,
+    created, adopted, warnings)."""
+    warnings = []
+    with store.stacks_lock(), store.state_lock():
+        same, earlier = find_handoff_sessions(store, handoff)
+        if earlier:
+            warnings.append(
+                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
+                + ", ".join(earlier)
+            )
+        if same is None:
+            result = compose_handoff(store, handoff, raw, switch)
+            return result["ref"], result["state"], True, False, warnings
+        state = load_state(same)
+        if not same.archived and not receipt_logged(store, same.id):
+            append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
+        adopted = switch and not same.archived and read_pointer(store) != same.id
+        if adopted:
+            write_pointer(store, same.id)
+        where = " (archived: the work on it is finished)" if same.archived else ""
+        now = "; it is now this clone's current session" if adopted else ""
+        warnings.append(
+            f"this handoff was already composed into session {same.id}{where}; nothing created{now}"
+        )
+    return same, state, False, adopted, warnings
 
 
 def find_section(lines: list[str], name: str) -> int | None:
@@ -8024,23 +8345,42 @@ def ref_name_parts(name: str) -> list[str]:
     return parts
 
 
-def refuse_near_miss(text: str, section: str, shown: str) -> None:
-    """A section name that matches none but is close to one is a typo, not a new section:
-    `note "Nxt Steps"` would otherwise start a section no one reads."""
+class SectionMissing(StmError):
+    """`note` to a `## SECTION` the file does not hold: refused unless asked to create it
+    (a typo would otherwise start a section no one reads). Carries the facts, so each
+    front end words the way out in its own terms (a flag, a tool argument)."""
+
+    def __init__(self, section: str, shown: str, nearest: tuple[list[str], list[str]]):
+        self.section, self.shown, self.nearest = section, shown, nearest
+        super().__init__(self.wording("pass --create"), EXIT_USAGE)
+
+    def wording(self, way_out: str) -> str:
+        close, others = self.nearest
+        if close:
+            near = " or ".join(f'"{name}"' for name in close)
+            near = f" (did you mean {near}?)"
+        else:
+            near = ", ".join(f'"{name}"' for name in others)
+            near = f" (its sections: {near})" if near else ""
+        return (
+            f'no section "{self.section}" in {self.shown}{near}; to start a new section, '
+            f"{way_out}; nothing written"
+        )
+
+
+def nearest_sections(text: str, section: str) -> tuple[list[str], list[str]] | None:
+    """None when `## section` is in `text`; else (its sections close to `section`,
+    closest first; its other sections, at most eight)."""
     lines = text.replace("\r\n", "\n").split("\n")
     if find_section(lines, section) is not None:
-        return
+        return None
     import difflib
 
-    names = [name for _, name in heading_lines(lines)]
+    names = [name for _, name in heading_lines(lines) if name.lower() != "last updated"]
     lowered = {name.lower(): name for name in names}
-    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.75)
-    if close:
-        guesses = " or ".join(f'"{lowered[c]}"' for c in close)
-        raise usage_error(
-            f'no section "{section}" in {shown}; did you mean {guesses}? '
-            "(pass --create to start a new section with that name); nothing written"
-        )
+    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.6)
+    close = [lowered[c] for c in close]
+    return close, [name for name in names if name not in close][:8]
 
 
 def refuse_conflicted(path: str, text: str, store: Store) -> None:
@@ -8068,7 +8408,27 @@ def add_memory_note(
 ) -> dict:
     """The `note` operation: add a bullet to (or replace the body of) `## section` in
     MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
-    the lock and read the result back. Returns the path, section and whether it replaced."""
+    the lock and read the result back. A section the file lacks is refused
+    (SectionMissing) unless `create`. Returns the path, section and whether it replaced;
+    write_memory_note also says whether it created the section or changed anything."""
+    options = {"replace": replace, "identity": identity, "allow_secret": allow_secret}
+    result = write_memory_note(store, section, note, **options, create=create, ref=ref)
+    return {"path": result["path"], "section": section, "replaced": result["replaced"]}
+
+
+def write_memory_note(
+    store: Store,
+    section: str,
+    note: str,
+    *,
+    replace: bool = False,
+    identity: bool = False,
+    allow_secret: bool = False,
+    create: bool = False,
+    ref: str | None = None,
+) -> dict:
+    """add_memory_note's work; the result also holds `created` and `changed`, and
+    `section` is the heading as the file spells it."""
     section = clean_section_name(section)
     refuse_oversized(note, "the note")
     if not note.strip() and not replace:
@@ -8092,9 +8452,11 @@ def add_memory_note(
         refuse_links_below(store.stacks, path)
     refuse_symlink(path, "memory file")
     with store.stacks_lock():
+        new_file = False
         try:
             before = read_text_to_edit(path, store.rel(path))
         except FileNotFoundError:
+            new_file = True  # a new ref: --ref NAME asked for it, with its first section
             if ref is None:
                 raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
             title = os.path.basename(path)[:-3].replace("-", " ").replace("_", " ")
@@ -8108,8 +8470,11 @@ def add_memory_note(
                         f"`## {key}` in {store.rel(path)} is a fact: set it with "
                         f"`stm fact set {key} VALUE`; nothing written"
                     )
-        if not create:
-            refuse_near_miss(before, section, store.rel(path))
+        nearest = nearest_sections(before, section)
+        if nearest is not None and not create and not new_file:
+            raise SectionMissing(section, path_from_here(path), nearest)
+        if not replace and nearest is None and bullet_present(before, section, note):
+            return note_result(store, path, section, replace, created=False, changed=False)
         anchor = None if identity or ref is not None else "Last Updated"
         after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
         if not identity and ref is None:
@@ -8120,27 +8485,106 @@ def add_memory_note(
         if not note_landed(read_text(path), section, note):
             atomic_write(path, before.encode("utf-8"))
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
-    return {"path": store.rel(path), "section": section, "replaced": bool(replace)}
+    heading = section
+    if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
+        lines = after.split("\n")
+        heading = lines[find_section(lines, section)][3:].strip()
+    return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+
+
+def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
+    """What `note` did: the file (from the project root), the section, whether it replaced
+    the body, created the section, or changed anything at all."""
+    return {
+        "path": store.rel(path),
+        "section": section,
+        "replaced": bool(replace),
+        "created": bool(created),
+        "changed": bool(changed),
+    }
+
+
+def bullet_present(text: str, section: str, note: str) -> bool:
+    """Whether `note`, as the bullet `note` would write, already stands in the section:
+    the same note twice (an agent's retry) is not a second bullet."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    index = find_section(lines, section)
+    if index is None:
+        return False
+    bullet = as_bullet(note)
+    body = lines[index + 1 : section_end(lines, index)]
+    size = len(bullet)
+    return any(body[i : i + size] == bullet for i in range(len(body) - size + 1))
+
+
+def note_report(result: dict, shown: str) -> str:
+    """The one line `note` prints: where the text went (`shown`: the file's path)."""
+    where = f"## {result['section']} in {shown}"
+    if not result["changed"]:
+        return f"already under {where}; nothing changed"
+    if result["created"]:
+        return f"created {where}, with the note"
+    return f"replaced the body of {where}" if result["replaced"] else f"noted under {where}"
+
+
+def note_command(args, section: str, text: str, *extra: str) -> str:
+    """`stm note … SECTION TEXT` as the user would retype it, with `extra` flags."""
+    where = ["--identity"] if args.identity else ["--ref", args.ref] if args.ref else []
+    shown = text if len(text) <= 60 and "\n" not in text else "…"
+    return shell_command("stm", "note", *where, *extra, section, shown)
+
+
+def refuse_one_argument(args) -> None:
+    """`stm note "just a thought"`: the one word given is the section, so the text is
+    missing. Say so, and show the command the user most likely meant."""
+    section = " ".join(escape_controls(args.section).split())
+    names = []
+    with contextlib.suppress(StmError, OSError):
+        store = store_from_args(args)
+        path = store.agent_path if args.identity else store.memory_path
+        if args.ref is None:
+            names = [name for _, name in heading_lines(read_text(path).split("\n"))]
+    if any(name.lower() == section.lower() for name in names):
+        command = note_command(args, section, "…")
+        raise usage_error(f"note needs TEXT after the section: `{command}`")
+    likely = next((n for n in names if n.lower() == "observations"), "Observations")
+    if args.identity or args.ref:
+        likely = next((n for n in names if n.lower() != "last updated"), "Notes")
+    command = note_command(args, likely, section)
+    raise usage_error(
+        f"note takes a SECTION, then the TEXT; did you mean `{command}`? "
+        "(or `-` as TEXT reads standard input)"
+    )
 
 
 def cmd_note(args) -> int:
+    if not args.text and not args.replace:
+        refuse_one_argument(args)
     section = clean_section_name(args.section)
     note = read_note_text(args)
     if not args.allow_secret:
         refuse_secrets(note, "--allow-secret")
     store = store_from_args(args)
-    result = add_memory_note(
-        store,
-        section,
-        note,
-        replace=args.replace,
-        identity=args.identity,
-        allow_secret=args.allow_secret,
-        create=args.create,
-        ref=args.ref,
-    )
+    try:
+        result = write_memory_note(
+            store,
+            section,
+            note,
+            replace=args.replace,
+            identity=args.identity,
+            allow_secret=args.allow_secret,
+            create=args.create,
+            ref=args.ref,
+        )
+    except SectionMissing as missing:
+        flags = ["--create"] + (["--replace"] if args.replace else [])
+        command = note_command(args, section, note.strip(), *flags)
+        raise usage_error(missing.wording(f"run `{command}`")) from None
     if args.json:
         print_json(result)
+    elif not args.quiet:
+        shown = path_from_here(os.path.join(os.path.dirname(store.stacks), result["path"]))
+        out(note_report(result, shown))
     return EXIT_OK
 
 
@@ -10417,11 +10861,17 @@ def mcp_tool_log(store: Store, args: dict):
 
 
 def mcp_tool_note(store: Store, args: dict):
-    result = add_memory_note(
-        store, args["section"], normalise_message(args["text"]), replace=args.get("replace", False)
-    )
-    verb = "replaced" if result["replaced"] else "noted under"
-    return f"{verb} '## {result['section']}' in {result['path']}", result
+    try:
+        result = write_memory_note(
+            store,
+            args["section"],
+            normalise_message(args["text"]),
+            replace=args.get("replace", False),
+            create=args.get("create", False),
+        )
+    except SectionMissing as missing:
+        raise usage_error(missing.wording("call `note` again with create: true")) from None
+    return note_report(result, result["path"]), result
 
 
 def mcp_tool_search(store: Store, args: dict):
@@ -10502,9 +10952,9 @@ MCP_TOOLS = (
     ("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
     (
         "note",
-        "Add a bullet to a MEMORY.md section (replace: rewrite its body).",
+        "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
         {"section": _STR, "text": _STR},
-        {"replace": _BOOL},
+        {"replace": _BOOL, "create": _BOOL},
         mcp_tool_note,
         None,
     ),
@@ -11049,7 +11499,16 @@ def options_compose_handoff(p) -> None:
         help="render Session.md to stdout and create nothing",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
-    p.add_argument("--no-switch", action="store_true", help="do not make the session current")
+    switching = p.add_mutually_exclusive_group()
+    switching.add_argument(
+        "--no-switch", action="store_true", help="do not make the session current"
+    )
+    switching.add_argument(
+        "--switch",
+        action="store_true",
+        help="make it current even when it is one you send (from_agent you, to_agent someone "
+        "else), which by default leaves your current session alone",
+    )
     p.add_argument(
         "--example",
         action="store_true",
@@ -11074,7 +11533,10 @@ def options_note(p) -> None:
     p.add_argument(
         "--create",
         action="store_true",
-        help="create SECTION even when its name is close to an existing one (a typo otherwise)",
+        help="start SECTION when the file has no such section (refused otherwise: a typo)",
+    )
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing on success (not where it went)"
     )
     p.add_argument(
         "--allow-secret", action="store_true", help="write text even if it looks like a credential"
@@ -11307,6 +11769,23 @@ def options_session_show(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def options_session_handoff(p) -> None:
+    p.add_argument("--to", metavar="NAME", help="the agent or person it is for (to_agent)")
+    p.add_argument(
+        "--task", metavar="TEXT", help="what the next agent must do (default: the session's name)"
+    )
+    p.add_argument(
+        "--task-id",
+        metavar="ID",
+        help="the task's id (default: the id of the handoff it came from, else the session's)",
+    )
+    p.add_argument(
+        "--decision", metavar="TEXT", action="append", help="a decision to pass on (repeat)"
+    )
+    p.add_argument("--session", metavar="ID", help="write it from this session, not the current")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE, not stdout")
+
+
 def options_session_phase(p) -> None:
     p.add_argument("name", metavar="NAME", help="the new phase")
     options_update(p)
@@ -11314,7 +11793,12 @@ def options_session_phase(p) -> None:
 
 def options_session_checkpoint(p) -> None:
     p.add_argument(
-        "--done", metavar="STEP", help="the step just completed: its text, or its number in boot"
+        "--done",
+        metavar="STEP",
+        action="append",
+        help="a pending step just completed (repeat for several): its text, its number in "
+        "boot, or a part of its text that only it holds; a phase is changed with `session "
+        "phase`",
     )
     p.add_argument(
         "--pending",
@@ -11392,7 +11876,7 @@ COMMANDS = (
     (
         "session",
         None,
-        "workflow sessions: new, switch, archive, list, show, phase, checkpoint",
+        "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
         "stm session new --name 'port parser' --phases plan,build,ship",
         None,
     ),
@@ -11536,8 +12020,15 @@ SESSION_VERBS = (
         "checkpoint",
         cmd_session_checkpoint,
         "record progress so a crashed or replaced agent can resume",
-        "stm session checkpoint --done plan --pending build --pending test --resume 'run pytest'",
+        "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
         options_session_checkpoint,
+    ),
+    (
+        "handoff",
+        cmd_session_handoff,
+        "write a handoff (the JSON compose-handoff reads) from the current session",
+        "stm session handoff --to builder-agent --task 'port the grammar' -o handoff.json",
+        options_session_handoff,
     ),
 )
 

@@ -612,7 +612,7 @@ def test_note_to_a_near_miss_section_asks_did_you_mean(store, run):
     assert body_of(text, "Nxt Steps") == ["- x"]
     assert body_of(text, "Next Steps") == ["Port the expression grammar."]
 
-    new = run("note", "Decisions", "use a Pratt parser")
+    new = run("note", "Decisions", "use a Pratt parser", "--create")
     assert new.code == 0, new
     assert body_of(memory_of(store).read_text(), "Decisions") == ["- use a Pratt parser"]
 

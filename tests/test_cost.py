@@ -81,9 +81,29 @@ def random_log(rng: random.Random, lines: int) -> bytes:
 
 LITERALS = ["needle", "NEEDLE", "ss", "s", "ß", "ẞ", "fl", "ﬂ", "k", "K", "i", "İ", "é",
             "x needle", "dle\r", "·", "\r", "a\nb", "straße", "## 2026"]  # fmt: skip
-REGEXES = [r"^needle", r"needle$", r"ne+dle", r"x\s*n", r"[^a]x", r"(?s)x.n", r"^$", r"\bss\b",
-           r"(?<=x)n", r"\Ax", r"n\Z", r"x(?!\s)", r"x(?=\r)", r".", r"\W$", r"a|$", r"é$",
-           r"ß", r"[\r]", r"\s", r"(?m)^x"]  # fmt: skip (backreferences are refused)
+REGEXES = [
+    r"^needle",
+    r"needle$",
+    r"ne+dle",
+    r"x\s*n",
+    r"[^a]x",
+    r"(?s)x.n",
+    r"^$",
+    r"\bss\b",
+    r"(?<=x)n",
+    r"\Ax",
+    r"n\Z",
+    r"x(?!\s)",
+    r"x(?=\r)",
+    r".",
+    r"\W$",
+    r"a|$",
+    r"é$",
+    r"ß",
+    r"[\r]",
+    r"\s",
+    r"(?m)^x",
+]  # fmt: skip (backreferences are refused)
 
 
 def search(store, pattern, regex, layer):

@@ -93,7 +93,7 @@ def test_boot_shows_the_handoff(store, run):
     out = run("boot").out
     section = out.split("## Active workflow", 1)[1].split("\n## ", 1)[0]
     assert "Port the expression grammar" in section
-    assert "task PARSER-42 from planner-agent, status in-progress" in section
+    assert "task PARSER-42 from planner-agent to builder-agent, status in-progress" in section
     assert f".state/sessions/{sid}/Session.md" in section
     assert "1. Port binary operators" in section
 

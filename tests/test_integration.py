@@ -62,7 +62,7 @@ def test_note_prefix_match_and_ambiguity(store, run):
 
 
 def test_note_creates_a_missing_section_above_last_updated(store, run):
-    assert run("note", "Decisions", "keep Pratt").code == 0
+    assert run("note", "Decisions", "keep Pratt", "--create").code == 0
     text = memory(store)
     assert "## Decisions\n\n- keep Pratt\n" in text
     assert text.index("## Decisions") < text.index("## Last Updated")
@@ -97,7 +97,7 @@ def test_note_keeps_a_crlf_file_crlf(store, run):
 
 def test_note_protects_identity(store, run):
     agent_before = (store / ".stacks" / "AGENT.md").read_text()
-    assert run("note", "Role", "a note").code == 0
+    assert run("note", "Role", "a note", "--create").code == 0
     assert (store / ".stacks" / "AGENT.md").read_text() == agent_before
     assert "- a note" in section(memory(store), "Role")  # MEMORY.md got a Role section
     memory_before = memory(store)

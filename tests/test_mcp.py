@@ -50,7 +50,7 @@ TOOL_ORDER = [
 TOOL_ARGS = {
     "boot": (set(), {"max_tokens", "max_chars"}),
     "log": ({"text"}, set()),
-    "note": ({"section", "text"}, {"replace"}),
+    "note": ({"section", "text"}, {"replace", "create"}),
     "search": ({"query"}, {"layer", "since", "regex", "limit"}),
     "status": (set(), set()),
     "read_ref": ({"path"}, set()),

@@ -371,8 +371,12 @@ def test_different_sections_and_a_new_section(tmp_path, note):
     sha_a, sha_b = two_sides(
         repo,
         note,
-        [*NOTES_A_APART, ("Risks", "alpha risk", T_A2), ("Decisions", "keep the lexer", T_A2)],
-        [*NOTES_B_APART, ("Decisions", "use a Pratt parser", T_B2)],
+        [
+            *NOTES_A_APART,
+            ("--create", "Risks", "alpha risk", T_A2),
+            ("--create", "Decisions", "keep the lexer", T_A2),
+        ],
+        [*NOTES_B_APART, ("--create", "Decisions", "use a Pratt parser", T_B2)],
     )
     for ours, theirs in ((sha_a, sha_b), (sha_b, sha_a)):
         result = merge(repo, ours, theirs)

@@ -1,0 +1,326 @@
+"""A newcomer's first hour (issue 30) and the small resume items of issue 24 (item 8):
+each test runs stm as a new user would and fails if the rough edge comes back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+from conftest import run_stm, snapshot
+
+import stm
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd, *args):
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
+
+
+def session_dir(store, sid):
+    """A session's folder, in a user namespace (sessions/user-NAME/) or not."""
+    return next((store / ".state" / "sessions").glob(f"**/{sid}"))
+
+
+def state_of(store, sid):
+    return json.loads((session_dir(store, sid) / "state.json").read_text())
+
+
+# ---- 1. --done: a step by its text, its number or a part; a phase is no step --------
+
+
+@pytest.fixture
+def steps(store, run):
+    sid = run("session", "new", "--name", "count", "--phases", "plan,build").out.strip()
+    pending = ["write count_chars", "write count_words", "test the counters"]
+    args = [a for step in pending for a in ("--pending", step)]
+    assert run("session", "checkpoint", *args).code == 0
+    return sid
+
+
+def test_done_takes_a_part_of_a_step_that_only_it_holds(store, run, steps):
+    result = run("session", "checkpoint", "--done", "count_chars")
+    assert result.code == 0 and result.err == ""
+    checkpoint = state_of(store, steps)["checkpoint"]
+    assert checkpoint["last_completed_step"] == "write count_chars"
+    assert checkpoint["pending_steps"] == ["write count_words", "test the counters"]
+    shown = run("session", "show").out
+    assert "- Last completed step: write count_chars" in shown
+    assert re.findall(r"^  \d+\. (.*)$", shown, re.M) == ["write count_words", "test the counters"]
+
+
+def test_done_with_a_part_that_several_steps_hold_is_refused_listing_them(store, run, steps):
+    before = snapshot(store)
+    result = run("session", "checkpoint", "--done", "write")
+    assert result.code == 2
+    assert "1. write count_chars" in result.err and "2. write count_words" in result.err
+    assert "nothing written" in result.err
+    assert snapshot(store) == before
+
+
+def test_done_by_number_and_by_text_still_work(store, run, steps):
+    assert run("session", "checkpoint", "--done", "2").code == 0
+    assert state_of(store, steps)["checkpoint"]["last_completed_step"] == "write count_words"
+    assert run("session", "checkpoint", "--done", "test the counters").code == 0
+    assert state_of(store, steps)["checkpoint"]["pending_steps"] == ["write count_chars"]
+
+
+def test_a_phase_given_to_done_is_recorded_with_a_warning_naming_session_phase(store, run, steps):
+    result = run("session", "checkpoint", "--done", "plan")
+    assert result.code == 0
+    assert "'plan' is a phase" in result.err and "`stm session phase NAME`" in result.err
+    state = state_of(store, steps)
+    assert state["checkpoint"]["last_completed_step"] == "plan"
+    assert len(state["checkpoint"]["pending_steps"]) == 3
+
+
+def test_repeated_done_records_every_step(store, run, steps):
+    result = run("session", "checkpoint", "--done", "1", "--done", "2")
+    assert result.code == 0 and result.err == ""
+    state = state_of(store, steps)
+    assert state["checkpoint"]["pending_steps"] == ["test the counters"]
+    assert state["checkpoint"]["last_completed_step"] == "write count_words"
+    assert "write count_chars" in state["recovery"]["last_action"]
+    # a rebuild from history (what a merge from another clone runs) gives the same
+    rebuilt, _, skipped = stm.rebuild_state(str(store / ".state" / "sessions" / steps))
+    assert skipped == []
+    assert rebuilt["checkpoint"]["pending_steps"] == ["test the counters"]
+
+
+# ---- 3. note: no section from a typo, one argument explained, where the text went ----
+
+
+def memory_text(store):
+    return (store / ".stacks" / "MEMORY.md").read_text()
+
+
+def test_note_to_a_missing_section_is_refused_showing_the_create_command(store, run):
+    before = snapshot(store)
+    result = run("note", "Nxt", "x")
+    assert result.code == 2, result
+    assert 'no section "Nxt" in .stacks/MEMORY.md' in result.err
+    assert '"Next Steps"' in result.err  # the nearest existing sections
+    assert "`stm note --create Nxt x`" in result.err
+    assert snapshot(store) == before
+    created = run("note", "--create", "Nxt", "x")
+    assert created.code == 0
+    assert created.out == "created ## Nxt in .stacks/MEMORY.md, with the note\n"
+    again = run("note", "Nxt", "x")  # now it exists; the same bullet is not written twice
+    assert again.out == "already under ## Nxt in .stacks/MEMORY.md; nothing changed\n"
+    assert memory_text(store).count("- x\n") == 1
+
+
+def test_note_with_only_one_argument_suggests_the_section(store, run):
+    result = run("note", "just a thought")
+    assert result.code == 2
+    assert "note needs TEXT" not in result.err
+    assert "`stm note Observations 'just a thought'`" in result.err
+    named = run("note", "Status")  # a section alone: the text is what is missing
+    assert named.code == 2 and "needs TEXT" in named.err
+
+
+def test_note_says_where_the_text_went_from_where_the_user_stands(store, run, monkeypatch):
+    result = run("note", "next", "port the grammar")
+    assert result.out == "noted under ## Next Steps in .stacks/MEMORY.md\n"
+    (store / "src").mkdir()
+    monkeypatch.chdir(store / "src")
+    result = run("note", "Status", "--replace", "green")
+    assert (
+        result.out
+        == f"replaced the body of ## Status in {os.path.join('..', '.stacks', 'MEMORY.md')}\n"
+    )
+    assert run("note", "-q", "Observations", "quiet one").out == ""
+    assert "- quiet one" in memory_text(store)
+
+
+def mcp_call(name: str, arguments: dict) -> dict:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+    }
+    params = {"name": name, "arguments": arguments, "_meta": meta}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    return stm.McpServer().answer(json.dumps(request).encode())["result"]
+
+
+def test_mcp_note_refuses_a_missing_section_unless_create(store):
+    before = snapshot(store)
+    refused = mcp_call("note", {"section": "Nxt Steps", "text": "x"})
+    assert refused["isError"]
+    text = refused["content"][0]["text"]
+    assert 'did you mean "Next Steps"?' in text and "create: true" in text
+    assert "--create" not in text  # a tool argument, not a CLI flag
+    assert snapshot(store) == before
+    done = mcp_call("note", {"section": "Nxt Steps", "text": "x", "create": True})
+    assert not done["isError"] and done["structuredContent"]["created"] is True
+    assert "## Nxt Steps\n\n- x\n" in memory_text(store)
+
+
+# ---- 2. compose-handoff: no example placeholders; a handoff from the session ---------
+
+
+def test_compose_handoff_refuses_the_unedited_example_naming_the_fields(store, run, tmp_path):
+    example = tmp_path / "handoff.json"
+    example.write_text(run("compose-handoff", "--example").out)
+    before = snapshot(store)
+    for extra in ((), ("--print",)):
+        result = run("compose-handoff", str(example), *extra)
+        assert result.code == 1, result
+        assert "placeholder text in from_agent, to_agent, task," in result.err
+        assert "`stm session handoff`" in result.err
+    assert snapshot(store) == before
+    filled = json.loads(example.read_text())
+    filled.update(from_agent="ann", to_agent="bob", task="Port the grammar.")
+    for key in ("summary", "context", "decisions", "next_steps", "notes"):
+        del filled[key]
+    example.write_text(json.dumps(filled))
+    assert run("compose-handoff", str(example)).code == 0
+
+
+def test_session_handoff_round_trips_through_compose_handoff(store, run, tmp_path, monkeypatch):
+    monkeypatch.setenv("STM_USER", "ann")
+    sid = run("session", "new", "--name", "port parser", "--phases", "plan,build").out.strip()
+    run("session", "phase", "build")
+    run("session", "checkpoint", "--pending", "port the lexer", "--pending", "port the grammar")
+    run("session", "checkpoint", "--done", "lexer", "--resume", "pytest -k grammar")
+    run("session", "checkpoint", "--note", "API frozen: do not touch parser/__init__.py")
+    path = tmp_path / "handoff.json"
+    written = run("session", "handoff", "--to", "bob", "--decision", "keep Pratt", "-o", str(path))
+    assert written.code == 0, written
+    assert "`stm compose-handoff " in written.out
+    handoff = json.loads(path.read_text())
+    assert handoff["from_agent"] == "ann" and handoff["to_agent"] == "bob"
+    assert handoff["task"] == "port parser" and handoff["phase"] == "build"
+    assert handoff["next_steps"] == ["port the grammar"]
+    assert handoff["decisions"] == ["keep Pratt"]
+    assert "pytest -k grammar" in handoff["notes"] and "API frozen" in handoff["notes"]
+    # the sender composes it: a session for bob, and the sender's pointer stays
+    composed = run("compose-handoff", str(path))
+    assert composed.code == 0, composed
+    new = composed.out.strip()
+    assert "addressed to bob" in composed.err and f"`stm session switch {new}`" in composed.err
+    pointer = json.loads((store / ".state" / "current-session.json").read_text())
+    assert pointer["active_session"] == sid
+    state = state_of(store, new)
+    assert state["from_agent"] == "ann" and state["to_agent"] == "bob"
+    assert state["checkpoint"]["pending_steps"] == ["port the grammar"]
+    md = (session_dir(store, new) / "Session.md").read_text()
+    assert "- keep Pratt" in md and "API frozen" in md and "pytest -k grammar" in md
+
+
+def test_session_handoff_from_stdout_pipes_into_compose(store, run, monkeypatch):
+    run("session", "new", "--name", "port parser")
+    run("session", "checkpoint", "--pending", "port the grammar")
+    text = run("session", "handoff", "--task", "Port the grammar, precedence unchanged.").out
+    composed = run("compose-handoff", "-", stdin=text)
+    assert composed.code == 0, composed
+    state = state_of(store, composed.out.strip())
+    assert state["name"] == "Port the grammar, precedence unchanged."
+    assert state["checkpoint"]["pending_steps"] == ["port the grammar"]
+    # no to_agent: it is for whoever composes it, who adopts it
+    pointer = json.loads((store / ".state" / "current-session.json").read_text())
+    assert pointer["active_session"] == composed.out.strip()
+
+
+def test_composing_a_committed_handoff_again_in_a_fresh_clone_adopts_it(tmp_path):
+    sender = tmp_path / "sender"
+    sender.mkdir()
+    git(sender, "init", "-q")
+    env = {"STM_USER": "ann", "STM_FSYNC": "0"}
+    assert run_stm("init", cwd=sender, env=env).returncode == 0
+    assert run_stm("session", "new", "--name", "port parser", cwd=sender, env=env).returncode == 0
+    run_stm("session", "checkpoint", "--pending", "port the grammar", cwd=sender, env=env)
+    handoff = run_stm("session", "handoff", "--to", "bob", cwd=sender, env=env).stdout
+    composed = run_stm("compose-handoff", "-", cwd=sender, env=env, input=handoff)
+    assert composed.returncode == 0, composed.stderr
+    sid = composed.stdout.strip()
+    git(sender, "add", "-A")
+    git(sender, "commit", "-qm", "handoff to bob")
+    receiver = tmp_path / "receiver"
+    git(tmp_path, "clone", "-q", str(sender), str(receiver))
+    bob = {"STM_USER": "bob", "STM_FSYNC": "0"}
+    saved = receiver / "handoff.json"
+    saved.write_text(handoff)
+    again = run_stm("compose-handoff", str(saved), cwd=receiver, env=bob)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == sid
+    assert "it is now this clone's current session" in again.stderr
+    step = run_stm("session", "checkpoint", "--done", "grammar", cwd=receiver, env=bob)
+    assert step.returncode == 0, step.stderr  # no "no current session"
+    assert sid in step.stdout
+
+
+# ---- 4. every line that names a handoff reads "from A to B" ---------------------------
+
+
+def test_status_list_and_workflow_name_a_handoff_from_a_to_b(store, run, tmp_path):
+    handoff = {
+        "task_id": "GRAM-2",
+        "from_agent": "dana",
+        "to_agent": "bob",
+        "task": "Port the grammar.",
+        "status": "in-progress",
+        "created_at": "2026-01-02T03:04:05Z",
+    }
+    sid = run("compose-handoff", "-", "--switch", stdin=json.dumps(handoff)).out.strip()
+    status = run("status").out
+    assert f"handoff: GRAM-2 from dana to bob ({sid})" in status.splitlines()
+    assert "[handoff GRAM-2 from dana to bob]" in run("session", "list").out
+    assert "- Handoff: task GRAM-2 from dana to bob, status in-progress" in run("boot").out
+
+
+# ---- 5. a store below the repository's root ------------------------------------------
+
+
+def test_init_below_the_repository_root_says_where_the_root_is(project, run, monkeypatch):
+    git(project, "init", "-q")
+    (project / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(project / "src")
+    result = run("init")
+    assert result.code == 0
+    assert (project / "src" / ".stacks" / "AGENT.md").exists()  # created where asked
+    assert f"below the root of its git repository, {project}" in result.err
+    assert f"run `stm init` in {project}" in result.err
+    monkeypatch.chdir(project)
+    at_root = run("init")  # at the root, no notice: that is where it belongs
+    assert at_root.code == 0 and "below the root" not in at_root.err
+
+
+def test_commands_that_find_no_store_name_one_in_a_subfolder(project, run, monkeypatch):
+    git(project, "init", "-q")
+    (project / "src").mkdir()
+    (project / "docs").mkdir()
+    monkeypatch.chdir(project / "src")
+    assert run("init").code == 0
+    for where in (project, project / "docs"):
+        monkeypatch.chdir(where)
+        for argv in (("boot",), ("log", "x"), ("status",)):
+            before = snapshot(project)
+            result = run(*argv)
+            assert result.code == 1, result
+            shown = os.path.relpath(project / "src" / ".stacks")
+            assert f"but there is one at {shown}" in result.err, result.err
+            assert f"--dir {shown}" in result.err
+            assert snapshot(project) == before
+
+
+def test_the_look_for_a_store_below_is_shallow(project, run):
+    deep = project / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    (deep / ".stacks").mkdir()
+    result = run("boot")
+    assert result.code == 1 and "there is one" not in result.err
+    assert "run `stm init` first" in result.err
