@@ -2178,6 +2178,9 @@ def load_json_file(path: str, what: str, limit: int | None = None, fix: str | No
     try:
         return load_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
+        if fix is None and md_has_conflict_markers(raw.decode("utf-8", "replace")):
+            # git refuses `git checkout -- FILE` on an unmerged path.
+            fix = "it holds merge conflict markers: keep what both sides meant, then `git add` it"
         fix = fix or f"restore it with `git checkout -- {display_path(path)}` or see `stm check`"
         raise StmError(f"{what} {path} is not valid JSON ({exc}); {fix}") from None
 
@@ -4460,6 +4463,8 @@ class BootParts:
         self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
         self.workflow: str | None = None
         self.waiting: list[str] = []
+        self.waiting_workflow: str | None = None  # the most relevant waiting one, whole
+        self.waiting_shown = -1  # which of `waiting` that is
         self.freshness: str | None = None  # how old session memory is (the first line)
         self.captured: dict | None = None  # what `stm capture` read (spec/capture.md)
         self.agent_at: float | None = None  # when the agent itself last wrote its session
@@ -4528,7 +4533,14 @@ class BootParts:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
         if ref is None:
-            self.waiting = waiting_sessions(store, captures=self._captures)
+            rows = waiting_rows(store, captures=self._captures)
+            self.waiting = waiting_lines(rows)
+            shown = [
+                i for i, (_, _, s) in enumerate(rows[:BOOT_WAITING_MAX]) if not s.get("finished_at")
+            ]
+            if shown:
+                self.waiting_shown = shown[0]
+                self.waiting_workflow = render_waiting_workflow(store, rows[shown[0]])
             return
         try:
             state = load_state(ref)
@@ -4834,6 +4846,19 @@ def waiting_sessions(store: Store, captures=None) -> list[str]:
     current one (a fresh clone: the pointer is local): handoffs addressed to this user
     first, then the newest; each with the command that adopts it. `captures(state)` is
     shown every state read (boot keeps the newest capture among them)."""
+    return waiting_lines(waiting_rows(store, captures))
+
+
+def waiting_lines(rows: list) -> list[str]:
+    lines = [session_line(sid, state, adopt=True) for sid, _, state in rows[:BOOT_WAITING_MAX]]
+    if len(rows) > BOOT_WAITING_MAX:
+        lines.append(f"- ... and {len(rows) - BOOT_WAITING_MAX} more: `stm session list`")
+    return lines
+
+
+def waiting_rows(store: Store, captures=None) -> list[tuple[str, str, dict]]:
+    """(id, folder, state) of the sessions waiting, most relevant first (see
+    waiting_sessions)."""
     rows = []
     user = (store.settings.user or "").strip().lower()
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
@@ -4847,12 +4872,22 @@ def waiting_sessions(store: Store, captures=None) -> list[str]:
             captures(state)
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
-        rows.append((not to_me, "task_id" not in state, updated, sid, state))
+        rows.append((not to_me, "task_id" not in state, updated, sid, path, state))
     rows.sort(key=lambda row: (row[0], row[1], _descending(row[2]), row[3]))
-    lines = [session_line(sid, state, adopt=True) for *_, sid, state in rows[:BOOT_WAITING_MAX]]
-    if len(rows) > BOOT_WAITING_MAX:
-        lines.append(f"- ... and {len(rows) - BOOT_WAITING_MAX} more: `stm session list`")
-    return lines
+    return [(sid, path, state) for *_, sid, path, state in rows]
+
+
+def render_waiting_workflow(store: Store, row: tuple[str, str, dict]) -> str:
+    """The whole workflow of the session most worth adopting, as the current session's
+    would be shown, under the command that adopts it: a fresh clone's agent sees the
+    work itself (pending steps, resume line, recovery notes, the handoff's task and
+    constraints, the Session.md path), not only that it exists."""
+    sid, path, state = row
+    workflow = render_workflow(store, SessionRef(sid, path, False), state)
+    return (
+        f"Most relevant: adopt it with `stm session switch {sid}` (this clone then works on "
+        f"it), or start your own with `stm session new`.\n\n{workflow}"
+    )
 
 
 def _descending(text: str) -> str:
@@ -4909,6 +4944,7 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
         if os.path.isfile(session_md) and not os.path.islink(session_md):
             line += f"; full text: {folder}/{SESSION_MD}"  # a link could lead anywhere
         lines.append(line)
+        lines += render_handoff_brief(ref)
     lines += render_checkpoint(state, steps=steps)
     context = state.get("context")
     if isinstance(context, dict):
@@ -4922,6 +4958,35 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
             lines.append(f"- Context files: {shown}")  # unsafe ones: check reports them
     lines.append(f"- State: {folder}/{STATE_FILE} (version {state.get('version')})")
     return "\n".join(lines)
+
+
+HANDOFF_BRIEF_FIELDS = (("task", "Task"), ("decisions", "Decisions"), ("blockers", "Blockers"))
+HANDOFF_BRIEF_OTHERS_MAX = 6
+
+
+def render_handoff_brief(ref: SessionRef) -> list[str]:
+    """A handoff's task and the sender's constraints, one line each, from its
+    context/handoff.json: decisions, blockers, notes and the fields of its own (such as
+    `constraints`) whose value is text. Its next steps are the pending steps."""
+    path = os.path.join(ref.path, "context", HANDOFF_JSON)
+    if first_link_below(ref.path, path) is not None:
+        return []
+    try:
+        handoff = load_json(read_bytes(path, HANDOFF_MAX_BYTES).decode("utf-8-sig"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []  # check reports it
+    if not isinstance(handoff, dict):
+        return []
+    others = [k for k in sorted(handoff) if k not in HANDOFF_KNOWN][:HANDOFF_BRIEF_OTHERS_MAX]
+    fields = [*HANDOFF_BRIEF_FIELDS, ("notes", "Notes"), *((k, k) for k in others)]
+    lines = []
+    for key, label in fields:
+        value = handoff.get(key)
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            value = "; ".join(item for item in value if item.strip())
+        if isinstance(value, str) and value.strip():
+            lines.append(f"- {one_line(label, 60)}: {one_line(value, 500)}")
+    return lines
 
 
 def last_activity_line(state: dict, now: float) -> str:
@@ -5113,7 +5178,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         sections.append(
             (
                 "Sessions waiting (no session is current in this clone)",
-                as_invoked("\n".join(parts.waiting)),
+                as_invoked(render_waiting(parts, cut)),
             )
         )
     elif parts.waiting:
@@ -5160,6 +5225,18 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         "`stm session checkpoint`; record work with `stm log`.\n"
     )
     return with_boot_header(body, parts.freshness)
+
+
+def render_waiting(parts: BootParts, cut: BootCut) -> str:
+    """The most relevant waiting session in full (its steps shortened with the
+    workflow's), then the others, one line each."""
+    if parts.waiting_workflow is None:
+        return "\n".join(parts.waiting)
+    full = parts.waiting_workflow
+    if cut.workflow == "short":
+        full = cut_workflow(full)
+    others = [line for i, line in enumerate(parts.waiting) if i != parts.waiting_shown]
+    return full + ("\n\nAlso waiting:\n\n" + "\n".join(others) if others else "")
 
 
 def with_boot_header(body: str, freshness: str | None = None) -> str:

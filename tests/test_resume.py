@@ -97,13 +97,13 @@ class World:
             self.stm(path, "setup", "git", "--install")
         return path
 
-    def stm(self, repo: Path, *args: str, user: str | None = None, code=0):
+    def stm(self, repo: Path, *args: str, user: str | None = None, code=0, stdin=None):
         self.clock.tick()
         if user is None:
             self.monkeypatch.delenv("STM_USER", raising=False)
         else:
             self.monkeypatch.setenv("STM_USER", user)
-        result = self.run("--dir", str(repo / ".stacks"), *args)
+        result = self.run("--dir", str(repo / ".stacks"), *args, stdin=stdin)
         if code is not None:
             assert result.code == code, (args, result)
         return result
@@ -581,3 +581,113 @@ def test_check_fix_narrows_a_prose_conflict_and_still_refuses_to_edit(world):
     assert "- alpha step" in text  # merged cleanly outside the conflict
     assert "MEMORY.md" in fixed.err and str(marks[0]) in fixed.err, fixed
     assert "conflict-markers" in fixed.out
+
+
+# ---- c. a fresh clone's boot shows the waiting work itself ---------------------------------
+
+WAITING = "Sessions waiting (no session is current in this clone)"
+
+
+def test_a_fresh_clone_boots_with_the_waiting_workflow_whole(world):
+    """Issue 24, 2: a session checkpointed and interrupted in one clone; in a fresh clone
+    boot shows its pending steps, resume line, recovery note and interruption, with the
+    command that adopts it; an older session stays one line."""
+    world.seed()
+    alice = world.clone("alice", True)
+    older = world.stm(alice, "session", "new", "--name", "older work", "--no-switch").out.strip()
+    sid = world.stm(alice, "session", "new", "--name", "port the grammar").out.strip()
+    world.checkpoint(
+        alice, sid, "--done", "lexer", "--pending", "binary operators", "--pending",
+        "unary operators", "--resume", "run pytest -k grammar", "--note",
+        "precedence table is in docs/precedence.md", "--interrupted", user="alice",
+    )  # fmt: skip
+    world.commit(alice, "work")
+    world.push(alice)
+    bob = world.clone("bob", True)
+
+    boot = world.stm(bob, "boot").out
+    assert "## Active workflow" not in boot
+    full, _, others = section(boot, WAITING).partition("Also waiting:")
+    assert f"Most relevant: adopt it with `stm session switch {sid}`" in full
+    for line in (
+        f"- Session: `{sid}` — port the grammar",
+        "- Last completed step: lexer",
+        "  1. binary operators",
+        "  2. unary operators",
+        "- Resume: run pytest -k grammar",
+        "- Recovery notes: precedence table is in docs/precedence.md",
+        "- Last action: checkpoint: done lexer (by alice)",
+        f"- State: {state_path(bob, sid).relative_to(bob)} (version 2)",
+    ):
+        assert line in full.splitlines(), (line, full)
+    assert "- Interrupted at: " in full
+    [line] = [line for line in others.splitlines() if line.startswith("- ")]
+    assert older in line and line.endswith(f"adopt: `stm session switch {older}`")
+
+    # Cut to fit: the steps shorten with the workflow's, the adopt command stays.
+    cut = world.stm(bob, "boot", "--max-chars", "1500").out
+    assert len(cut) <= 1500
+    assert "session memory left out" in cut  # memory goes before the work does
+    assert f"adopt it with `stm session switch {sid}`" in section(cut, WAITING), cut
+    assert "- Resume: run pytest -k grammar" in cut
+    smaller = world.stm(bob, "boot", "--max-chars", "900").out
+    assert len(smaller) <= 900 and "`stm session list`" in smaller, smaller
+
+    # Adopted, it is the active workflow, the same lines.
+    world.stm(bob, "session", "switch", sid)
+    workflow = section(world.stm(bob, "boot").out, "Active workflow")
+    assert "- Resume: run pytest -k grammar" in workflow and WAITING not in workflow
+
+
+def test_a_handoff_waiting_in_a_fresh_clone_shows_its_steps_and_constraints(world):
+    world.seed()
+    alice = world.clone("alice", True)
+    handoff = {
+        "task_id": "TEMP-7",
+        "from_agent": "planner",
+        "to_agent": "bob",
+        "task": "Add Kelvin conversions to tempconv.\nKeep the public API as it is.",
+        "status": "ready",
+        "created_at": "2026-01-05T10:00:00Z",
+        "next_steps": ["Add c_to_k and k_to_c", "Test round trips"],
+        "decisions": ["Floats, not Decimal."],
+        "notes": "Ask before adding dependencies.",
+        "constraints": "API frozen: do not touch tempconv/__init__.py",
+    }
+    sent = world.stm(alice, "compose-handoff", "-", "--no-switch", "--json",
+                     user="alice", stdin=json.dumps(handoff))  # fmt: skip
+    sid = json.loads(sent.out)["session_id"]
+    world.stm(alice, "session", "new", "--name", "alice's own", user="alice")
+    world.commit(alice, "handoff")
+    world.push(alice)
+    bob = world.clone("bob", True)
+
+    boot = world.stm(bob, "boot", user="bob").out
+    full, _, others = section(boot, WAITING).partition("Also waiting:")
+    assert f"adopt it with `stm session switch {sid}`" in full, boot
+    lines = full.splitlines()
+    handoff_line = [line for line in lines if line.startswith("- Handoff: task TEMP-7")]
+    assert handoff_line and handoff_line[0].endswith(f"/{sid}/Session.md"), lines
+    for line in (
+        "- Task: Add Kelvin conversions to tempconv. Keep the public API as it is.",
+        "- Decisions: Floats, not Decimal.",
+        "- Notes: Ask before adding dependencies.",
+        "- constraints: API frozen: do not touch tempconv/__init__.py",
+        "  1. Add c_to_k and k_to_c",
+        "  2. Test round trips",
+    ):
+        assert line in lines, (line, full)
+    assert "alice's own" in others
+
+
+def test_a_waiting_session_with_a_conflicted_state_shows_both_sides(world):
+    alice, bob, sid = shared_session(world, driver=False)
+    both_checkpoint(world, alice, bob, sid)
+    assert world.pull(bob, ok=False).returncode != 0
+    carol = world.tmp / "carol"  # bob's conflicted tree, seen as a fresh clone would
+    shutil.copytree(bob, carol)
+    (carol / ".state" / "current-session.json").unlink(missing_ok=True)
+    boot = world.stm(carol, "boot")
+    full = section(boot.out, WAITING)
+    assert "  1. step2" in full and "  2. step3" in full, boot.out
+    assert "note from A | note from B" in full
