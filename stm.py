@@ -239,6 +239,9 @@ STATE_GITATTRIBUTES = """\
 # Event logs are append-only: two branches that both appended merge by keeping both sides.
 # eol=lf: a checkout with core.autocrlf must not turn their lines into CRLF.
 history.jsonl merge=union eol=lf
+# A session's state merges field by field (`stm merge-file`, in a clone that ran
+# `stm setup git --install`): the same session checkpointed in two clones never conflicts.
+state.json merge=stm
 """
 
 STATE_GITIGNORE = """\
@@ -264,7 +267,7 @@ sessions never edit the same file and git merges stay clean.
 .state/
   README.md                 this file
   .gitignore                the local pointer, lock and temp files
-  .gitattributes            history.jsonl merges by union
+  .gitattributes            history.jsonl merges by union, state.json by `stm merge-file`
   current-session.json      pointer to this checkout's session (local, not committed)
   sessions/<id>/            one folder per active session
   sessions/user-<name>/<id>/  the same, namespaced by --user / STM_USER
@@ -2258,18 +2261,39 @@ def load_json_file(path: str, what: str, limit: int | None = None, fix: str | No
     try:
         return load_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
+        if fix is None and md_has_conflict_markers(raw.decode("utf-8", "replace")):
+            # git refuses `git checkout -- FILE` on an unmerged path.
+            fix = "it holds merge conflict markers: keep what both sides meant, then `git add` it"
         fix = fix or f"restore it with `git checkout -- {display_path(path)}` or see `stm check`"
         raise StmError(f"{what} {path} is not valid JSON ({exc}); {fix}") from None
 
 
 def load_state(ref: SessionRef) -> dict:
-    state = load_json_file(ref.state_path, "state file")
+    try:
+        state = load_json_file(ref.state_path, "state file")
+    except StmError:
+        if not state_is_conflicted(ref.state_path):
+            raise
+        # git refuses `git checkout -- FILE` on an unmerged path: name what works.
+        raise StmError(
+            f"state file {ref.state_path} holds merge conflict markers (the session changed "
+            "in two clones); run `stm check --fix` to merge both sides"
+        ) from None
     if not isinstance(state, dict) or not isinstance(state.get("version"), int):
         raise StmError(
             f"state file {ref.state_path} is not a stm state (an object with an integer "
             "'version'); restore it from git or see `stm check`"
         )
     return state
+
+
+def state_is_conflicted(path: str) -> bool:
+    """Whether a state.json holds git's conflict markers (checked after it failed to
+    parse: the one cost of a valid file stays one read)."""
+    try:
+        return bool(md_has_conflict_markers(read_text(path, 1 << 20)))
+    except OSError:
+        return False
 
 
 def save_state(ref: SessionRef, state: dict) -> None:
@@ -3509,6 +3533,79 @@ def git_state(
     )
 
 
+# A merge, rebase or cherry-pick that stopped on a conflict: what stm says must name a git
+# command git accepts in that state (`git checkout -- FILE` is refused on an unmerged
+# path, `git commit -- PATHS` during a merge), so these read where git stands.
+
+GIT_IN_PROGRESS = (  # (file or folder in the git dir, the command that continues)
+    ("rebase-merge", ("git", "rebase", "--continue")),
+    ("rebase-apply", ("git", "rebase", "--continue")),
+    ("CHERRY_PICK_HEAD", ("git", "cherry-pick", "--continue")),
+    ("REVERT_HEAD", ("git", "revert", "--continue")),
+    ("MERGE_HEAD", ("git", "commit", "--no-edit")),
+)
+
+
+def git_unmerged(root: str, paths=()) -> list[str] | None:
+    """The unmerged paths (relative to the work tree's top) under `paths`, or None when
+    git is missing or `root` is no work tree."""
+    output = git_output(root, "ls-files", "-u", "-z", "--full-name", "--", *paths)
+    if output is None:
+        return None
+    found = [record.split("\t", 1)[1] for record in output.split("\0") if "\t" in record]
+    return list(dict.fromkeys(found))
+
+
+def git_continue_command(root: str) -> tuple[str, ...] | None:
+    """The command that finishes the merge, rebase, cherry-pick or revert in progress."""
+    asked = [word for name, _ in GIT_IN_PROGRESS for word in ("--git-path", name)]
+    where = git_output(root, "rev-parse", *asked)
+    paths = where.splitlines() if where else []
+    for path, (_, command) in zip(paths, GIT_IN_PROGRESS):
+        if os.path.lexists(path if os.path.isabs(path) else os.path.join(root, path)):
+            return command
+    return None
+
+
+def git_stage_text(path: str, stage: int) -> str | None:
+    """One stage of an unmerged file (1 the common version, 2 ours, 3 theirs)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return git_output(folder, "show", f":{stage}:./{name}")
+
+
+def git_finish_hint(root: str, paths: list[str]) -> str | None:
+    """The exact git command that finishes a merge once stm wrote `paths`: `git add`
+    them, then continue (commit, rebase --continue, ...) when nothing else is unmerged;
+    None when none of `paths` is unmerged."""
+    top = git_output(root, "rev-parse", "--show-toplevel")
+    unmerged = git_unmerged(root)
+    if top is None or not unmerged:
+        return None
+    top = top.strip()
+    mine = [
+        p
+        for p in paths
+        if os.path.relpath(os.path.abspath(p), top).replace(os.sep, "/") in unmerged
+    ]
+    if not mine:
+        return None
+    rest = [u for u in unmerged if os.path.join(top, u) not in {os.path.abspath(p) for p in mine}]
+    # Run from here when here is inside the work tree; else with `git -C TOP`.
+    here = os.path.abspath(os.getcwd())
+    inside = here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+    git_words = ("git",) if inside else ("git", "-C", top)
+    start = here if inside else top
+    names = [os.path.relpath(os.path.abspath(p), start) for p in paths]
+    command = shell_command(*git_words, "add", "--", *names)
+    following = git_continue_command(root)
+    if rest:
+        shown = ", ".join(path_text(p) for p in rest[:5]) + (", ..." if len(rest) > 5 else "")
+        return f"`{command}`, then resolve {plural(len(rest), 'other conflicted file')} ({shown})"
+    if following is None:
+        return f"`{command}`"
+    return f"`{command} && {shell_command(*git_words, *following[1:])}`"
+
+
 # ==== Formats: three-way merge ===============================================
 #
 # `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
@@ -3968,6 +4065,132 @@ def merge_markdown(
     if "\r\n" in ours:
         text = text.replace("\n", "\r\n")
     return ("\ufeff" + text if ours.startswith("\ufeff") else text), clean
+
+
+# A session's state.json changed in two clones (the same session checkpointed in both)
+# merges field by field, to what replaying both clones' history gives (state-layout.md,
+# "Merging state.json"): lists are merged as sets (a step either side added stays, one
+# either side completed or removed goes), free-text notes either side wrote are all kept,
+# every other single value is the newer side's by its event time, and the version is
+# above both, so an --expect-version read in either clone is stale. The same function
+# serves the merge driver and `check --fix`'s rebuild of a conflicted state.json.
+
+STATE_JOINED_TEXTS = (("checkpoint", "resume_instruction"), ("recovery", "recovery_notes"))
+STATE_NOTE_SEPARATOR = " | "
+_MISSING = object()
+
+
+def state_side_key(state: dict) -> tuple:
+    """The order of two sides: by their last event's time, then version, then content,
+    so a merge is the same whichever clone runs it."""
+    stamp = parse_iso(str(state.get("updated_at", "")), need_zone=True) or 0.0
+    version = state.get("version") if type(state.get("version")) is int else 0
+    return stamp, version, dumps_json(state, None)
+
+
+def merge_state_lists(base, older: list, newer: list) -> list:
+    """Three-way merge of two lists as sets: an item either side added is kept (once), an
+    item of the base that either side removed is gone; the older side's order first."""
+    base = base if isinstance(base, list) else []
+    keys = [dumps_json(v, None) for v in base]
+    old_keys = [dumps_json(v, None) for v in older]
+    new_keys = [dumps_json(v, None) for v in newer]
+    merged, seen = [], set()
+    for value, key in [*zip(older, old_keys), *zip(newer, new_keys)]:
+        if key in seen or (key in keys and not (key in old_keys and key in new_keys)):
+            continue
+        seen.add(key)
+        merged.append(value)
+    return merged
+
+
+def join_state_texts(older, newer) -> str:
+    """Two notes both sides wrote, joined with ` | ` (each part once, older first): no
+    clone's note is lost. A note that already holds the other's parts is kept as is."""
+    one, two = ([p for p in str(t or "").split(STATE_NOTE_SEPARATOR) if p] for t in (older, newer))
+    if set(one) <= set(two) or set(two) <= set(one):
+        return str(newer or "") if len(set(two)) >= len(set(one)) else str(older or "")
+    return STATE_NOTE_SEPARATOR.join(dict.fromkeys(one + two))
+
+
+def merge_state_values(base, older, newer):
+    """The generic field rule: a change on one side wins; both changed: objects key by
+    key, lists as sets, anything else the newer side's value. _MISSING: no such key."""
+    if older == newer or newer == base:
+        return older
+    if older == base:
+        return newer
+    if isinstance(older, dict) and isinstance(newer, dict):
+        base = base if isinstance(base, dict) else {}
+        merged = {}
+        for key in sorted({*older, *newer}):
+            value = merge_state_values(
+                base.get(key, _MISSING), older.get(key, _MISSING), newer.get(key, _MISSING)
+            )
+            if value is not _MISSING:
+                merged[key] = value
+        return merged
+    if isinstance(older, list) and isinstance(newer, list):
+        return merge_state_lists(base, older, newer)
+    return newer if newer is not _MISSING else older
+
+
+def merge_phase_histories(*histories) -> list | None:
+    """Every phase entered on either side, in time order; each ends when the next one
+    began, the last one is current (what replaying both sides' phase changes gives)."""
+    entries: dict[tuple, dict] = {}
+    for history in histories:
+        for entry in history if isinstance(history, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("entered_at"), str):
+                entries.setdefault((entry["entered_at"], str(entry.get("phase"))), dict(entry))
+    if not entries:
+        return None
+    ordered = [entries[key] for key in sorted(entries, key=lambda k: (parse_iso(k[0]) or 0, k))]
+    for entry, following in zip(ordered, ordered[1:]):
+        entry["exited_at"] = following["entered_at"]
+    ordered[-1]["exited_at"] = None
+    return ordered
+
+
+def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
+    """Three-way merge of a session's state.json (state-layout.md, "Merging state.json").
+    The same result whichever side is ours; unchanged on one side: the other side."""
+    base = base if isinstance(base, dict) else {}
+    if ours == theirs or theirs == base:
+        return ours
+    if ours == base:
+        return theirs
+    older, newer = sorted((ours, theirs), key=state_side_key)
+    merged = merge_state_values(base, older, newer)
+    for group, key in STATE_JOINED_TEXTS:
+        was, one, two = (
+            s[group].get(key) if isinstance(s.get(group), dict) else None
+            for s in (base, older, newer)
+        )
+        if one != was and two != was and one != two and isinstance(merged.get(group), dict):
+            text = join_state_texts(one, two)
+            if text:
+                merged[group][key] = text
+    history = merge_phase_histories(
+        older.get("phase_history"), newer.get("phase_history"), base.get("phase_history")
+    )
+    if history is not None:
+        merged["phase_history"] = history
+        merged["phase"] = history[-1].get("phase", merged.get("phase"))
+    captures = [s["captured"] for s in (older, newer) if isinstance(s.get("captured"), dict)]
+    if captures:  # the newest capture wins, whole
+        merged["captured"] = max(captures, key=lambda c: str(c.get("at", "")))
+    checkpoint = merged.get("checkpoint")
+    if isinstance(checkpoint, dict):
+        resumable = checkpoint.get("pending_steps") or checkpoint.get("resume_instruction")
+        checkpoint["can_resume"] = bool(resumable) and not merged.get("finished_at")
+    stamps = [s.get("updated_at") for s in (older, newer) if is_iso_utc(s.get("updated_at"))]
+    if stamps:
+        merged["updated_at"] = max(stamps, key=lambda s: parse_iso(s, need_zone=True))
+    versions = [s["version"] for s in (older, newer) if type(s.get("version")) is int]
+    merged["version"] = max(versions, default=0) + 1
+    merged["merged_version"] = merged["version"]
+    return merged
 
 
 # ==== Formats: fact blocks ===================================================
@@ -4434,6 +4657,8 @@ class BootParts:
         self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
         self.workflow: str | None = None
         self.waiting: list[str] = []
+        self.waiting_workflow: str | None = None  # the most relevant waiting one, whole
+        self.waiting_shown = -1  # which of `waiting` that is
         self.freshness: str | None = None  # how old session memory is (the first line)
         self.captured: dict | None = None  # what `stm capture` read (spec/capture.md)
         self.agent_at: float | None = None  # when the agent itself last wrote its session
@@ -4444,6 +4669,7 @@ class BootParts:
         self.refs = self._refs()
         self._memory_notices()
         self._capture()
+        self._driver_notice()
 
     @property
     def identity(self) -> str:
@@ -4507,19 +4733,32 @@ class BootParts:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
         if ref is None:
-            self.waiting = waiting_sessions(store, captures=self._captures)
+            rows = waiting_rows(store, captures=self._captures)
+            self.waiting = waiting_lines(rows)
+            shown = [
+                i for i, (_, _, s) in enumerate(rows[:BOOT_WAITING_MAX]) if not s.get("finished_at")
+            ]
+            if shown:
+                self.waiting_shown = shown[0]
+                self.waiting_workflow = render_waiting_workflow(store, rows[shown[0]])
             return
         try:
             state = load_state(ref)
         except StmError as exc:
-            self.problems.append(exc.message)
+            state = merged_state_or_none(ref)
+            if state is None:
+                self.problems.append(exc.message)
             with contextlib.suppress(OSError):
                 self._conflict_notice(
                     ref.state_path,
                     read_text(ref.state_path, 65536),
-                    "run `stm check --fix` to rebuild it from its history",
+                    "the workflow below is both sides merged with its history; run "
+                    "`stm check --fix` to write it"
+                    if state is not None
+                    else "run `stm check --fix` to rebuild it from its history",
                 )
-            return
+            if state is None:
+                return
         session_md = os.path.join(ref.path, SESSION_MD)
         with contextlib.suppress(OSError):
             self._conflict_notice(session_md, read_text(session_md, 1 << 20))
@@ -4580,6 +4819,24 @@ class BootParts:
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
             )
+
+    def _driver_notice(self) -> None:
+        """A git clone whose attributes name the stm merge driver but whose config lacks
+        it: the next merge of memory or of a session's state conflicts. Not on CI."""
+        if self.git is None or os.environ.get("CI"):
+            return
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        try:
+            if "merge=stm" not in read_text(self.store.layer(".gitattributes"), 65536):
+                return
+        except OSError:
+            return
+        if git_output(root, "config", "--get", "merge.stm.driver"):
+            return
+        self.notices.append(
+            "this clone has no stm merge driver, so git would conflict on two clones' notes "
+            "or checkpoints of one session: run `stm setup git --install` (or `stm check --fix`)"
+        )
 
     def _capture(self) -> None:
         """The "Last session" block: what stm captured from the agent client, and what
@@ -4669,6 +4926,19 @@ def is_git_work_tree(root: str) -> bool:
     """Whether the project folder is a git work tree's top (a `.git` folder, or the file
     a worktree or submodule has): stm's discovery stops at that boundary."""
     return os.path.lexists(os.path.join(root, ".git"))
+
+
+def inside_git_work_tree(folder: str) -> bool:
+    """Whether `folder` or a folder above it holds `.git` (no git process: check and boot
+    ask git only where there is a repository to ask)."""
+    here = os.path.abspath(folder)
+    while True:
+        if os.path.lexists(os.path.join(here, ".git")):
+            return True
+        parent = os.path.dirname(here)
+        if parent == here:
+            return False
+        here = parent
 
 
 def memory_folders(store: Store) -> list[str]:
@@ -4761,28 +5031,66 @@ def count_entries_after(path: str, stamp: float, *, whole_day: bool) -> int:
     return count
 
 
+def merged_state_or_none(ref: SessionRef) -> dict | None:
+    """A conflicted state.json as `check --fix` would merge it (both sides and the
+    history), written nowhere: boot keeps showing the work while git's merge is
+    unfinished. None when the file is not conflicted or cannot be merged."""
+    if ref.archived or not state_is_conflicted(ref.state_path):
+        return None
+    try:
+        rebuilt = rebuild_state(ref.path)
+    except (OSError, StmError):
+        return None
+    return rebuilt[0] if rebuilt else None
+
+
 def waiting_sessions(store: Store, captures=None) -> list[str]:
     """Boot's lines for the active sessions in .state/sessions/ when this clone has no
     current one (a fresh clone: the pointer is local): handoffs addressed to this user
     first, then the newest; each with the command that adopts it. `captures(state)` is
     shown every state read (boot keeps the newest capture among them)."""
+    return waiting_lines(waiting_rows(store, captures))
+
+
+def waiting_lines(rows: list) -> list[str]:
+    lines = [session_line(sid, state, adopt=True) for sid, _, state in rows[:BOOT_WAITING_MAX]]
+    if len(rows) > BOOT_WAITING_MAX:
+        lines.append(f"- ... and {len(rows) - BOOT_WAITING_MAX} more: `stm session list`")
+    return lines
+
+
+def waiting_rows(store: Store, captures=None) -> list[tuple[str, str, dict]]:
+    """(id, folder, state) of the sessions waiting, most relevant first (see
+    waiting_sessions)."""
     rows = []
     user = (store.settings.user or "").strip().lower()
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
         try:
             state = load_state(SessionRef(sid, path, False))
         except StmError:
-            continue  # check reports it
+            state = merged_state_or_none(SessionRef(sid, path, False))
+            if state is None:
+                continue  # check reports it
         if captures is not None:
             captures(state)
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
-        rows.append((not to_me, "task_id" not in state, updated, sid, state))
+        rows.append((not to_me, "task_id" not in state, updated, sid, path, state))
     rows.sort(key=lambda row: (row[0], row[1], _descending(row[2]), row[3]))
-    lines = [session_line(sid, state, adopt=True) for *_, sid, state in rows[:BOOT_WAITING_MAX]]
-    if len(rows) > BOOT_WAITING_MAX:
-        lines.append(f"- ... and {len(rows) - BOOT_WAITING_MAX} more: `stm session list`")
-    return lines
+    return [(sid, path, state) for *_, sid, path, state in rows]
+
+
+def render_waiting_workflow(store: Store, row: tuple[str, str, dict]) -> str:
+    """The whole workflow of the session most worth adopting, as the current session's
+    would be shown, under the command that adopts it: a fresh clone's agent sees the
+    work itself (pending steps, resume line, recovery notes, the handoff's task and
+    constraints, the Session.md path), not only that it exists."""
+    sid, path, state = row
+    workflow = render_workflow(store, SessionRef(sid, path, False), state)
+    return (
+        f"Most relevant: adopt it with `stm session switch {sid}` (this clone then works on "
+        f"it), or start your own with `stm session new`.\n\n{workflow}"
+    )
 
 
 def _descending(text: str) -> str:
@@ -4838,6 +5146,7 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
         if os.path.isfile(session_md) and not os.path.islink(session_md):
             line += f"; full text: {folder}/{SESSION_MD}"  # a link could lead anywhere
         lines.append(line)
+        lines += render_handoff_brief(ref)
     lines += render_checkpoint(state, steps=steps)
     context = state.get("context")
     if isinstance(context, dict):
@@ -4851,6 +5160,35 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
             lines.append(f"- Context files: {shown}")  # unsafe ones: check reports them
     lines.append(f"- State: {folder}/{STATE_FILE} (version {state.get('version')})")
     return "\n".join(lines)
+
+
+HANDOFF_BRIEF_FIELDS = (("task", "Task"), ("decisions", "Decisions"), ("blockers", "Blockers"))
+HANDOFF_BRIEF_OTHERS_MAX = 6
+
+
+def render_handoff_brief(ref: SessionRef) -> list[str]:
+    """A handoff's task and the sender's constraints, one line each, from its
+    context/handoff.json: decisions, blockers, notes and the fields of its own (such as
+    `constraints`) whose value is text. Its next steps are the pending steps."""
+    path = os.path.join(ref.path, "context", HANDOFF_JSON)
+    if first_link_below(ref.path, path) is not None:
+        return []
+    try:
+        handoff = load_json(read_bytes(path, HANDOFF_MAX_BYTES).decode("utf-8-sig"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []  # check reports it
+    if not isinstance(handoff, dict):
+        return []
+    others = [k for k in sorted(handoff) if k not in HANDOFF_KNOWN][:HANDOFF_BRIEF_OTHERS_MAX]
+    fields = [*HANDOFF_BRIEF_FIELDS, ("notes", "Notes"), *((k, k) for k in others)]
+    lines = []
+    for key, label in fields:
+        value = handoff.get(key)
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            value = "; ".join(item for item in value if item.strip())
+        if isinstance(value, str) and value.strip():
+            lines.append(f"- {one_line(label, 60)}: {one_line(value, 500)}")
+    return lines
 
 
 def last_activity_line(state: dict, now: float) -> str:
@@ -5086,7 +5424,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         sections.append(
             (
                 "Sessions waiting (no session is current in this clone)",
-                as_invoked("\n".join(parts.waiting)),
+                as_invoked(render_waiting(parts, cut)),
             )
         )
     elif parts.waiting:
@@ -5135,6 +5473,18 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         "`stm session checkpoint`; record work with `stm log`.\n"
     )
     return with_boot_header(body, parts.freshness)
+
+
+def render_waiting(parts: BootParts, cut: BootCut) -> str:
+    """The most relevant waiting session in full (its steps shortened with the
+    workflow's), then the others, one line each."""
+    if parts.waiting_workflow is None:
+        return "\n".join(parts.waiting)
+    full = parts.waiting_workflow
+    if cut.workflow == "short":
+        full = cut_workflow(full)
+    others = [line for i, line in enumerate(parts.waiting) if i != parts.waiting_shown]
+    return full + ("\n\nAlso waiting:\n\n" + "\n".join(others) if others else "")
 
 
 def with_boot_header(body: str, freshness: str | None = None) -> str:
@@ -5394,6 +5744,7 @@ class Checker:
                 )
                 self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
         self.check_merge_driver()
+        self.check_unmerged()
 
     def check_merge_driver(self) -> None:
         """The attributes name the `stm` merge driver, but this clone has not installed
@@ -5416,7 +5767,40 @@ class Checker:
                 "merge-driver",
                 path,
                 "names the `stm` merge driver, which this clone has not installed: "
-                "two notes to MEMORY.md would conflict",
+                "two notes to MEMORY.md, or two checkpoints of one session, would conflict",
+            )
+
+    def check_unmerged(self) -> None:
+        """Memory files git still lists as unmerged although they hold no conflict
+        markers any more (merged by `check --fix`, or by hand): the merge is not finished
+        until they are added, and `stm check` must not say ok meanwhile. The fix names
+        the exact git commands, which stm never runs itself."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        folders = [p for p in (self.store.stacks, self.store.state) if os.path.isdir(p)]
+        unmerged = git_unmerged(root, folders) if inside_git_work_tree(root) else None
+        if not unmerged:
+            return
+        top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+        resolved = []
+        for name in unmerged:
+            path = os.path.join(top, *name.split("/"))
+            with contextlib.suppress(OSError):
+                if not md_has_conflict_markers(read_text(path)):
+                    resolved.append(path)
+        if not resolved:
+            return  # conflict-markers (or state-conflict) says what to do first
+        staged = list(resolved)
+        for path in resolved:  # a rebuilt state renumbers its history: it goes with it
+            history = os.path.join(os.path.dirname(path), HISTORY_FILE)
+            if os.path.basename(path) == STATE_FILE and os.path.isfile(history):
+                staged.append(history)
+        hint = git_finish_hint(root, staged)
+        for path in resolved:
+            self.report(
+                "git-unmerged",
+                path,
+                "git still lists it as unmerged: the merge is not finished",
+                f"run {hint}" if hint else None,
             )
 
     # Stacks -----------------------------------------------------------------
@@ -6221,13 +6605,20 @@ def event_versions(events: list) -> list[int]:
 
 
 def state_conflict_reason(state, events: list | None, conflicted: bool) -> str | None:
-    """Why a session's state.json does not reflect its merged history, or None."""
+    """Why a session's state.json does not reflect its merged history, or None. Events
+    that share a version at or below `merged_version` are the clones' own, which the
+    merge driver (or a rebuild) already merged into the state; an event line repeated
+    whole (a cherry-pick or rebase of a union-merged file) is the same event."""
     if conflicted:
         return "state.json holds merge conflict markers (the session changed in two clones)"
     if not events or not isinstance(state, dict) or type(state.get("version")) is not int:
         return None
     versions = event_versions(events)
-    repeated = repeated_values(versions)
+    merged = state.get("merged_version") if type(state.get("merged_version")) is int else 0
+    repeated = [v for v in repeated_values(versions) if v > merged]
+    if repeated:
+        unique = {dumps_json(e, None): e for e in events}.values()
+        repeated = [v for v in repeated_values(event_versions(list(unique))) if v > merged]
     if repeated:
         return (
             f"history.jsonl has two events at version {repeated[0]}: the session changed in "
@@ -6331,12 +6722,18 @@ def numbered_events(data: bytes) -> list[tuple[int, dict]] | None:
     return found
 
 
-def rebuild_state(folder: str) -> tuple[dict, list[dict], list[str]] | None:
-    """(state, events, skipped) rebuilt from a session folder's merged history: events
-    ordered by time (ties in file order), exact duplicates dropped, versions 1..n; each
-    event replayed only when replay_problem finds nothing (`skipped` says which were not,
-    by line). None when the history holds no event, a line is not an event, or the
-    result would still not be a valid state."""
+def rebuild_state(
+    folder: str, base: dict | None = None
+) -> tuple[dict, list[dict], list[str]] | None:
+    """(state, events, skipped) rebuilt from a session folder's merged history and the
+    sides of its state.json: events ordered by time (ties in file order), exact
+    duplicates dropped, versions 1..n, each replayed only when replay_problem finds
+    nothing (`skipped` says which were not, by line); the replayed state and each side
+    of state.json then merged by merge_states, against `base` (git's common version)
+    or else the events before the clones forked, so nothing only state.json held (a
+    note joined by an earlier merge, a step of either clone) is lost. None when the
+    history holds no event, a line is not an event, or the result would still not be a
+    valid state."""
     session_id = os.path.basename(folder)
     numbered = numbered_events(read_bytes(os.path.join(folder, HISTORY_FILE)))
     if not numbered:
@@ -6348,32 +6745,90 @@ def rebuild_state(folder: str) -> tuple[dict, list[dict], list[str]] | None:
         unique.values(),
         key=lambda item: parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,
     )
-    versions = event_versions([event for _, event in numbered])
-    repeated = repeated_values(versions)
+    repeated = repeated_values(event_versions([event for _, event in order]))
     fork = min(repeated) if repeated else None
     try:
         sides = state_sides(read_text(os.path.join(folder, STATE_FILE)))
     except OSError:
         sides = []
-    state = rebuilt_start(folder, session_id, sides)
-    replayed, skipped = [], []
+    sides = [side for side in sides if side_is_state(side, session_id)]
+    start = rebuilt_start(folder, session_id, sides)
+    state, skipped = replay_events(start, order)
+    if fork is not None:  # each clone's events on their own, merged as the driver merges
+        prefix, chains = history_chains(list(unique.values()), fork)
+        base = base if base is not None else replay_events(start, prefix)[0]
+        state = base
+        for chain in chains:
+            state = merge_states(base, state, replay_events(base, chain)[0])
+    events = [dict(event) for _, event in order]
+    for number, event in enumerate(events, 1):
+        event["version"] = number
+    for side in sides:
+        state = merge_states(base, state, side)
+    state.pop("merged_version", None)
+    # Each clone's events are in the history, so their count is above either clone's
+    # version; a side numbered past its events (merged by the driver before) still wins.
+    state["version"] = max([len(events)] + [side["version"] for side in sides])
+    if state["version"] > len(events):
+        state["merged_version"] = state["version"]  # no event of its own
+    if not is_iso_utc(state.get("updated_at")):
+        state["updated_at"] = iso_now()
+    if any(rule != "state-phase" for rule, _ in state_problems(state, session_id)):
+        return None  # never write a state that every update would then refuse
+    return state, events, skipped
+
+
+def history_chains(numbered: list, fork: int) -> tuple[list, list[list]]:
+    """(the events before the fork, [each clone's events after it]) from the events of a
+    union-merged history in file order: git's union merge writes one side's appended
+    lines, then the other's, so a clone's events run with rising versions and the next
+    clone's start lower again."""
+    prefix, chains, last = [], [], None
+    for number, event in numbered:
+        version = event.get("version") if type(event.get("version")) is int else None
+        if version is not None and version < fork:
+            prefix.append((number, event))
+            continue
+        if not chains or version is None or last is None or version <= last:
+            chains.append([])
+        chains[-1].append((number, event))
+        last = version
+    return prefix, chains
+
+
+def side_is_state(side: dict, session_id: str) -> bool:
+    """Whether one side of a conflicted state.json can take part in a rebuild: its own
+    fields pass the checks every update applies (a side is merged text, like history)."""
+    if type(side.get("version")) is not int:
+        return False
+    return not any(rule != "state-phase" for rule, _ in state_problems(side, session_id))
+
+
+def replay_events(start: dict, order: list) -> tuple[dict, list[str]]:
+    """`start` with the (line number, event) pairs replayed in order, and the events
+    skipped because replay_problem found them invalid, by line."""
+    state, skipped = copy_json(start), []
+    stamps = []
     for number, event in order:
         problem = replay_problem(event, state.get("valid_phases"))
         if problem:
             skipped.append(f"line {number} ({one_line(event['event'], 40)}): {problem}")
             continue
         replay_event(state, event)
-        replayed.append(event)
-    merge_fork_notes(state, replayed, fork)
-    events = [dict(event) for _, event in order]
-    for number, event in enumerate(events, 1):
-        event["version"] = number
-    state["version"] = len(events)
-    stamps = [e["timestamp"] for e in replayed if e.get("timestamp") is not None]
-    state["updated_at"] = stamps[-1] if stamps else iso_now()
-    if any(rule != "state-phase" for rule, _ in state_problems(state, session_id)):
-        return None  # never write a state that every update would then refuse
-    return state, events, skipped
+        if event.get("timestamp") is not None:
+            stamps.append(event["timestamp"])
+    if stamps:
+        state["updated_at"] = stamps[-1]
+    return state, skipped
+
+
+def copy_json(value):
+    """A deep copy of a JSON value (dicts and lists), cheap and without `copy`."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
+    return value
 
 
 def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
@@ -6403,21 +6858,6 @@ def static_field_ok(key: str, value) -> bool:
     return key != "context" or all(context_path_problem(v) is None for v in value.values())
 
 
-def merge_fork_notes(state: dict, events: list[dict], fork: int | None) -> None:
-    """Recovery notes written in both clones after they diverged are all kept: replay
-    alone would keep only the later one."""
-    if fork is None:
-        return
-    notes = []
-    for event in events:
-        note = event.get("note")
-        after = type(event.get("version")) is int and event["version"] >= fork
-        if after and isinstance(note, str) and note and note not in notes:
-            notes.append(note)
-    if len(notes) > 1:
-        state.setdefault("recovery", {})["recovery_notes"] = " | ".join(notes)
-
-
 def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Rebuild state.json (and renumber history.jsonl) from the merged history.
 
@@ -6431,7 +6871,7 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
     if os.path.islink(folder) or os.path.islink(os.path.join(folder, HISTORY_FILE)):
         return None
     try:
-        rebuilt = rebuild_state(folder)
+        rebuilt = rebuild_state(folder, git_base_state(finding.target))
     except OSError:
         return None
     if rebuilt is None:
@@ -6452,6 +6892,57 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
             f"in the history, not replayed): {'; '.join(skipped[:5])}"
         )
     return action
+
+
+def git_base_state(path: str) -> dict | None:
+    """The common version of a state.json git left unmerged (its stage 1), when it is a
+    state object; else None (the rebuild then starts from the events before the fork)."""
+    text = git_stage_text(path, 1) if md_has_conflict_markers(read_text(path)) else None
+    try:
+        base = load_json(text) if text else None
+    except ValueError:
+        return None
+    return base if isinstance(base, dict) and type(base.get("version")) is int else None
+
+
+def fix_merge_driver(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Install the merge driver in this clone: clone-local git config, cheap and safe."""
+    top = git_output(os.path.dirname(os.path.abspath(store.stacks)), "rev-parse", "--show-toplevel")
+    if top is None or installed_git_driver(top.strip()):
+        return None
+    if not dry_run:
+        install_git_driver(top.strip())
+    return "installed the stm merge driver in this clone's git config (`stm setup git`)"
+
+
+def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """A memory file git left conflicted because this clone had no merge driver: with the
+    driver installed, git's own re-merge (`git checkout -m -- FILE`) merges it again, the
+    stm way. Only a file git still lists as unmerged, whose attributes name the driver;
+    the text it held is first stored as a git object, so no hand edit is lost."""
+    path = finding.target
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    if not inside_git_work_tree(root) or not git_unmerged(root, [path]):
+        return None
+    attribute = git_output(root, "check-attr", "merge", "--", path)
+    if attribute is None or not attribute.rstrip().endswith(": merge: stm"):
+        return None
+    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+    if dry_run:
+        return "would re-merge it with the stm merge driver (`git checkout -m`)"
+    if top and not installed_git_driver(top):
+        install_git_driver(top)
+    saved = git_output(root, "hash-object", "-w", "--", path)
+    done = git(root, "checkout", "-m", "--", path)
+    if done.returncode != 0:
+        return None
+    left = md_has_conflict_markers(read_text(path))
+    said = "re-merged with the stm merge driver (`git checkout -m`)"
+    if saved:
+        said += f"; the conflicted text is kept as git object {saved.strip()[:12]}"
+    if left:
+        said += f"; {plural(len(left), 'conflict marker line')} left where both sides differ"
+    return said
 
 
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
@@ -6545,7 +7036,13 @@ RULES = {
         Rule("temp-file", "warning", FIX_RUN + " to remove it", fix_temp_file),
         Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
         Rule("git-ignore", "warning", FIX_RUN + " to add it", fix_git_file),
-        Rule("merge-driver", "warning", "run `stm setup git --install` once in this clone"),
+        Rule(
+            "merge-driver",
+            "warning",
+            FIX_RUN + " (or `stm setup git --install`) once in this clone",
+            fix_merge_driver,
+        ),
+        Rule("git-unmerged", "warning", "`git add` the file, then finish the merge"),
         Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
         Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
         # .state/ (spec/state-layout.md)
@@ -6576,6 +7073,7 @@ RULES = {
             "conflict-markers",
             "error",
             "resolve the conflict (keep what both sides meant), then `git add` the file",
+            fix_conflict_markers,
         ),
         # handoffs (spec/handoff.md)
         Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
@@ -6648,6 +7146,8 @@ def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | 
     version = state.get("version") if isinstance(state, dict) else None
     if type(version) is not int or newest is None or version <= newest:
         return None
+    if version == state.get("merged_version"):
+        return None  # a merge of two clones' states: no event of its own
     return version, newest
 
 
@@ -6679,6 +7179,7 @@ STATE_OPTIONAL_FIELDS = {
     "handoff_status": "str",
     "handoff_created_at": "str",
     "captured": CAPTURED_FIELDS,
+    "merged_version": "int",
 }
 
 
@@ -6696,6 +7197,8 @@ def field_problem(value, kind) -> str | None:
         return None if isinstance(value, str) else "must be a string"
     if kind == "bool":
         return None if isinstance(value, bool) else "must be true or false"
+    if kind == "int":
+        return None if type(value) is int and value >= 1 else "must be a positive integer"
     if kind == "stamp":
         return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
     if kind == "strs":
@@ -6844,6 +7347,27 @@ def install_dir(store: Store, path: str, report: list) -> None:
         atomic_write(keep, b"")
 
 
+def install_driver_for_init(store: Store, report: list) -> None:
+    """In a git clone, the merge driver the attributes name goes into this clone's git
+    config (`stm setup git --install`), so the first merge is already stm's. Elsewhere,
+    or when git says no, init goes on: `check` names it later."""
+    import shutil
+
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    if not inside_git_work_tree(root) or shutil.which("git") is None:
+        return
+    top = git_output(root, "rev-parse", "--show-toplevel")
+    if top is None:
+        return
+    try:
+        added = install_git_driver(top.strip())
+    except StmError as exc:
+        report.append(("skipped", "git config merge.stm", exc.message))
+        return
+    if added:
+        report.append(("installed", "git config merge.stm", "the stm merge driver, this clone"))
+
+
 def cmd_init(args) -> int:
     store = store_from_args(args, for_init=True)
     report: list = []
@@ -6873,6 +7397,7 @@ def cmd_init(args) -> int:
             install_file(store, path, text, force=args.force, report=report)
         install_dir(store, store.sessions_dir, report)
         install_dir(store, store.history_dir, report)
+    install_driver_for_init(store, report)
     if args.json:
         rows = [{"action": action, "path": path, "note": note} for action, path, note in report]
         print_json(
@@ -10647,9 +11172,34 @@ def merge_file(
         texts.append(read_bytes(path).decode("utf-8", "surrogateescape"))
     suffix = f" ({label})" if label else ""
     labels = (f"ours{suffix}", f"base{suffix}", f"theirs{suffix}")
-    merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
+    states = state_merge_inputs(texts, label)
+    if states is not None:  # a session's state.json: merged field by field, never a conflict
+        merged, clean = dumps_json(merge_states(*states)), True
+    else:
+        merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
     atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
     return clean
+
+
+def state_merge_inputs(texts: list[str], label: str | None) -> tuple | None:
+    """(base, ours, theirs) as state objects when the file is a session's state.json
+    (named so by --path, or each side an object with a session_id and a version), else
+    None. An empty base (the file added on both sides) is None."""
+    name = os.path.basename((label or "").replace("\\", "/"))
+    if label and name != STATE_FILE:
+        return None
+    states = []
+    for index, text in enumerate(texts):
+        try:
+            state = load_json(text) if text.strip() or index else None
+        except ValueError:
+            return None
+        if state is not None and not (
+            isinstance(state, dict) and type(state.get("version")) is int and "session_id" in state
+        ):
+            return None
+        states.append(state)
+    return tuple(states)
 
 
 def cmd_merge_file(args) -> int:
@@ -10699,6 +11249,41 @@ def installed_git_driver(root: str) -> str | None:
     return found.stdout.strip() or None if found.returncode == 0 else None
 
 
+def install_git_driver(top: str, driver: str | None = None) -> bool:
+    """The `setup git --install` operation: merge.stm in the git config of the clone at
+    `top` (its work tree's top). Returns False when it was already there as wanted."""
+    driver = driver or git_driver_command()
+    if installed_git_driver(top) == driver:
+        return False
+    for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
+        done = git(top, "config", "--local", key, value)
+        if done.returncode != 0:
+            raise StmError(f"git config {key} failed: {done.stderr.strip()}")
+    return True
+
+
+def add_merge_attributes(root: str, args) -> list[str]:
+    """The attribute lines that name the driver (`state.json merge=stm` included), added
+    where a store's .gitattributes lacks them, as `check --fix` adds them; one line of
+    report each. Nothing without a store."""
+    stacks = getattr(args, "dir", None) or find_stacks(root)
+    if not stacks:
+        return []
+    store = store_from_args(args)
+    added = []
+    with store.stacks_lock(), contextlib.ExitStack() as locks:
+        if os.path.isdir(store.state):
+            locks.enter_context(store.state_lock())
+        for path, _, rule in git_support_files(store):
+            if rule != "git-attributes" or os.path.islink(path):
+                continue
+            finding = Finding("warning", rule, store.rel(path), "", "", None, path)
+            action = fix_git_file(store, finding, False)
+            if action:
+                added.append(f"{store.rel(path)}: {action}")
+    return added
+
+
 def cmd_setup_git(args) -> int:
     root = project_root(args)
     if args.command is not None and not args.command.strip():
@@ -10714,14 +11299,13 @@ def cmd_setup_git(args) -> int:
         out(f"installed: merge.stm.driver = {current}" if current else "not installed")
         return EXIT_OK if current else EXIT_FAIL
     if args.install:
-        if current == driver:
+        added = add_merge_attributes(root, args)
+        if not install_git_driver(top, driver):
             out("already installed: merge.stm in this clone's git config (nothing changed)")
-            return EXIT_OK
-        for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
-            done = git(top, "config", "--local", key, value)
-            if done.returncode != 0:
-                raise StmError(f"git config {key} failed: {done.stderr.strip()}")
-        out(f"installed: merge.stm.driver = {driver}")
+        else:
+            out(f"installed: merge.stm.driver = {driver}")
+        for line in added:
+            out(line)
         return EXIT_OK
     if current is None and git(top, "config", "--get-regexp", r"^merge\.stm\.").returncode:
         out("not installed (nothing changed)")
@@ -10731,6 +11315,23 @@ def cmd_setup_git(args) -> int:
         raise StmError(f"git config --remove-section merge.stm failed: {done.stderr.strip()}")
     out("removed: merge.stm from this clone's git config")
     return EXIT_OK
+
+
+def refuse_commit_mid_merge(root: str, paths: list[str]) -> None:
+    """A merge, rebase or cherry-pick that stopped on a conflict commits as a whole: git
+    refuses a commit of some paths then ("cannot do a partial commit during a merge")."""
+    following = git_continue_command(root)
+    if following is None:
+        return
+    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+    mine = [os.path.join(top, *name.split("/")) for name in git_unmerged(root, paths) or []]
+    hint = git_finish_hint(root, mine) if mine and top else None
+    finish = hint or f"`{shell_command(*following)}`"
+    raise StmError(
+        "git is in the middle of a merge (or rebase, cherry-pick), which commits as a whole, "
+        "not memory alone: merge memory's conflicted files with `stm check --fix`, then "
+        f"finish it: {finish}"
+    )
 
 
 def cmd_commit(args) -> int:
@@ -10744,6 +11345,7 @@ def cmd_commit(args) -> int:
     if top.returncode != 0:
         raise StmError(f"{root} is not inside a git repository; run `git init` first")
     paths = [p for p in (store.stacks, store.state) if os.path.isdir(p)]
+    refuse_commit_mid_merge(root, paths)
     added = git(root, "add", "-A", "--", *paths)
     if added.returncode != 0:
         raise StmError(f"git add failed: {added.stderr.strip()}")

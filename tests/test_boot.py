@@ -147,11 +147,14 @@ def test_a_fresh_clone_sees_the_sessions_waiting_with_their_adopt_command(store,
     out = run("boot").out
     assert "## Sessions waiting" in out and "## Active workflow" not in out
     waiting = out.split("## Sessions waiting")[1].split("\n## ")[0]
-    lines = [line for line in waiting.splitlines() if line.startswith("- ")]
-    assert handed_id in lines[0]  # addressed to this user: first
-    assert "HANDOFF task T-9 from planner to alice" in lines[0]
-    assert f"adopt: `stm session switch {handed_id}`" in lines[0]
-    assert plain in lines[1] and "plain work" in lines[1]
+    # Addressed to this user: first, and whole (issue 24, 2); the others one line each.
+    full, _, others = waiting.partition("Also waiting:")
+    assert f"adopt it with `stm session switch {handed_id}`" in full
+    assert "- Handoff: task T-9 from planner, status ready" in full
+    assert "- Task: Port the grammar" in full
+    lines = [line for line in others.splitlines() if line.startswith("- ")]
+    assert plain in lines[0] and "plain work" in lines[0]
+    assert f"adopt: `stm session switch {plain}`" in lines[0]
 
 
 def test_the_workflow_says_when_it_was_last_touched(store, run):

@@ -161,7 +161,8 @@ def head(repo: Path) -> str:
 
 
 def make_repo(path: Path, install: bool = True, script: Path = STM_PY) -> Path:
-    """A git repository on `main` with an initialised, filled-in store, committed."""
+    """A git repository on `main` with an initialised, filled-in store, committed; with
+    the merge driver (which init installs) or without it (`install=False`)."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "-c", "init.defaultBranch=main", "init", "-q", "-b", "main")
     stm_ok(path, "init", script=script)
@@ -170,6 +171,8 @@ def make_repo(path: Path, install: bool = True, script: Path = STM_PY) -> Path:
     commit_all(path, "base")
     if install:
         stm_ok(path, "setup", "git", "--install", script=script)
+    else:  # init installed it in this clone: take it out, as a fresh clone has none
+        stm_ok(path, "setup", "git", "--remove", script=script)
     return path
 
 

@@ -70,10 +70,16 @@ def stm_command(folder) -> dict:
 
 
 def test_readme_console_examples_run_in_order(tmp_path):
+    """In a git repository, as most users have one: init installs the merge driver there,
+    and `check` then says ok with no merge-driver warning (issue 24, 9)."""
     shutil.copytree(ROOT / "spec", tmp_path / "spec")
     env = stm_command(tmp_path / "tools")
+    env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    env["GIT_CEILING_DIRECTORIES"] = str(tmp_path)
+    env.pop("CI", None)
     project = tmp_path / "project"
     project.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=project, env=env, check=True)
     steps = console_steps()
     assert len(steps) >= 15
     session_id = None

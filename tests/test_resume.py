@@ -1,0 +1,693 @@
+"""Resume from anywhere, finished (issue 24): sessions that never conflict in git, the
+merge driver there where it is needed, and the repairs that name only what git accepts.
+
+Every merge here is the real git: clones of a bare origin, a private git configuration,
+with or without the stm merge driver in each clone. stm runs in-process with `--dir
+CLONE` and a clock that starts now and moves one minute before every command, so every
+event has a known, increasing time; git runs the driver as the process it is configured
+to run (`python3 <this stm.py> merge-file ...`: no `stm` command is on PATH here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import IDENTITY, MEMORY, clock
+
+import stm
+
+GIT = shutil.which("git")
+MARKER_RE = re.compile(r"^(<{7} |={7}$|>{7} )")
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_EDITOR": ":",
+    "GIT_MERGE_AUTOEDIT": "no",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+class Clock:
+    """stm's clock: starts at the run's now (whole seconds) and moves one minute before
+    every stm command."""
+
+    def __init__(self) -> None:
+        self.now = float(int(clock()))
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, seconds: int = 60) -> None:
+        self.now += seconds
+
+
+class World:
+    """A bare origin seeded with a filled-in store, and clones of it."""
+
+    def __init__(self, tmp_path: Path, run, monkeypatch, clock: Clock) -> None:
+        self.tmp, self.run, self.monkeypatch, self.clock = tmp_path, run, monkeypatch, clock
+        self.origin = tmp_path / "origin.git"
+
+    def git(self, repo: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run([GIT, *args], cwd=repo, capture_output=True, text=True, timeout=60)
+        if ok:
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result
+
+    def commit(self, repo: Path, message: str) -> None:
+        self.git(repo, "add", "-A")
+        self.git(repo, "commit", "-q", "-m", message)
+
+    def push(self, repo: Path) -> subprocess.CompletedProcess:
+        return self.git(repo, "push", "-q", "origin", "HEAD:main")
+
+    def pull(self, repo: Path, *how: str, ok: bool = True) -> subprocess.CompletedProcess:
+        how = how or ("--no-rebase",)
+        return self.git(repo, "pull", *how, "--no-edit", "-q", "origin", "main", ok=ok)
+
+    def seed(self) -> None:
+        seed = self.tmp / "seed"
+        seed.mkdir()
+        self.git(seed, "-c", "init.defaultBranch=main", "init", "-q", "-b", "main")
+        self.stm(seed, "init")
+        (seed / ".stacks" / "AGENT.md").write_text(IDENTITY)
+        (seed / ".stacks" / "MEMORY.md").write_text(MEMORY)
+        self.commit(seed, "base")
+        self.git(self.tmp, "clone", "-q", "--bare", str(seed), str(self.origin))
+
+    def clone(self, name: str, driver: bool) -> Path:
+        path = self.tmp / name
+        self.git(self.tmp, "clone", "-q", str(self.origin), str(path))
+        if driver:
+            self.stm(path, "setup", "git", "--install")
+        return path
+
+    def stm(self, repo: Path, *args: str, user: str | None = None, code=0, stdin=None):
+        self.clock.tick()
+        if user is None:
+            self.monkeypatch.delenv("STM_USER", raising=False)
+        else:
+            self.monkeypatch.setenv("STM_USER", user)
+        result = self.run("--dir", str(repo / ".stacks"), *args, stdin=stdin)
+        if code is not None:
+            assert result.code == code, (args, result)
+        return result
+
+    def checkpoint(self, repo: Path, sid: str, *args: str, user: str) -> None:
+        self.stm(repo, "session", "checkpoint", "--session", sid, *args, user=user)
+
+
+@pytest.fixture
+def world(tmp_path, run, monkeypatch) -> World:
+    assert GIT, "git is needed for these tests"
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    for key in ("STM_SESSION", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "CI"):
+        monkeypatch.delenv(key, raising=False)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if not is_command(p, "stm")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # the driver runs this Python
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *path]))
+    ticking = Clock()
+    monkeypatch.setattr(stm, "utc_now", ticking)
+    return World(tmp_path, run, monkeypatch, ticking)
+
+
+def is_command(folder: str, name: str) -> bool:
+    path = os.path.join(folder, name)
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def state_path(repo: Path, sid: str) -> Path:
+    found = [p for p in (repo / ".state" / "sessions").rglob("state.json") if p.parent.name == sid]
+    assert len(found) == 1, (sid, found)
+    return found[0]
+
+
+def read_state(repo: Path, sid: str) -> dict:
+    return json.loads(state_path(repo, sid).read_text())
+
+
+def read_events(repo: Path, sid: str) -> list[dict]:
+    text = (state_path(repo, sid).parent / "history.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def findings(result) -> list[dict]:
+    return json.loads(result.out)["findings"]
+
+
+def rules(result) -> list[str]:
+    return [f["rule"] for f in findings(result)]
+
+
+def section(text: str, title: str) -> str:
+    assert f"## {title}" in text, (title, text)
+    body = text.split(f"## {title}", 1)[1]
+    return re.split(r"\n## |\n---\n", body, maxsplit=1)[0]
+
+
+def no_conflict(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CONFLICT" not in result.stdout + result.stderr
+
+
+def assert_clean_tree(world: World, repo: Path) -> None:
+    assert world.git(repo, "ls-files", "-u").stdout == ""
+    assert world.git(repo, "status", "--porcelain").stdout == ""
+
+
+def shared_session(world: World, driver: bool = True) -> tuple[Path, Path, str]:
+    """alice starts a session with two pending steps and pushes; bob clones. Each clone
+    has the driver or not, as `driver` says."""
+    world.seed()
+    alice = world.clone("alice", driver)
+    sid = world.stm(alice, "session", "new", "--name", "shared work", user="alice").out.strip()
+    world.checkpoint(alice, sid, "--pending", "step1", "--pending", "step2", user="alice")
+    world.commit(alice, "session")
+    world.push(alice)
+    bob = world.clone("bob", driver)
+    return alice, bob, sid
+
+
+def both_checkpoint(world: World, alice: Path, bob: Path, sid: str) -> None:
+    """alice finishes step1 with a note and a resume line; a minute later bob adds a step
+    with his own note and resume line. alice pushes first."""
+    world.checkpoint(
+        alice, sid, "--done", "step1", "--note", "note from A", "--resume", "resume A",
+        user="alice",
+    )  # fmt: skip
+    world.commit(alice, "alice's checkpoint")
+    world.push(alice)
+    world.checkpoint(
+        bob, sid, "--pending", "step1", "--pending", "step2", "--pending", "step3",
+        "--note", "note from B", "--resume", "resume B", user="bob",
+    )  # fmt: skip
+    world.commit(bob, "bob's checkpoint")
+
+
+def assert_both_kept(state: dict) -> None:
+    """What replaying both clones' checkpoints gives: alice's done step gone, bob's new
+    step kept, both notes and both resume lines."""
+    checkpoint, recovery = state["checkpoint"], state["recovery"]
+    assert checkpoint["pending_steps"] == ["step2", "step3"], state
+    assert checkpoint["last_completed_step"] == "step1", state
+    assert checkpoint["can_resume"] is True
+    assert recovery["recovery_notes"] == "note from A | note from B", state
+    assert checkpoint["resume_instruction"] == "resume A | resume B", state
+    assert recovery["last_agent"] == "bob"  # the newer checkpoint's
+
+
+# ---- a. one session checkpointed in two clones merges with no conflict ---------------------
+
+
+def test_two_clones_checkpointing_one_session_merge_cleanly_with_the_driver(world):
+    alice, bob, sid = shared_session(world)
+    both_checkpoint(world, alice, bob, sid)
+    versions = (read_state(alice, sid)["version"], read_state(bob, sid)["version"])
+
+    no_conflict(world.pull(bob))
+    assert_clean_tree(world, bob)
+    state = read_state(bob, sid)
+    assert_both_kept(state)
+    assert state["version"] > max(versions) and state["merged_version"] == state["version"]
+    assert stm.state_problems(state, sid) == []
+    check = world.stm(bob, "check", "--strict", "--json")
+    assert findings(check) == [], check
+    workflow = section(world.stm(bob, "session", "switch", sid) and world.stm(bob, "boot").out,
+                       "Active workflow")  # fmt: skip
+    assert "  1. step2" in workflow and "  2. step3" in workflow
+    assert "note from A | note from B" in workflow
+
+    # A stale --expect-version from either clone is refused; a new checkpoint goes on.
+    for seen in versions:
+        world.stm(bob, "session", "checkpoint", "--done", "step2", "--expect-version",
+                  str(seen), code=3)  # fmt: skip
+    world.checkpoint(bob, sid, "--done", "step2", user="bob")
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+    world.commit(bob, "bob goes on")
+    world.push(bob)
+    no_conflict(world.pull(alice))
+    assert read_state(alice, sid) == read_state(bob, sid)
+
+
+def test_the_merge_is_the_same_whichever_clone_merges(world):
+    """alice merges bob's commit and bob merges alice's: the same state.json, so the two
+    merge commits merge again with nothing to do."""
+    alice, bob, sid = shared_session(world)
+    both_checkpoint(world, alice, bob, sid)
+    world.git(bob, "push", "-q", "origin", "HEAD:refs/heads/bob")
+    world.git(alice, "fetch", "-q", "origin", "bob")
+    world.git(bob, "fetch", "-q", "origin", "main")
+    no_conflict(world.git(alice, "merge", "--no-edit", "-q", "FETCH_HEAD"))
+    no_conflict(world.git(bob, "merge", "--no-edit", "-q", "FETCH_HEAD"))
+    assert state_path(alice, sid).read_bytes() == state_path(bob, sid).read_bytes()
+    assert_both_kept(read_state(alice, sid))
+    world.git(bob, "push", "-q", "origin", "HEAD:refs/heads/bob-merged")
+    world.git(alice, "fetch", "-q", "origin", "bob-merged")
+    no_conflict(world.git(alice, "merge", "--no-edit", "-q", "FETCH_HEAD"))
+    assert findings(world.stm(alice, "check", "--strict", "--json")) == []
+
+
+def test_pull_rebase_and_cherry_pick_use_the_state_merge(world):
+    alice, bob, sid = shared_session(world)
+    both_checkpoint(world, alice, bob, sid)
+    bob_commit = world.git(bob, "rev-parse", "HEAD").stdout.strip()
+    # A second local commit on bob's side, so the rebase replays two.
+    world.stm(bob, "session", "phase", "review", "--session", sid, user="bob")
+    world.commit(bob, "bob's phase")
+
+    no_conflict(world.pull(bob, "--rebase"))
+    assert_clean_tree(world, bob)
+    state = read_state(bob, sid)
+    assert_both_kept(state)
+    assert state["phase"] == "review"
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+
+    # alice cherry-picks bob's first checkpoint onto her own work.
+    world.git(alice, "fetch", "-q", str(bob), f"{bob_commit}")
+    no_conflict(world.git(alice, "cherry-pick", bob_commit))
+    assert_clean_tree(world, alice)
+    assert_both_kept(read_state(alice, sid))
+    assert findings(world.stm(alice, "check", "--strict", "--json")) == []
+
+
+def test_three_clones_checkpointing_one_session(world):
+    alice, bob, sid = shared_session(world)
+    carol = world.clone("carol", driver=True)
+    for index, (clone, user) in enumerate(((alice, "alice"), (bob, "bob"), (carol, "carol"))):
+        world.checkpoint(
+            clone, sid, "--note", f"note from {user}", "--pending", f"{user} step",
+            "--pending", "step2", user=user,
+        )  # fmt: skip
+        if index == 0:
+            world.checkpoint(clone, sid, "--done", "step2", user=user)
+        world.commit(clone, f"{user}'s checkpoint")
+    for clone in (alice, bob, carol):  # each pulls what is there, then pushes
+        no_conflict(world.pull(clone))
+        world.push(clone)
+    for clone in (alice, bob):
+        no_conflict(world.pull(clone))
+    states = [read_state(clone, sid) for clone in (alice, bob, carol)]
+    assert states[0] == states[1] == states[2]
+    state = states[0]
+    notes = state["recovery"]["recovery_notes"].split(" | ")
+    assert sorted(notes) == ["note from alice", "note from bob", "note from carol"], state
+    # alice finished step2 (which the others had listed, unchanged); every own step stays.
+    assert sorted(state["checkpoint"]["pending_steps"]) == ["alice step", "bob step", "carol step"]
+    for clone in (alice, bob, carol):
+        assert findings(world.stm(clone, "check", "--strict", "--json")) == []
+
+
+def test_merge_states_is_symmetric_and_keeps_both_sides():
+    base = {
+        "session_id": "s",
+        "version": 3,
+        "updated_at": "2030-01-01T00:00:00Z",
+        "phase": "init",
+        "phase_history": [
+            {"phase": "init", "entered_at": "2030-01-01T00:00:00Z", "exited_at": None}
+        ],
+        "checkpoint": {"pending_steps": ["a", "b"], "can_resume": True},
+        "recovery": {"recovery_notes": "old"},
+    }
+    ours = json.loads(json.dumps(base))
+    ours.update(version=5, updated_at="2030-01-01T02:00:00Z", phase="build")
+    ours["phase_history"][0]["exited_at"] = "2030-01-01T01:00:00Z"
+    ours["phase_history"].append(
+        {"phase": "build", "entered_at": "2030-01-01T01:00:00Z", "exited_at": None}
+    )
+    ours["checkpoint"] = {"pending_steps": ["b"], "last_completed_step": "a", "can_resume": True}
+    ours["captured"] = {"at": "2030-01-01T02:00:00Z", "client": "claude"}
+    theirs = json.loads(json.dumps(base))
+    theirs.update(version=4, updated_at="2030-01-01T03:00:00Z")
+    theirs["checkpoint"] = {"pending_steps": ["a", "b", "c"], "can_resume": True}
+    theirs["recovery"] = {"recovery_notes": "new", "last_agent": "bob"}
+    theirs["captured"] = {"at": "2030-01-01T01:30:00Z", "client": "codex"}
+    merged = stm.merge_states(base, ours, theirs)
+    assert merged == stm.merge_states(base, theirs, ours)
+    assert merged["version"] == 6 == merged["merged_version"]
+    assert merged["updated_at"] == "2030-01-01T03:00:00Z"
+    assert merged["phase"] == "build" and len(merged["phase_history"]) == 2
+    assert merged["checkpoint"]["pending_steps"] == ["b", "c"]
+    assert merged["checkpoint"]["last_completed_step"] == "a"
+    assert merged["recovery"]["recovery_notes"] == "new"  # only theirs changed it
+    assert merged["captured"]["client"] == "claude"  # the newest capture, whole
+    # Unchanged on one side: the other side, as it is (no version bump).
+    assert stm.merge_states(base, base, theirs) == theirs
+    # Both wrote a note: both kept, and a note that already holds the other stays as is.
+    ours["recovery"] = {"recovery_notes": "from ours"}
+    assert stm.merge_states(base, ours, theirs)["recovery"]["recovery_notes"] == "from ours | new"
+    ours["recovery"] = {"recovery_notes": "from ours | new"}
+    assert stm.merge_states(base, ours, theirs)["recovery"]["recovery_notes"] == "from ours | new"
+
+
+def test_merge_file_merges_a_state_json_as_state(tmp_path, run):
+    def state(version, stamp, steps, note):
+        return {
+            "session_id": "2030-01-01-0123abcd",
+            "created_at": "2030-01-01T00:00:00Z",
+            "updated_at": stamp,
+            "phase": "init",
+            "version": version,
+            "checkpoint": {"pending_steps": steps, "can_resume": bool(steps)},
+            "recovery": {"recovery_notes": note},
+        }
+
+    files = []
+    for name, value in (
+        ("base", state(1, "2030-01-01T00:00:00Z", ["a"], "n0")),
+        ("ours", state(2, "2030-01-01T00:01:00Z", ["a", "b"], "n1")),
+        ("theirs", state(2, "2030-01-01T00:02:00Z", [], "n2")),
+    ):
+        path = tmp_path / name
+        path.write_text(stm.dumps_json(value))
+        files.append(str(path))
+    result = run("merge-file", *files, "--path", ".state/sessions/x/state.json")
+    assert result.code == 0, result
+    merged = json.loads(Path(files[1]).read_text())
+    assert merged["checkpoint"] == {"pending_steps": ["b"], "can_resume": True}
+    assert merged["recovery"]["recovery_notes"] == "n1 | n2"
+    assert merged["version"] == 3
+    assert Path(files[1]).read_text() == stm.dumps_json(merged)  # stm's own format
+
+
+# ---- a, b. without the driver: the repair, and the exact git command --------------------
+
+
+def test_without_the_driver_boot_keeps_the_workflow_and_check_fix_finishes(world):
+    alice, bob, sid = shared_session(world, driver=False)
+    both_checkpoint(world, alice, bob, sid)
+    pulled = world.pull(bob, ok=False)
+    assert pulled.returncode != 0 and "CONFLICT" in pulled.stdout + pulled.stderr
+    rel = state_path(bob, sid).relative_to(bob).as_posix()
+    assert rel in world.git(bob, "ls-files", "-u").stdout
+    world.monkeypatch.chdir(bob)  # the person finishing the merge works in the clone
+
+    # Boot still shows the whole workflow, merged, and says what to run.
+    world.stm(bob, "session", "switch", sid)
+    boot = world.stm(bob, "boot")
+    workflow = section(boot.out, "Active workflow")
+    assert "  1. step2" in workflow and "  2. step3" in workflow, boot.out
+    assert "note from A | note from B" in workflow
+    notices = section(boot.out, "Notices")
+    assert "stm check --fix" in notices and "no stm merge driver" in notices, notices
+    assert "git checkout --" not in boot.out + boot.err
+
+    # Commands that need the state name the fix git accepts; so does `stm commit`.
+    refused = world.stm(bob, "session", "checkpoint", "--done", "step2", code=1)
+    assert "stm check --fix" in refused.err and "git checkout" not in refused.err, refused
+    committed = world.stm(bob, "commit", code=1)
+    assert "stm check --fix" in committed.err and "git commit --no-edit" in committed.err
+
+    fixed = world.stm(bob, "check", "--fix")
+    assert "state-conflict" in fixed.out and "merge-driver" in fixed.out, fixed
+    assert_both_kept(read_state(bob, sid))
+    assert world.git(bob, "config", "--get", "merge.stm.driver").stdout.strip()
+    # Nothing staged behind the user's back: git still lists the file, and check says so
+    # with the exact command that finishes the merge.
+    assert rel in world.git(bob, "ls-files", "-u").stdout
+    after = world.stm(bob, "check", "--json")
+    unmerged = [f for f in findings(after) if f["rule"] == "git-unmerged"]
+    assert [f["path"] for f in unmerged] == [rel], findings(after)
+    history = rel.replace("state.json", "history.jsonl")
+    command = f"git add -- {rel} {history} && git commit --no-edit"
+    assert unmerged[0]["fix"] == f"run `{command}`", unmerged
+    finish = subprocess.run(command, shell=True, cwd=bob, capture_output=True, text=True)
+    assert finish.returncode == 0, finish.stderr
+    assert_clean_tree(world, bob)
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+    assert_both_kept(read_state(bob, sid))
+
+
+def test_without_the_driver_a_rebase_is_finished_by_the_named_command(world):
+    alice, bob, sid = shared_session(world, driver=False)
+    both_checkpoint(world, alice, bob, sid)
+    pulled = world.pull(bob, "--rebase", ok=False)
+    assert pulled.returncode != 0
+    world.monkeypatch.chdir(bob / ".stacks")  # a command from a sub-folder names paths from there
+    world.stm(bob, "check", "--fix")
+    hint = [f for f in findings(world.stm(bob, "check", "--json")) if f["rule"] == "git-unmerged"]
+    assert hint and hint[0]["fix"].endswith("&& git rebase --continue`"), hint
+    command = hint[0]["fix"][len("run `") : -1]
+    assert command.startswith("git add -- ../.state/"), command
+    here = bob / ".stacks"
+    finish = subprocess.run(command, shell=True, cwd=here, capture_output=True, text=True)
+    assert finish.returncode == 0, finish.stdout + finish.stderr
+    assert_clean_tree(world, bob)
+    assert_both_kept(read_state(bob, sid))
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+
+
+def test_a_second_rebuild_keeps_what_only_state_json_held(world):
+    """Issue 24, 4: one check --fix joins both clones' notes; one more checkpoint and a
+    merge without the driver, and a second check --fix: nothing of the first is lost."""
+    alice, bob, sid = shared_session(world, driver=False)
+    both_checkpoint(world, alice, bob, sid)
+    world.pull(bob, ok=False)
+    world.stm(bob, "check", "--fix")
+    world.git(bob, "add", "-A")
+    world.git(bob, "commit", "-q", "--no-edit")
+    world.push(bob)
+    no_conflict(world.pull(alice))
+    world.stm(bob, "setup", "git", "--remove")  # check --fix installed it: take it out again
+    # Both go on, neither with a note; alice adds a step, bob finishes one.
+    world.checkpoint(alice, sid, "--pending", "step2", "--pending", "step3", "--pending",
+                     "alice step", user="alice")  # fmt: skip
+    world.commit(alice, "alice again")
+    world.push(alice)
+    world.checkpoint(bob, sid, "--done", "step3", user="bob")
+    world.commit(bob, "bob again")
+    assert world.pull(bob, ok=False).returncode != 0
+    world.stm(bob, "check", "--fix")
+    state = read_state(bob, sid)
+    assert state["recovery"]["recovery_notes"] == "note from A | note from B", state
+    assert state["checkpoint"]["resume_instruction"] == "resume A | resume B", state
+    assert state["checkpoint"]["pending_steps"] == ["step2", "alice step"], state
+
+
+def test_without_the_driver_check_fix_remerges_memory_files_with_git(world):
+    """Issue 24, 5: conflicted MEMORY.md and refs/facts.md in a clone with no driver:
+    check --fix installs it and re-merges them with `git checkout -m`; nothing staged."""
+    world.seed()
+    alice, bob = world.clone("alice", False), world.clone("bob", False)
+    world.stm(alice, "note", "Next Steps", "alpha step", user="alice")
+    world.stm(alice, "fact", "set", "lang", "Go", user="alice")
+    world.commit(alice, "alice notes")
+    world.push(alice)
+    world.stm(bob, "note", "Next Steps", "beta step", user="bob")
+    world.stm(bob, "fact", "set", "lang", "Rust", user="bob")
+    world.commit(bob, "bob notes")
+    assert world.pull(bob, ok=False).returncode != 0
+    unmerged = world.git(bob, "ls-files", "-u").stdout
+    assert ".stacks/MEMORY.md" in unmerged and ".stacks/refs/facts.md" in unmerged
+
+    world.monkeypatch.chdir(bob)
+    dry = world.stm(bob, "check", "--fix", "--dry-run", code=1)
+    assert "would re-merge" in dry.out and "git checkout -m" in dry.out, dry
+    fixed = world.stm(bob, "check", "--fix")
+    assert fixed.out.count("re-merged with the stm merge driver") == 2, fixed
+    memory = (bob / ".stacks" / "MEMORY.md").read_text()
+    assert "- alpha step" in memory and "- beta step" in memory
+    assert not [line for line in memory.splitlines() if MARKER_RE.match(line)]
+    assert "**Current:** Rust" in (bob / ".stacks" / "refs" / "facts.md").read_text()
+    assert world.git(bob, "ls-files", "-u").stdout == unmerged  # nothing staged
+    hint = [f for f in findings(world.stm(bob, "check", "--json")) if f["rule"] == "git-unmerged"]
+    assert len(hint) == 2, hint
+    command = hint[0]["fix"][len("run `") : -1]
+    assert command == "git add -- .stacks/MEMORY.md .stacks/refs/facts.md && git commit --no-edit"
+    assert subprocess.run(command, shell=True, cwd=bob).returncode == 0
+    assert_clean_tree(world, bob)
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+
+
+# ---- b. the driver is there where it is needed --------------------------------------------
+
+
+def test_init_installs_the_driver_and_setup_git_writes_the_state_attribute(world):
+    world.seed()
+    seed = world.tmp / "seed"
+    assert world.git(seed, "config", "--get", "merge.stm.driver").stdout.strip()
+    assert findings(world.stm(seed, "check", "--strict", "--json")) == []
+    attributes = (seed / ".state" / ".gitattributes").read_text()
+    assert "state.json merge=stm" in attributes
+
+    # An older tree: setup git --install adds the line, and check --fix would too.
+    clone = world.clone("old", driver=False)
+    state_attributes = clone / ".state" / ".gitattributes"
+    state_attributes.write_text("history.jsonl merge=union eol=lf\n")
+    found = world.stm(clone, "check", "--json")
+    assert sorted(rules(found)) == ["git-attributes", "merge-driver"], findings(found)
+    boot = world.stm(clone, "boot")
+    assert "no stm merge driver" in section(boot.out, "Notices")
+    installed = world.stm(clone, "setup", "git", "--install")
+    assert "installed: merge.stm.driver" in installed.out
+    assert ".state/.gitattributes: added `state.json merge=stm`" in installed.out, installed
+    assert findings(world.stm(clone, "check", "--strict", "--json")) == []
+    assert "no stm merge driver" not in world.stm(clone, "boot").out
+
+
+def test_check_fix_installs_a_missing_driver(world):
+    world.seed()
+    clone = world.clone("fresh", driver=False)
+    dry = world.stm(clone, "check", "--fix", "--dry-run")
+    assert "merge-driver" in dry.out
+    assert world.git(clone, "config", "--get", "merge.stm.driver", ok=False).returncode == 1
+    world.stm(clone, "check", "--fix")
+    driver = world.git(clone, "config", "--get", "merge.stm.driver").stdout.strip()
+    assert shlex.split(driver)[2:4] == ["merge-file", "%O"], driver
+    assert findings(world.stm(clone, "check", "--strict", "--json")) == []
+
+
+def test_check_fix_narrows_a_prose_conflict_and_still_refuses_to_edit(world):
+    """Both clones rewrote `## Status`: the driver's re-merge keeps markers there alone;
+    check --fix then edits nothing else in the file (a heading alice removed stays gone
+    with her other changes) and says which lines are left."""
+    world.seed()
+    alice, bob = world.clone("alice", False), world.clone("bob", False)
+    world.stm(alice, "note", "Status", "--replace", "alpha status: lexer done")
+    world.stm(alice, "note", "Next Steps", "alpha step")
+    world.commit(alice, "alice's status")
+    world.push(alice)
+    world.stm(bob, "note", "Status", "--replace", "beta status: parser done")
+    world.commit(bob, "bob's status")
+    assert world.pull(bob, ok=False).returncode != 0
+    memory = bob / ".stacks" / "MEMORY.md"
+    fixed = world.stm(bob, "check", "--fix", code=1)
+    assert "re-merged with the stm merge driver" in fixed.out, fixed
+    assert "3 conflict marker lines left where both sides differ" in fixed.out, fixed
+    text = memory.read_text()
+    marks = [n for n, line in enumerate(text.splitlines(), 1) if MARKER_RE.match(line)]
+    assert len(marks) == 3, text
+    status = text.split("## Status", 1)[1].split("\n## ", 1)[0]
+    assert "alpha status" in status and "beta status" in status and "<<<<<<<" in status
+    assert "- alpha step" in text  # merged cleanly outside the conflict
+    assert "MEMORY.md" in fixed.err and str(marks[0]) in fixed.err, fixed
+    assert "conflict-markers" in fixed.out
+
+
+# ---- c. a fresh clone's boot shows the waiting work itself ---------------------------------
+
+WAITING = "Sessions waiting (no session is current in this clone)"
+
+
+def test_a_fresh_clone_boots_with_the_waiting_workflow_whole(world):
+    """Issue 24, 2: a session checkpointed and interrupted in one clone; in a fresh clone
+    boot shows its pending steps, resume line, recovery note and interruption, with the
+    command that adopts it; an older session stays one line."""
+    world.seed()
+    alice = world.clone("alice", True)
+    older = world.stm(alice, "session", "new", "--name", "older work", "--no-switch").out.strip()
+    sid = world.stm(alice, "session", "new", "--name", "port the grammar").out.strip()
+    world.checkpoint(
+        alice, sid, "--done", "lexer", "--pending", "binary operators", "--pending",
+        "unary operators", "--resume", "run pytest -k grammar", "--note",
+        "precedence table is in docs/precedence.md", "--interrupted", user="alice",
+    )  # fmt: skip
+    world.commit(alice, "work")
+    world.push(alice)
+    bob = world.clone("bob", True)
+
+    boot = world.stm(bob, "boot").out
+    assert "## Active workflow" not in boot
+    full, _, others = section(boot, WAITING).partition("Also waiting:")
+    assert f"Most relevant: adopt it with `stm session switch {sid}`" in full
+    for line in (
+        f"- Session: `{sid}` — port the grammar",
+        "- Last completed step: lexer",
+        "  1. binary operators",
+        "  2. unary operators",
+        "- Resume: run pytest -k grammar",
+        "- Recovery notes: precedence table is in docs/precedence.md",
+        "- Last action: checkpoint: done lexer (by alice)",
+        f"- State: {state_path(bob, sid).relative_to(bob)} (version 2)",
+    ):
+        assert line in full.splitlines(), (line, full)
+    assert "- Interrupted at: " in full
+    [line] = [line for line in others.splitlines() if line.startswith("- ")]
+    assert older in line and line.endswith(f"adopt: `stm session switch {older}`")
+
+    # Cut to fit: the steps shorten with the workflow's, the adopt command stays.
+    cut = world.stm(bob, "boot", "--max-chars", "1500").out
+    assert len(cut) <= 1500
+    assert "session memory left out" in cut  # memory goes before the work does
+    assert f"adopt it with `stm session switch {sid}`" in section(cut, WAITING), cut
+    assert "- Resume: run pytest -k grammar" in cut
+    smaller = world.stm(bob, "boot", "--max-chars", "900").out
+    assert len(smaller) <= 900 and "`stm session list`" in smaller, smaller
+
+    # Adopted, it is the active workflow, the same lines.
+    world.stm(bob, "session", "switch", sid)
+    workflow = section(world.stm(bob, "boot").out, "Active workflow")
+    assert "- Resume: run pytest -k grammar" in workflow and WAITING not in workflow
+
+
+def test_a_handoff_waiting_in_a_fresh_clone_shows_its_steps_and_constraints(world):
+    world.seed()
+    alice = world.clone("alice", True)
+    handoff = {
+        "task_id": "TEMP-7",
+        "from_agent": "planner",
+        "to_agent": "bob",
+        "task": "Add Kelvin conversions to tempconv.\nKeep the public API as it is.",
+        "status": "ready",
+        "created_at": "2026-01-05T10:00:00Z",
+        "next_steps": ["Add c_to_k and k_to_c", "Test round trips"],
+        "decisions": ["Floats, not Decimal."],
+        "notes": "Ask before adding dependencies.",
+        "constraints": "API frozen: do not touch tempconv/__init__.py",
+    }
+    sent = world.stm(alice, "compose-handoff", "-", "--no-switch", "--json",
+                     user="alice", stdin=json.dumps(handoff))  # fmt: skip
+    sid = json.loads(sent.out)["session_id"]
+    world.stm(alice, "session", "new", "--name", "alice's own", user="alice")
+    world.commit(alice, "handoff")
+    world.push(alice)
+    bob = world.clone("bob", True)
+
+    boot = world.stm(bob, "boot", user="bob").out
+    full, _, others = section(boot, WAITING).partition("Also waiting:")
+    assert f"adopt it with `stm session switch {sid}`" in full, boot
+    lines = full.splitlines()
+    handoff_line = [line for line in lines if line.startswith("- Handoff: task TEMP-7")]
+    assert handoff_line and handoff_line[0].endswith(f"/{sid}/Session.md"), lines
+    for line in (
+        "- Task: Add Kelvin conversions to tempconv. Keep the public API as it is.",
+        "- Decisions: Floats, not Decimal.",
+        "- Notes: Ask before adding dependencies.",
+        "- constraints: API frozen: do not touch tempconv/__init__.py",
+        "  1. Add c_to_k and k_to_c",
+        "  2. Test round trips",
+    ):
+        assert line in lines, (line, full)
+    assert "alice's own" in others
+
+
+def test_a_waiting_session_with_a_conflicted_state_shows_both_sides(world):
+    alice, bob, sid = shared_session(world, driver=False)
+    both_checkpoint(world, alice, bob, sid)
+    assert world.pull(bob, ok=False).returncode != 0
+    carol = world.tmp / "carol"  # bob's conflicted tree, seen as a fresh clone would
+    shutil.copytree(bob, carol)
+    (carol / ".state" / "current-session.json").unlink(missing_ok=True)
+    boot = world.stm(carol, "boot")
+    full = section(boot.out, WAITING)
+    assert "  1. step2" in full and "  2. step3" in full, boot.out
+    assert "note from A | note from B" in full
