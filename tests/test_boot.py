@@ -150,7 +150,7 @@ def test_a_fresh_clone_sees_the_sessions_waiting_with_their_adopt_command(store,
     # Addressed to this user: first, and whole (issue 24, 2); the others one line each.
     full, _, others = waiting.partition("Also waiting:")
     assert f"adopt it with `stm session switch {handed_id}`" in full
-    assert "- Handoff: task T-9 from planner, status ready" in full
+    assert "- Handoff: task T-9 from planner to alice, status ready" in full
     assert "- Task: Port the grammar" in full
     lines = [line for line in others.splitlines() if line.startswith("- ")]
     assert plain in lines[0] and "plain work" in lines[0]
