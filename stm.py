@@ -62,6 +62,7 @@ Sections (grep -n '^# ====' stm.py):
     Boot                       BootParts, the cuts, boot_document
     Check                      Checker, the fixers, the RULES registry
     Operations and commands    each operation, then its cmd_<verb>
+    Sync and checkpoints       stm sync through git; checkpoint exports every N writes
     MCP server                 McpServer: the operations as MCP tools
     Command line               the option tables, build_parser(), main()
 
@@ -134,6 +135,10 @@ LOGS_DIR = "logs"
 POINTER_FILE = "current-session.json"
 LAST_BOOT_FILE = ".last-boot"  # an empty local file whose modification time is the last boot
 HOOKS_FILE = ".hooks.json"  # local: which client session each hook saw, and when hooks ran
+LAST_SYNC_FILE = ".last-sync.json"  # local: what this checkout's last `stm sync` received
+WRITES_FILE = ".writes"  # local: memory writes since the last checkpoint (checkpoint_every)
+# Files that belong to one checkout: never exported, never committed by sync.
+LOCAL_STATE_FILES = (POINTER_FILE, LAST_BOOT_FILE, HOOKS_FILE, LAST_SYNC_FILE, WRITES_FILE)
 STATE_FILE = "state.json"
 HISTORY_FILE = "history.jsonl"
 SESSION_MD = "Session.md"
@@ -251,6 +256,9 @@ current-session.json
 .last-boot
 # Which agent-client session this checkout's hooks saw last, and when each hook ran.
 .hooks.json
+# What this checkout's last `stm sync` received, and its memory writes since a checkpoint.
+.last-sync.json
+.writes
 # stm's lock and temp files are never committed.
 .stm.lock
 *.tmp
@@ -637,8 +645,11 @@ class FileLock:
 
     flock is used because the kernel drops it when the holder dies, even by SIGKILL,
     so a lock can never go stale. The lock file is never deleted: deleting it would let
-    two processes lock two different inodes.
+    two processes lock two different inodes. `held` counts the locks this process holds:
+    work that takes the locks itself after a write (a checkpoint) waits until it is 0.
     """
+
+    held = 0
 
     def __init__(self, path: str, timeout: float | None = None):
         self.path = path
@@ -667,6 +678,7 @@ class FileLock:
             os.close(self.fd)
             self.fd = -1
             raise
+        FileLock.held += 1
         return self
 
     def _acquire(self) -> None:
@@ -702,6 +714,7 @@ class FileLock:
 
     def __exit__(self, *exc_info) -> None:
         if self.fd >= 0:
+            FileLock.held -= 1
             try:
                 _unlock(self.fd)
             finally:
@@ -1439,6 +1452,7 @@ class Store:
         self.state = os.path.abspath(state)
         self.settings = settings if settings is not None else Settings()
         self.user = user_slug(user) if user is not None else None
+        self.write_depth = 0  # operations that write memory, running (memory_write)
 
     # Stacks tree
     def layer(self, *parts: str) -> str:
@@ -4315,6 +4329,12 @@ CONFIG_DEFAULTS = {
     "section_limits": {},  # per section (heading, case-insensitive): bullets it keeps
     "fact_history_limit": FACT_HISTORY_LIMIT,  # History entries a fact keeps
     "boot_budget_tokens": BOOT_BUDGET_TOKENS,
+    # Checkpoints for containers that vanish (spec/sync.md): every N-th memory write
+    # leaves an export in checkpoint_dir, the newest checkpoint_keep kept; 0: off.
+    "checkpoint_every": 0,
+    "checkpoint_dir": None,
+    "checkpoint_keep": 5,
+    "sync_on_session_end": False,  # the capture hook runs `stm sync` at SessionEnd
 }
 COMPACT_MARK = "by stm compact:"
 
@@ -4347,6 +4367,23 @@ def config_problems(data) -> list[str]:
         isinstance(k, str) and type(v) is int and v >= 0 for k, v in limits.items()
     ):
         problems.append("section_limits must map section names to whole numbers of 0 or more")
+    return problems + checkpoint_config_problems(data)
+
+
+def checkpoint_config_problems(data: dict) -> list[str]:
+    problems = []
+    every, keep = data.get("checkpoint_every", 0), data.get("checkpoint_keep", 1)
+    if type(every) is not int or every < 0:
+        problems.append("checkpoint_every must be a whole number of 0 (off) or more")
+    if type(keep) is not int or keep < 1:
+        problems.append("checkpoint_keep must be a whole number of 1 or more")
+    folder = data.get("checkpoint_dir")
+    if folder is not None and (not isinstance(folder, str) or not folder.strip() or "\0" in folder):
+        problems.append("checkpoint_dir must be a folder's path")
+    elif folder is None and type(every) is int and every > 0:
+        problems.append("checkpoint_every needs checkpoint_dir, the folder checkpoints go to")
+    if not isinstance(data.get("sync_on_session_end", False), bool):
+        problems.append("sync_on_session_end must be true or false")
     return problems
 
 
@@ -4665,7 +4702,9 @@ class BootParts:
         self.capture: str | None = None  # the rendered "Last session" block
         self.capture_first = False  # newer than the agent's own checkpoint: shown first
         self.git = None  # GitState of the project, when it is a git work tree
+        self.arrived: list[str] = []  # what the last `stm sync` received, until a boot
         self._workflow()
+        self._arrivals()
         self.refs = self._refs()
         self._memory_notices()
         self._capture()
@@ -4764,6 +4803,13 @@ class BootParts:
             self._conflict_notice(session_md, read_text(session_md, 1 << 20))
         self.workflow = render_workflow(store, ref, state)
         self._captures(state)
+
+    def _arrivals(self) -> None:
+        """What the last `stm sync` received (spec/sync.md), when this checkout has not
+        booted since: handoffs and sessions that arrived, even with a session current."""
+        record = read_arrivals(self.store)
+        if record is not None:
+            self.arrived = arrival_lines(self.store, record)
 
     def _captures(self, state: dict) -> None:
         """Keep the newest capture among the sessions read (the current one, else those
@@ -5091,6 +5137,107 @@ def render_waiting_workflow(store: Store, row: tuple[str, str, dict]) -> str:
         f"Most relevant: adopt it with `stm session switch {sid}` (this clone then works on "
         f"it), or start your own with `stm session new`.\n\n{workflow}"
     )
+
+
+# The last sync's record (.state/.last-sync.json, local to the checkout): `stm sync`
+# writes what it received; boot shows it, handoffs and sessions first, until the checkout
+# boots again (spec/sync.md).
+
+SYNC_COUNTS = ("files", "log_entries", "notes", "facts", "sessions", "events", "handoffs")
+SYNC_COUNT_WORDS = {
+    "log_entries": ("log entry", "log entries"),
+    "notes": ("note", "notes"),
+    "facts": ("fact change", "fact changes"),
+    "sessions": ("session", "sessions"),
+    "events": ("session event", "session events"),
+    "handoffs": ("handoff", "handoffs"),
+}
+SYNC_ARRIVED_MAX = 10  # sessions boot lists as arrived
+
+
+def record_arrivals(store: Store, report: dict, arrived: dict) -> None:
+    """What this sync received, for boot (`.state/.last-sync.json`, local): boot shows
+    it until the checkout boots again. A record that cannot be written costs nothing
+    but that block."""
+    record = {
+        "at": iso_now(),
+        "upstream": report["upstream"],
+        "received": report["received"],
+        "sessions": arrived["sessions"],
+        "handoffs": arrived["handoffs"],
+    }
+    path = os.path.join(store.state, LAST_SYNC_FILE)
+    with contextlib.suppress(OSError, StmError), store.state_lock():
+        refuse_symlink(path, "file")
+        atomic_write(path, dumps_json(record).encode("utf-8"))
+
+
+def read_arrivals(store: Store) -> dict | None:
+    """The last sync's record when it received memory and this checkout has not booted
+    since; else None."""
+    path = os.path.join(store.state, LAST_SYNC_FILE)
+    try:
+        if os.path.islink(path):
+            return None
+        record = load_json(read_bytes(path, 1 << 20).decode("utf-8"))
+        synced = os.lstat(path).st_mtime
+    except (OSError, ValueError):
+        return None
+    with contextlib.suppress(OSError):
+        if os.lstat(os.path.join(store.state, LAST_BOOT_FILE)).st_mtime > synced:
+            return None
+    received = record.get("received") if isinstance(record, dict) else None
+    if not isinstance(received, dict) or not any(
+        type(received.get(key)) is int and received[key] > 0 for key in SYNC_COUNTS
+    ):
+        return None
+    return record
+
+
+def arrival_lines(store: Store, record: dict) -> list[str]:
+    """Boot's block: what the last sync received, then the handoffs and sessions that
+    arrived, each with the command that adopts it."""
+    received = record["received"]
+    lines = [
+        f"- Received from {one_line(str(record.get('upstream', '?')), 80)} by the sync at "
+        f"{one_line(str(record.get('at', '?')), 40)}: {count_words(received)}"
+    ]
+    try:
+        pinned = pinned_session(store)
+        current = pinned.id if pinned is not None else read_pointer(store)
+    except StmError:
+        current = None
+    shown = []
+    for key in ("handoffs", "sessions"):
+        folders = record.get(key) if isinstance(record.get(key), dict) else {}
+        for sid, folder in sorted(folders.items()):
+            if sid in shown or not is_session_id(sid) or not isinstance(folder, str):
+                continue
+            parts = folder.split("/")
+            if any(component_problem(part) for part in parts):
+                continue
+            ref = SessionRef(sid, os.path.join(store.state, *parts), parts[0] == "history")
+            try:
+                state = load_state(ref)
+            except (StmError, OSError):
+                continue
+            shown.append(sid)
+            lines.append(session_line(sid, state, adopt=sid != current and not ref.archived))
+    if len(shown) > SYNC_ARRIVED_MAX:
+        more = len(shown) - SYNC_ARRIVED_MAX
+        lines = lines[: SYNC_ARRIVED_MAX + 1] + [f"- ... and {more} more: `stm session list`"]
+    return lines
+
+
+def count_words(counts: dict) -> str:
+    """ "2 files: 3 log entries, 1 note": the counts that are not zero."""
+    words = [
+        plural(counts[key], *SYNC_COUNT_WORDS[key])
+        for key in SYNC_COUNT_WORDS
+        if type(counts.get(key)) is int and counts[key] > 0
+    ]
+    files = plural(counts.get("files", 0) if type(counts.get("files")) is int else 0, "file")
+    return f"{files}: {', '.join(words)}" if words else files
 
 
 def _descending(text: str) -> str:
@@ -5432,6 +5579,14 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             as_invoked(
                 f"{len(parts.waiting)} waiting session(s) left out to fit {cut.limit}: "
                 "run `stm session list`"
+            )
+        )
+    if parts.arrived and cut.workflow != "none":
+        sections.append(("Arrived with the last sync", as_invoked("\n".join(parts.arrived))))
+    elif parts.arrived:
+        notices.append(
+            as_invoked(
+                f"what the last sync received was left out to fit {cut.limit}: run `stm boot`"
             )
         )
     memory_path = store.rel(store.memory_path)
@@ -7297,6 +7452,27 @@ def refuse_invalid_state(ref: SessionRef, state: dict) -> None:
 # and prints; the MCP server and the merge driver call the same operations.
 
 
+def memory_write(operation):
+    """Mark an operation that writes memory. When the outermost one returns, its locks
+    released, the write is counted for checkpoints (`checkpoint_every`, spec/sync.md): a
+    capture that logs and checkpoints a session is one write, not three. A dry run is
+    not a write."""
+    import functools
+
+    @functools.wraps(operation)
+    def counted(store, *args, **kwargs):
+        store.write_depth += 1
+        try:
+            result = operation(store, *args, **kwargs)
+        finally:
+            store.write_depth -= 1
+        if not store.write_depth and not kwargs.get("dry_run"):
+            checkpoint_after_write(store)
+        return result
+
+    return counted
+
+
 def out(text: str = "") -> None:
     """Data for stdout: control characters from stored text never reach a terminal raw."""
     print(escape_controls(text))
@@ -7581,6 +7757,7 @@ def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
     return message
 
 
+@memory_write
 def append_log(store: Store, message: str, *, allow_secret: bool = False) -> dict:
     """The `log` operation: check a normalised message and append it under the lock.
     Returns the entry's path, timestamp and author."""
@@ -7928,6 +8105,7 @@ def clean_text(value: str, flag: str, limit: int = 500) -> str:
     return text
 
 
+@memory_write
 def new_session(
     store: Store,
     *,
@@ -8040,6 +8218,7 @@ def cmd_session_switch(args) -> int:
     return EXIT_OK
 
 
+@memory_write
 def archive_session(
     store: Store, token: str | None = None, *, expect_version: int | None = None
 ) -> tuple[SessionRef, dict, bool]:
@@ -8200,6 +8379,7 @@ def cmd_session_show(args) -> int:
     return EXIT_OK
 
 
+@memory_write
 def set_phase(
     store: Store, phase: str, *, session: str | None = None, expect_version: int | None = None
 ) -> tuple[SessionRef, dict, bool]:
@@ -8360,6 +8540,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
     return warnings
 
 
+@memory_write
 def checkpoint_session(
     store: Store,
     *,
@@ -8675,6 +8856,8 @@ def cmd_compose_handoff(args) -> int:
     store = store_from_args(args)
     switch = args.switch or not (args.no_switch or sent_by_me(store, handoff))
     ref, state, created, adopted, warnings = compose_or_adopt(store, handoff, raw, switch)
+    if created:
+        checkpoint_after_write(store)  # compose_or_adopt runs under its own locks
     if (created or adopted) and switch:
         warn_about_pin(store, ref.id)
     if args.output:
@@ -8920,6 +9103,7 @@ def refuse_conflicted(path: str, text: str, store: Store) -> None:
         )
 
 
+@memory_write
 def add_memory_note(
     store: Store,
     section: str,
@@ -8941,6 +9125,7 @@ def add_memory_note(
     return {"path": result["path"], "section": section, "replaced": result["replaced"]}
 
 
+@memory_write
 def write_memory_note(
     store: Store,
     section: str,
@@ -9146,6 +9331,7 @@ def find_fact(sections: list, key: str, shown: str):
     return None
 
 
+@memory_write
 def set_fact(
     store: Store,
     key: str,
@@ -9206,6 +9392,7 @@ def get_fact(store: Store, key: str, *, block: str = FACT_BLOCK_DEFAULT) -> Fact
     raise StmError(f"no fact {key!r} in {store.rel(path)}; `stm fact list` shows the keys")
 
 
+@memory_write
 def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEFAULT) -> dict:
     """The `fact rm` operation: the section leaves the block, and its whole history goes
     into today's log first (with the reason), so nothing is lost."""
@@ -9279,6 +9466,7 @@ def cmd_fact_rm(args) -> int:
     return EXIT_OK
 
 
+@memory_write
 def compact_store(store: Store, *, dry_run: bool = False) -> dict:
     """The `compact` operation: MEMORY.md sections over their bullet limits and fact
     histories over theirs lose their oldest items to one log entry of today. The log is
@@ -10123,6 +10311,7 @@ def capture_content(captured: dict) -> dict:
     return {k: v for k, v in captured.items() if k not in CAPTURE_VOLATILE}
 
 
+@memory_write
 def record_capture(
     store: Store, captured: dict, *, log: bool, logged: dict
 ) -> tuple[SessionRef, bool]:
@@ -10272,6 +10461,8 @@ def cmd_capture(args) -> int:
         except Exception as exc:
             reason = exc.line() if isinstance(exc, StmError) else str(exc)
             print(f"stm capture: the hook's run was not recorded: {reason}", file=sys.stderr)
+    if event == "SessionEnd" and store is not None and not args.print:
+        sync_at_session_end(store)  # off unless config says so; never fails the hook
     if args.boot and event in ("SessionStart", "capture") and not args.print:
         hook_boot(args, store)
     return EXIT_OK
@@ -10935,8 +11126,7 @@ def export_members(store: Store, include_state: bool):
             for name in sorted(files):
                 path = os.path.join(folder, name)
                 skip = name == LOCK_NAME or name.endswith(".tmp") or os.path.islink(path)
-                local = (POINTER_FILE, LAST_BOOT_FILE, HOOKS_FILE)
-                if skip or (folder == store.state and name in local):
+                if skip or (folder == store.state and name in LOCAL_STATE_FILES):
                     continue
                 rel = os.path.relpath(path, top).replace(os.sep, "/")
                 yield f"{prefix}/{rel}", path
@@ -10957,13 +11147,12 @@ def copy_into_zip(zf, info, path: str) -> None:
         os.close(fd)
 
 
-def cmd_export(args) -> int:
+def write_export(store: Store, target: str, include_state: bool) -> list[str]:
+    """The `export` operation: the memory as one zip at `target`, written atomically (a
+    temp file beside it, fsynced, renamed). Returns the entry names."""
     import zipfile
 
-    store = store_from_args(args)
-    target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
-    refuse_output_target(target, "a .zip file")
-    members = list(export_members(store, args.include_state))
+    members = list(export_members(store, include_state))
     directory = os.path.dirname(os.path.abspath(target))
     tmp = os.path.join(directory, f".{os.path.basename(target)}.{random_hex(4)}.tmp")
     try:
@@ -10984,10 +11173,18 @@ def cmd_export(args) -> int:
             os.unlink(tmp)
         raise
     fsync_dir(directory)
+    return [name for name, _ in members]
+
+
+def cmd_export(args) -> int:
+    store = store_from_args(args)
+    target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
+    refuse_output_target(target, "a .zip file")
+    names = write_export(store, target, args.include_state)
     if args.json:
-        print_json({"path": target, "files": [n for n, _ in members]})
+        print_json({"path": target, "files": names})
     else:
-        out(f"exported {len(members)} file(s) to {target}")
+        out(f"exported {len(names)} file(s) to {target}")
     return EXIT_OK
 
 
@@ -11086,7 +11283,11 @@ def read_import_entries(store: Store, source: str):
 
 def cmd_import(args) -> int:
     store = store_from_args(args, for_init=True)
-    files, skipped = read_import(store, args.file)
+    source = args.file
+    if source is None:
+        source = newest_checkpoint(store)
+        print(f"stm: restoring the newest checkpoint, {source}", file=sys.stderr)
+    files, skipped = read_import(store, source)
     for name in skipped:
         warn(
             f"left out {name}: the session pointer belongs to each checkout (`stm session switch`)"
@@ -11367,6 +11568,861 @@ def cmd_commit(args) -> int:
     else:
         out(git(root, "log", "-1", "--format=%h %s").stdout.strip())
     return EXIT_OK
+
+
+# ==== Sync and checkpoints ====================================================
+#
+# Memory that leaves the machine (spec/sync.md). `stm sync` never lets git touch the
+# user's index or work tree until the very end:
+# 1. the memory commit is built in a temporary index (GIT_INDEX_FILE): HEAD plus the
+#    memory folders as they are on disk, under the memory locks;
+# 2. the upstream is fetched and merged with `git merge-tree --write-tree`, which needs no
+#    work tree, the stm merge driver passed with `-c` for that one command;
+# 3. anything that would clash with the user's uncommitted work is refused here, before
+#    anything changed;
+# 4. the result is pushed, never forced; a push that lost a race (any of the forms git
+#    reports) fetches and merges again, with jittered backoff, until a deadline;
+# 5. only then does the checkout move: the memory commit becomes HEAD and a fast-forward
+#    brings in what arrived, keeping every staged and unstaged change of the user's.
+# Checkpoints, for containers that vanish: every N-th memory write leaves an export zip
+# in a folder outside the repository.
+
+SYNC_TIMEOUT_S = 120.0  # STM_SYNC_TIMEOUT: how long sync retries lost push races
+SYNC_HOOK_TIMEOUT_S = 30.0  # the SessionEnd hook's sync: a hook must end
+SYNC_BACKOFF_S = (0.05, 2.0)  # the first and the longest pause between attempts
+SYNC_GIT_MIN = (2, 38)  # `git merge-tree --write-tree`
+SYNC_LOCK = "stm-sync.lock"  # in the git directory: one sync at a time per checkout
+# How a push that lost a race reads (`git push --porcelain`): the remote moved since the
+# fetch, or another push held its ref at that moment.
+SYNC_RACES = (
+    "fetch first",
+    "non-fast-forward",
+    "failed to update ref",
+    "cannot lock ref",
+    "failed to lock",
+    "incorrect old value",
+    "stale info",
+)
+CHECKPOINT_NAME_RE = LazyRegex(r"^stm-checkpoint-\d{8}T\d{12}Z\.zip$")
+
+
+class SyncRefused(StmError):
+    """A refusal that changed nothing; the message says what to run."""
+
+
+class SyncGit:
+    """git in one work tree, as sync runs it: never prompting (an agent has no terminal),
+    messages in English (sync reads them), output as bytes decoded leniently."""
+
+    def __init__(self, top: str, timeout: float):
+        self.top = top
+        self.timeout = timeout
+        self.env = dict(os.environ, LC_ALL="C", LANGUAGE="C", GIT_OPTIONAL_LOCKS="0")
+        try:
+            interactive = sys.stdin.isatty()
+        except (AttributeError, ValueError, OSError):
+            interactive = False
+        if not interactive:
+            self.env["GIT_TERMINAL_PROMPT"] = "0"
+
+    def run(self, *args: str, data: bytes | None = None, env: dict | None = None):
+        """(exit code, stdout, stderr) of one git command."""
+        import subprocess
+
+        try:
+            done = subprocess.run(
+                ["git", *args],
+                cwd=self.top,
+                input=data if data is not None else b"",
+                capture_output=True,
+                env={**self.env, **(env or {})},
+                timeout=self.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise StmError(
+                f"`git {args[0]}` did not finish in {self.timeout:g} s; nothing of yours was "
+                "changed (raise STM_SYNC_TIMEOUT for a slow remote)"
+            ) from None
+        decode = lambda raw: raw.decode("utf-8", "surrogateescape")  # noqa: E731
+        return done.returncode, decode(done.stdout), decode(done.stderr)
+
+    def out(self, *args: str, data: bytes | None = None, env: dict | None = None) -> str:
+        """stdout of a git command that must succeed, stripped."""
+        code, stdout, stderr = self.run(*args, data=data, env=env)
+        if code != 0:
+            raise StmError(f"`git {args[0]}` failed: {last_line(stderr or stdout)}")
+        return stdout.strip()
+
+    def ok(self, *args: str) -> bool:
+        return self.run(*args)[0] == 0
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        return self.ok("merge-base", "--is-ancestor", older, newer)
+
+    def tree(self, commit: str) -> str:
+        return self.out("rev-parse", f"{commit}^{{tree}}")
+
+
+def last_line(text: str) -> str:
+    """The most telling line of git's stderr: its last `fatal:`/`error:` line, else its
+    last line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(("fatal:", "error:")):
+            return escape_controls(line)
+    return escape_controls(lines[-1]) if lines else "no message"
+
+
+class SyncRepo:
+    """Where a sync goes: the work tree, its branch and the remote branch it syncs with,
+    and the memory folders as git pathspecs."""
+
+    def __init__(self, store: Store, remote: str | None, timeout: float):
+        import shutil
+
+        if shutil.which("git") is None:
+            raise StmError("git is not installed (or not on PATH); stm sync needs it")
+        root = os.path.dirname(store.stacks)
+        top = git(root, "rev-parse", "--show-toplevel")
+        if top.returncode != 0:
+            raise SyncRefused(f"{root} is not inside a git work tree; nothing to sync")
+        self.git = SyncGit(top.stdout.strip(), timeout)
+        self.require_git_version()
+        self.git_dir = os.path.join(self.git.top, self.git.out("rev-parse", "--git-dir"))
+        self.memory, self.skipped = self.memory_paths(store)
+        self.branch = self.current_branch()
+        self.remote, self.remote_ref = self.upstream(remote)
+        short = self.remote_ref[len("refs/heads/") :]
+        self.tracking = f"refs/remotes/{self.remote}/{short}"
+        self.shown = f"{self.remote}/{short}"
+
+    def require_git_version(self) -> None:
+        found = re.search(r"(\d+)\.(\d+)", self.git.out("version"))
+        version = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+        if version < SYNC_GIT_MIN:
+            need = ".".join(map(str, SYNC_GIT_MIN))
+            raise SyncRefused(
+                f"stm sync needs git {need} or newer (git merge-tree --write-tree); this is "
+                f"git {version[0]}.{version[1]}: update git, or use `stm commit` and git itself"
+            )
+
+    def memory_paths(self, store: Store) -> tuple[list[str], list[str]]:
+        """The memory folders relative to the work tree's top (the state folder may live
+        elsewhere: then it is not synced, and said so)."""
+        inside, outside = [], []
+        real_top = os.path.realpath(self.git.top)
+        for folder in (store.stacks, store.state):
+            rel = os.path.relpath(os.path.realpath(folder), real_top)
+            if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+                outside.append(folder)
+            else:
+                inside.append(rel.replace(os.sep, "/"))
+        if not inside or inside[0] != os.path.relpath(
+            os.path.realpath(store.stacks), real_top
+        ).replace(os.sep, "/"):
+            raise SyncRefused(f"{store.stacks} is not inside the git work tree {self.git.top}")
+        return inside, outside
+
+    def current_branch(self) -> str:
+        self.require_no_operation()  # first: a rebase detaches HEAD, and says more
+        code, name, _ = self.git.run("symbolic-ref", "-q", "--short", "HEAD")
+        if code != 0:
+            raise SyncRefused(
+                "HEAD is detached (no branch to sync); nothing changed. Switch to a branch "
+                "first (`git switch NAME`), then run `stm sync` again"
+            )
+        if not self.git.ok("rev-parse", "-q", "--verify", "HEAD^{commit}"):
+            raise SyncRefused(
+                f"branch {name.strip()} has no commit yet; nothing changed. Make the first "
+                "one (`stm commit`), then run `stm sync`"
+            )
+        return name.strip()
+
+    def require_no_operation(self) -> None:
+        """Refuse in the middle of a merge, rebase, cherry-pick or revert."""
+        operations = (
+            ("MERGE_HEAD", "a merge", "`git commit` or `git merge --abort`"),
+            ("rebase-merge", "a rebase", "`git rebase --continue` or `git rebase --abort`"),
+            ("rebase-apply", "a rebase or `git am`", "`git rebase --continue` or `--abort`"),
+            ("CHERRY_PICK_HEAD", "a cherry-pick", "`git cherry-pick --continue` or `--abort`"),
+            ("REVERT_HEAD", "a revert", "`git revert --continue` or `--abort`"),
+        )
+        asked = [word for marker, _, _ in operations for word in ("--git-path", marker)]
+        paths = self.git.out("rev-parse", *asked).split("\n")
+        for path, (_, what, finish) in zip(paths, operations):
+            if os.path.lexists(os.path.join(self.git.top, path)):
+                raise SyncRefused(
+                    f"{what} is in progress; nothing changed. Finish it ({finish}), then run "
+                    "`stm sync` again"
+                )
+        unmerged = self.git.out("ls-files", "-u", "-z")
+        if unmerged:
+            path = unmerged.split("\0")[0].split("\t", 1)[-1]
+            raise SyncRefused(
+                f"{path} has unresolved conflicts; nothing changed. Resolve them and "
+                "`git add` the files, then run `stm sync` again"
+            )
+
+    def upstream(self, remote: str | None) -> tuple[str, str]:
+        """(remote, remote branch ref): the branch's upstream, or --remote NAME with the
+        upstream's branch on it, else the branch of the same name."""
+        found = self.git.out(
+            "for-each-ref",
+            "--format=%(upstream:remotename)%00%(upstream:remoteref)",
+            f"refs/heads/{self.branch}",
+        )
+        up_remote, _, up_ref = found.partition("\0")
+        remotes = self.git.out("remote").split()
+        if remote is None:
+            if not up_remote or up_remote == "." or not up_ref.startswith("refs/heads/"):
+                raise SyncRefused(self.no_upstream_message(remotes))
+            remote = up_remote
+        elif remote not in remotes:
+            known = ", ".join(remotes) if remotes else "none"
+            raise SyncRefused(
+                f"--remote {remote}: no such remote (remotes here: {known}); add it with "
+                f"`git remote add {remote} URL`"
+            )
+        if remote == up_remote and up_ref.startswith("refs/heads/"):
+            return remote, up_ref
+        return remote, f"refs/heads/{self.branch}"
+
+    def no_upstream_message(self, remotes: list[str]) -> str:
+        branch = self.branch
+        if not remotes:
+            return (
+                f"branch {branch} has no upstream and this repository has no remote; "
+                "nothing changed. Add one (`git remote add origin URL`), then run "
+                "`stm sync --remote origin`"
+            )
+        name = "origin" if "origin" in remotes else remotes[0]
+        return (
+            f"branch {branch} has no upstream; nothing changed. Pass --remote NAME "
+            f"(`stm sync --remote {name}`), or set one: `git branch "
+            f"--set-upstream-to={name}/{branch}` (a branch not on {name} yet: "
+            f"`git push -u {name} {branch}`)"
+        )
+
+    def pathspecs(self) -> list[str]:
+        """The memory folders, minus what belongs to this checkout alone (the pointer, the
+        lock, temp files, sync's record): never committed, even where an old .gitignore
+        lacks a line."""
+        specs = [f":(top,literal){folder}" for folder in self.memory]
+        # Exclusions are patterns: git refuses an exclusion that names an ignored file
+        # outright ("paths are ignored"), so `[.]writes` stands for `.writes`.
+        folders = [glob_escape(folder) for folder in self.memory]
+        for folder in folders[1:]:  # the state folder
+            for name in LOCAL_STATE_FILES:
+                specs.append(f":(top,exclude,glob){folder}/[{name[0]}]{glob_escape(name[1:])}")
+        specs += [f":(top,exclude,glob){folder}/**/{LOCK_NAME}" for folder in folders]
+        specs += [f":(top,exclude,glob){folder}/**/*.tmp" for folder in folders]
+        return specs
+
+    def is_memory(self, path: str) -> bool:
+        return any(path == f or path.startswith(f + "/") for f in self.memory)
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a git glob pathspec."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def sync_timeout(settings_value: float | None = None) -> float:
+    """STM_SYNC_TIMEOUT (seconds), else the default; a bad value is a usage error."""
+    if settings_value is not None:
+        return settings_value
+    raw = os.environ.get("STM_SYNC_TIMEOUT", "")
+    if not raw:
+        return SYNC_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise usage_error(f"STM_SYNC_TIMEOUT={raw!r} is not a number of seconds above 0")
+    return value
+
+
+def conflicted_memory(store: Store) -> list[str]:
+    """The memory files holding conflict markers (identity, session memory, refs, the
+    sessions' state and Session.md); logs merge by union and never get any."""
+    paths = [store.agent_path, store.memory_path, *iter_ref_files(store.refs_dir)]
+    for _, folder in iter_active_sessions(store):
+        paths += [os.path.join(folder, STATE_FILE), os.path.join(folder, SESSION_MD)]
+    found = []
+    for path in paths:
+        try:
+            text = read_text(path, 8 << 20)
+        except OSError:
+            continue
+        lines = md_has_conflict_markers(text)
+        if lines:
+            found.append(f"{store.rel(path)} (line {lines[0]})")
+    return found
+
+
+def memory_tree(repo: SyncRepo, parent: str) -> str:
+    """The tree of `parent` with the memory folders as they are on disk, built in a
+    temporary index: the user's index and work tree are not touched."""
+    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
+    env = {"GIT_INDEX_FILE": index}
+    try:
+        repo.git.out("read-tree", parent, env=env)
+        repo.git.out("add", "-A", "--", *repo.pathspecs(), env=env)
+        return repo.git.out("write-tree", env=env)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(index)
+
+
+def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
+    """A commit of `tree` on `parent`; `parent` itself when the tree is its own."""
+    if tree == repo.git.tree(parent):
+        return parent
+    return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
+
+
+def sync_driver_options() -> list[str]:
+    """`-c` options that give git the stm merge driver for one command, whether or not
+    this clone ran `stm setup git --install`: this very stm, by the interpreter running
+    it (an older `stm` on PATH must not merge what this one wrote)."""
+    names = [ShellText(f"%{letter}") for letter in "OAB"]
+    marker, path = ShellText("%L"), ShellText("%P")
+    driver = shell_command(
+        sys.executable, os.path.abspath(__file__), "merge-file", *names,
+        "--marker-size", marker, "--path", path,
+    )  # fmt: skip
+    return ["-c", f"merge.stm.name={GIT_DRIVER_NAME}", "-c", f"merge.stm.driver={driver}"]
+
+
+def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
+    """The commit that holds both `ours` and the upstream `theirs`: one of them when one
+    contains the other, else a merge made without a work tree. Refuses on a conflict."""
+    if theirs is None or theirs == ours or repo.git.is_ancestor(theirs, ours):
+        return ours
+    if repo.git.is_ancestor(ours, theirs):
+        return theirs
+    code, stdout, stderr = repo.git.run(
+        *sync_driver_options(),
+        "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
+    )  # fmt: skip
+    if code not in (0, 1):
+        raise StmError(f"`git merge-tree` failed: {last_line(stderr or stdout)}")
+    fields = stdout.split("\0")
+    if code == 1:
+        raise SyncRefused(conflict_message(repo, sorted({p for p in fields[1:] if p})))
+    message = f"stm sync: merge {repo.shown} into {repo.branch}"
+    return repo.git.out("commit-tree", fields[0], "-p", ours, "-p", theirs, "-m", message)
+
+
+def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    memory = [p for p in paths if repo.is_memory(p)]
+    fix = (
+        "Merge by hand: `stm setup git --install`, `git pull --no-rebase`, resolve the "
+        "markers (keep what both sides meant), `git commit`"
+        if memory
+        else f"Merge by hand: `git pull --no-rebase` (or `git merge {repo.shown}`), resolve, "
+        "`git commit`"
+    )
+    return (
+        f"this branch and {repo.shown} both changed {shown} and git cannot merge them; "
+        f"nothing changed. {fix}, then run `stm sync` again"
+    )
+
+
+def fetch_upstream(repo: SyncRepo) -> str | None:
+    """Fetch the remote branch into its remote-tracking ref; its commit, or None when
+    the remote has no such branch yet (the first sync creates it)."""
+    refspec = f"+{repo.remote_ref}:{repo.tracking}"
+    code, stdout, stderr = repo.git.run("fetch", "--no-tags", "--quiet", repo.remote, refspec)
+    if code != 0:
+        if "couldn't find remote ref" in stderr:
+            return None
+        raise StmError(
+            f"`git fetch {repo.remote}` failed: {last_line(stderr or stdout)}; nothing changed"
+        )
+    return repo.git.out("rev-parse", "--verify", f"{repo.tracking}^{{commit}}")
+
+
+def changed_paths(repo: SyncRepo, old: str, new: str, *specs: str) -> list[str]:
+    if old == new:
+        return []
+    names = repo.git.out("diff", "--name-only", "--no-renames", "-z", old, new, "--", *specs)
+    return [name for name in names.split("\0") if name]
+
+
+def local_changes(repo: SyncRepo) -> set[str]:
+    """Paths outside memory with staged, unstaged or untracked changes."""
+    excludes = [f":(top,exclude,literal){folder}" for folder in repo.memory]
+    code, found, stderr = repo.git.run(
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+        "--", ":(top)", *excludes,
+    )  # fmt: skip
+    if code != 0:  # not stripped: a record starts with its status, maybe a space
+        raise StmError(f"`git status` failed: {last_line(stderr)}")
+    return {record[3:] for record in found.split("\0") if len(record) > 3}
+
+
+def refuse_clashes(repo: SyncRepo, head: str, target: str, local: set[str]) -> None:
+    """What the upstream brings outside memory must not land on uncommitted work."""
+    arriving = [p for p in changed_paths(repo, head, target) if not repo.is_memory(p)]
+    clash = sorted(p for p in arriving if p in local or any(p.startswith(q + "/") for q in local))
+    if clash:
+        shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+        raise SyncRefused(
+            f"{repo.shown} changed {shown}, which you have changed and not committed; "
+            "nothing changed. Commit those changes (or set them aside with `git stash`), "
+            "then run `stm sync` again"
+        )
+
+
+def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
+    """(pushed, lost a race, git's reason) of a plain push, never forced."""
+    code, stdout, stderr = repo.git.run(
+        "push", "--porcelain", repo.remote, f"{commit}:{repo.remote_ref}"
+    )
+    if code == 0:
+        return True, False, ""
+    rejected = [line for line in stdout.splitlines() if line.startswith("!")]
+    reason = rejected[0].split("\t")[-1] if rejected else last_line(stderr or stdout)
+    text = (reason + "\n" + stderr).lower()
+    return False, any(race in text for race in SYNC_RACES), reason
+
+
+def sync_backoff(attempt: int) -> float:
+    """A pause that doubles with each lost race, jittered: clones that lost together do
+    not retry together."""
+    first, longest = SYNC_BACKOFF_S
+    ceiling = min(longest, first * 2 ** min(attempt, 16))
+    return ceiling * (0.5 + os.urandom(1)[0] / 510)
+
+
+def sync_memory(
+    store: Store,
+    *,
+    remote: str | None = None,
+    message: str | None = None,
+    dry_run: bool = False,
+    timeout: float | None = None,
+) -> dict:
+    """The `sync` operation: commit memory, integrate the upstream, push, retrying lost
+    races until the deadline; then bring the checkout up to date, keeping the user's
+    changes. Refusals (SyncRefused) change nothing. Returns the report (spec/sync.md)."""
+    timeout = sync_timeout(timeout)
+    repo = SyncRepo(store, remote, timeout)
+    marked = conflicted_memory(store)
+    if marked:
+        raise SyncRefused(
+            f"memory has unresolved conflict markers: {', '.join(marked[:5])}; nothing "
+            "changed. Resolve them (keep what both sides meant), then run `stm sync` again"
+        )
+    if message is not None:
+        message = clean_text(message, "--message", 500)
+        refuse_secrets(message, "no flag")
+    message = message or f"stm sync: update memory ({iso_now()[:10]})"
+    with FileLock(os.path.join(repo.git_dir, SYNC_LOCK), timeout):
+        return sync_locked(store, repo, message, dry_run)
+
+
+def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> dict:
+    started = time.monotonic()
+    upstream = fetch_upstream(repo)
+    with store.stacks_lock(), store.state_lock():
+        head = repo.git.out("rev-parse", "HEAD")
+        ours = commit_on(repo, head, memory_tree(repo, head), message)
+    local = local_changes(repo)
+    retries = 0
+    while True:
+        target = integrate(repo, ours, upstream)
+        refuse_clashes(repo, head, target, local)
+        if dry_run or target == upstream:
+            break
+        pushed, race, reason = push_commit(repo, target)
+        if pushed:
+            break
+        if not race:
+            raise StmError(f"git push to {repo.shown} was refused: {reason}; nothing changed")
+        pause = sync_backoff(retries)
+        if time.monotonic() - started + pause > repo.git.timeout:
+            raise StmError(
+                f"git push to {repo.shown} lost {plural(retries + 1, 'race')} to other "
+                f"pushes in {time.monotonic() - started:.0f} s; nothing changed. Run `stm "
+                "sync` again (STM_SYNC_TIMEOUT sets how long it keeps trying)"
+            )
+        time.sleep(pause)
+        retries += 1
+        upstream = fetch_upstream(repo)
+    base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
+    sent, _ = memory_counts(repo, base, target)
+    received, arrived = memory_counts(repo, ours, target)
+    report = {
+        "remote": repo.remote,
+        "branch": repo.branch,
+        "upstream": repo.shown,
+        "dry_run": dry_run,
+        "pushed": not dry_run and target != upstream,
+        "commit": None if dry_run else target,
+        "commits_sent": count_commits(repo, upstream, target),
+        "retries": retries,
+        "sent": sent,
+        "received": received,
+        "warnings": [
+            f"{store.rel(f)} is outside the git work tree: not synced" for f in repo.skipped
+        ],
+    }
+    if not dry_run:
+        report["warnings"] += bring_checkout(store, repo, head, ours, target)
+        record_arrivals(store, report, arrived)
+    return report
+
+
+def count_commits(repo: SyncRepo, upstream: str | None, target: str) -> int:
+    what = [target, f"^{upstream}"] if upstream else [target]
+    return int(repo.git.out("rev-list", "--count", *what) or 0)
+
+
+def bring_checkout(store: Store, repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
+    """Move this checkout to `target` (already pushed): the memory commit becomes HEAD,
+    its files staged as they are on disk, so index and work tree agree with it; then a
+    fast-forward brings in what arrived, keeping the user's staged and unstaged changes.
+    Memory written during the sync is committed and merged here; the next sync sends it.
+    Returns warnings: the push stands whatever happens here."""
+    try:
+        with store.stacks_lock(), store.state_lock():
+            return move_checkout(repo, head, ours, target)
+    except StmError as exc:
+        return [
+            f"memory was pushed, but this checkout was not brought up to date ({exc.message}); "
+            "run `stm sync` again"
+        ]
+
+
+def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
+    now = repo.git.out("rev-parse", "HEAD")
+    branch = repo.git.run("symbolic-ref", "-q", "--short", "HEAD")[1].strip()
+    if branch != repo.branch:
+        return [
+            f"the checkout left branch {repo.branch} during the sync; what was pushed is "
+            f"{target[:12]}: `git switch {repo.branch}`, then `git merge --ff-only {target[:12]}`"
+        ]
+    warnings = []
+    base, final = ours, target
+    tree = memory_tree(repo, now)
+    if now != head or tree != repo.git.tree(ours):
+        # Memory written, or a commit made, while the sync ran: merged here, sent next time.
+        base = commit_on(repo, now, tree, "stm sync: memory written during the sync")
+        try:
+            final = integrate(repo, base, target)
+        except SyncRefused as exc:
+            return [f"memory written during the sync stays uncommitted: {exc.message}"]
+        if base != now:
+            warnings.append(
+                "memory written during the sync is committed here; the next sync sends it"
+            )
+    repo.git.out("add", "-A", "--", *repo.pathspecs())
+    if base != now:
+        repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", base, now)
+    if final != base:
+        code, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
+        if code != 0:
+            warnings.append(
+                f"memory is committed and pushed, but this checkout could not fast-forward "
+                f"({last_line(stderr or stdout)}): run `git merge --ff-only {final[:12]}`"
+            )
+    return warnings
+
+
+def read_blobs(repo: SyncRepo, specs: list[str]) -> dict[str, bytes | None]:
+    """The blobs named `commit:path`, through one `git cat-file --batch`."""
+    if not specs:
+        return {}
+    import subprocess
+
+    data = "".join(spec + "\n" for spec in specs).encode("utf-8", "surrogateescape")
+
+    done = subprocess.run(
+        ["git", "cat-file", "--batch"],
+        cwd=repo.git.top,
+        input=data,
+        capture_output=True,
+        env=repo.git.env,
+        timeout=repo.git.timeout,
+    )
+    raw, pos, found = done.stdout, 0, {}
+    for spec in specs:
+        end = raw.find(b"\n", pos)
+        if end < 0:
+            break
+        header = raw[pos:end].split()
+        pos = end + 1
+        if len(header) != 3 or header[1] != b"blob":
+            found[spec] = None
+            continue
+        size = int(header[2])
+        found[spec] = raw[pos : pos + size]
+        pos += size + 1
+    return found
+
+
+def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
+    """What `new` holds that `old` does not, in memory: files, log entries, notes
+    (MEMORY.md bullets), fact history entries, sessions, session events, handoffs. And
+    {"sessions": {id: folder}, "handoffs": {id: folder}} (folders below the state
+    folder), for boot to show what arrived."""
+    paths = changed_paths(repo, old, new, *repo.pathspecs())
+    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (old, new)])
+    counts = dict.fromkeys(SYNC_COUNTS, 0)
+    counts["files"] = len(paths)
+    ids: dict = {"sessions": {}, "handoffs": {}}
+    stacks, state = repo.memory[0] + "/", (repo.memory[1:] or [None])[0]
+    for path in paths:
+        before = (blobs.get(f"{old}:{path}") or b"").decode("utf-8", "replace")
+        after = (blobs.get(f"{new}:{path}") or b"").decode("utf-8", "replace")
+        if path.startswith(stacks):
+            stacks_counts(counts, path[len(stacks) :], before, after)
+        elif state and path.startswith(state + "/"):
+            session = session_of_path(path[len(state) + 1 :])
+            if session is None:
+                continue
+            ids["sessions"][session[0]] = session[1]
+            if path.endswith("/" + HISTORY_FILE):
+                counts["events"] += added_count(before.splitlines(), after.splitlines())
+            elif path.endswith("/" + STATE_FILE) and is_new_handoff(before, after):
+                ids["handoffs"][session[0]] = session[1]
+    counts["sessions"], counts["handoffs"] = len(ids["sessions"]), len(ids["handoffs"])
+    return counts, ids
+
+
+def stacks_counts(counts: dict, rel: str, before: str, after: str) -> None:
+    """Add what one file below .stacks/ gained."""
+    if rel.startswith(LOGS_DIR + "/"):
+        counts["log_entries"] += added_count(log_entry_ids(before), log_entry_ids(after))
+    elif rel == MEMORY_FILE:
+        counts["notes"] += added_count(memory_bullets(before), memory_bullets(after))
+    elif rel.startswith(REFS_DIR + "/") and "**Current:**" in after:
+        counts["facts"] += added_count(fact_entries(before), fact_entries(after))
+
+
+def log_entry_ids(text: str) -> list[str]:
+    entries = parse_log(text.encode("utf-8", "surrogateescape"))
+    return [item[1].entry_id for item in entries if item[0] == "entry"]
+
+
+def memory_bullets(text: str) -> list[tuple]:
+    return [
+        (name.lower(), tuple(body[a:b]))
+        for name, _, body in split_md_sections(text)[1]
+        for a, b in top_bullets(body)
+    ]
+
+
+def fact_entries(text: str) -> list[tuple]:
+    return [
+        (key, stamp, value)
+        for key, fact, _, _ in parse_fact_block(text)[1]
+        if fact is not None
+        for stamp, value, _ in fact.history
+    ]
+
+
+def added_count(before: list, after: list) -> int:
+    """How many items `after` has beyond `before`, duplicates counted."""
+    from collections import Counter
+
+    return sum((Counter(after) - Counter(before)).values())
+
+
+def session_of_path(rel: str) -> tuple[str, str] | None:
+    """(session id, its folder) of a file inside a session, from its path below the
+    state folder."""
+    parts = rel.split("/")
+    for index, part in enumerate(parts[:-1]):
+        if is_session_id(part):
+            return part, "/".join(parts[: index + 1])
+    return None
+
+
+def is_new_handoff(before: str, after: str) -> bool:
+    """A state.json that now holds a handoff it did not hold before."""
+
+    def task(text: str):
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return None
+        return data.get("task_id") if isinstance(data, dict) else None
+
+    return bool(task(after)) and task(after) != task(before)
+
+
+def sync_report_lines(report: dict) -> list[str]:
+    """The text `stm sync` prints."""
+    sent, received, dry = report["sent"], report["received"], report["dry_run"]
+    if report["commits_sent"]:
+        verb = "would send" if dry else "sent"
+        commits = plural(report["commits_sent"], "commit")
+        lines = [f"{verb} to {report['upstream']}: {count_words(sent)} ({commits})"]
+    else:
+        lines = [f"nothing to send to {report['upstream']}"]
+    verb = "would receive" if dry else "received"
+    if received["files"]:
+        lines.append(f"{verb}: {count_words(received)}" + ("" if dry else "; `stm boot` shows it"))
+    else:
+        lines.append(f"{verb}: nothing new")
+    if report["retries"]:
+        lines.append(f"the push lost {plural(report['retries'], 'race')} and was retried")
+    return lines
+
+
+def cmd_sync(args) -> int:
+    store = store_from_args(args)
+    report = sync_memory(
+        store, remote=args.remote, message=args.commit_message, dry_run=args.dry_run
+    )
+    for warning in report["warnings"]:
+        warn(warning)
+    if args.json:
+        print_json(report)
+    else:
+        for line in sync_report_lines(report):
+            out(line)
+    return EXIT_OK
+
+
+def sync_at_session_end(store: Store) -> None:
+    """The capture hook's sync at SessionEnd, when `sync_on_session_end` is set: what it
+    did, or why not, goes to stderr; nothing here ever fails the hook."""
+    try:
+        if not load_config(store).get("sync_on_session_end"):
+            return
+        timeout = min(sync_timeout(), SYNC_HOOK_TIMEOUT_S)
+        report = sync_memory(store, timeout=timeout)
+        for warning in report["warnings"]:
+            print(f"stm capture: sync: {escape_controls(warning)}", file=sys.stderr)
+        print(f"stm capture: sync: {'; '.join(sync_report_lines(report))}", file=sys.stderr)
+    except Exception as exc:  # a hook ends with 0 whatever happened (spec/capture.md)
+        reason = exc.line() if isinstance(exc, StmError) else f"{type(exc).__name__}: {exc}"
+        print(f"stm capture: sync not done: {escape_controls(reason)}", file=sys.stderr)
+
+
+# Checkpoints ------------------------------------------------------------------
+
+
+def checkpoint_after_write(store: Store) -> None:
+    """Count one memory write; the `checkpoint_every`-th since the last checkpoint
+    leaves one. Never fails the write that called it: a checkpoint that cannot be
+    written is a warning, and is tried again at the next write."""
+    if FileLock.held:
+        return  # called under a lock: the outer operation counts
+    config = checkpoint_config(store)
+    if config is None:
+        return
+    try:
+        with store.stacks_lock(), store.state_lock():
+            writes = read_writes(store) + 1
+            if writes >= config["checkpoint_every"]:
+                write_checkpoint(store, config)
+                writes = 0
+            save_writes(store, writes)
+    except (StmError, OSError) as exc:
+        reason = exc.message if isinstance(exc, StmError) else exc.strerror or str(exc)
+        where = getattr(exc, "filename", None) or config["checkpoint_dir"]
+        warn(
+            f"checkpoint not written ({where}: {reason}); the memory write itself is saved, "
+            "and the checkpoint is tried again at the next write"
+        )
+
+
+def checkpoint_config(store: Store) -> dict | None:
+    """The config when it asks for checkpoints, else None. Most stores have none: a stat
+    (no config.json) or one small read and a substring test (no checkpoint_every) is all
+    a write pays then."""
+    path = store.layer(CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as stream:
+            if b'"checkpoint_every"' not in stream.read(CONFIG_MAX_BYTES + 1):
+                return None
+    except OSError:
+        return None
+    config, problems = read_config(store)
+    return None if problems or not config["checkpoint_every"] else config
+
+
+def read_writes(store: Store) -> int:
+    try:
+        text = read_bytes(os.path.join(store.state, WRITES_FILE), 64).decode("ascii")
+        return max(0, int(text.strip() or 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def save_writes(store: Store, writes: int) -> None:
+    """The count is a hint (a lost one delays a checkpoint), so no fsync: a plain write
+    under the state lock."""
+    path = os.path.join(store.state, WRITES_FILE)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+    fd = os.open(path, flags, 0o644)
+    try:
+        require_regular(fd, path)
+        write_all(fd, f"{writes}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def checkpoint_folder(store: Store, config: dict) -> str | None:
+    """checkpoint_dir, `~` expanded, relative to the project root."""
+    folder = config.get("checkpoint_dir")
+    if not folder:
+        return None
+    return os.path.join(os.path.dirname(store.stacks), os.path.expanduser(folder))
+
+
+def write_checkpoint(store: Store, config: dict) -> str:
+    """One checkpoint: the export zip (`stm export --include-state`), written atomically
+    under a timestamped name; then the oldest beyond checkpoint_keep go. Call with both
+    locks held, so the zip is one moment of memory, and so no other checkpoint of this
+    store is being written (its leftover temp files, from a killed one, go too)."""
+    folder = checkpoint_folder(store, config)
+    os.makedirs(folder, exist_ok=True)
+    names = os.listdir(folder)
+    for name in names:
+        if name.startswith(".stm-checkpoint-") and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+    now = utc_now()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 10**6:06d}Z"
+    path = os.path.join(folder, f"stm-checkpoint-{stamp}.zip")
+    write_export(store, path, include_state=True)
+    for old in checkpoint_names(folder)[: -config["checkpoint_keep"]]:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, old))
+    return path
+
+
+def checkpoint_names(folder: str) -> list[str]:
+    """The checkpoints in `folder`, oldest first (their names sort by time)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if CHECKPOINT_NAME_RE.match(n))
+    except OSError:
+        return []
+
+
+def newest_checkpoint(store: Store) -> str:
+    """The newest checkpoint, for `stm import` without a FILE."""
+    config = load_config(store, strict=True)
+    folder = checkpoint_folder(store, config)
+    if folder is None:
+        raise usage_error(
+            "import needs a FILE (or checkpoint_dir in .stacks/config.json, to restore "
+            "the newest checkpoint)"
+        )
+    names = checkpoint_names(folder)
+    if not names:
+        raise StmError(f"import: no checkpoint in {folder} (checkpoint_dir); name a FILE")
+    return os.path.join(folder, names[-1])
 
 
 # ==== MCP server ==============================================================
@@ -12322,7 +13378,12 @@ def options_export(p) -> None:
 
 
 def options_import(p) -> None:
-    p.add_argument("file", metavar="FILE", help="a zip made by `stm export`")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="?",
+        help="a zip made by `stm export` (default: the newest checkpoint in checkpoint_dir)",
+    )
     p.add_argument(
         "--force",
         action="store_true",
@@ -12334,6 +13395,28 @@ def options_import(p) -> None:
 
 def options_commit(p) -> None:
     p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def options_sync(p) -> None:
+    p.add_argument(
+        "--remote",
+        metavar="NAME",
+        help="the remote to sync with (default: the branch's upstream's; its branch of the "
+        "same name when it is not the upstream's remote)",
+    )
+    p.add_argument(
+        "-m",
+        "--message",
+        dest="commit_message",
+        metavar="TEXT",
+        help="the memory commit's message (default: stm sync: update memory (DATE))",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="fetch, then say what would be sent and received; commit and push nothing",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -12572,6 +13655,13 @@ COMMANDS = (
         "commit the memory directories, and only them, with git",
         'stm commit -m "memory: parser work"',
         options_commit,
+    ),
+    (
+        "sync",
+        cmd_sync,
+        "commit memory, merge the upstream's, push; your other changes stay as they are",
+        "stm sync --dry-run",
+        options_sync,
     ),
 )
 

@@ -49,6 +49,17 @@ def test_help_example_runs(store, run, monkeypatch, path):
         assert run("fact", "set", key, "Python").code == 0
     for name in ("base.md", "ours.md", "theirs.md"):  # for the merge-file example
         (store / name).write_text("# Notes\n\n## Next Steps\n\n- one\n")
+    if path == ["sync"]:  # a first commit and a remote to sync with
+        git = ["git", "-c", "init.defaultBranch=main"]
+        subprocess.run([*git, "init", "-q", "--bare", "remote.git"], cwd=store, check=True)
+        (store / ".git" / "info" / "exclude").write_text("remote.git/\n")
+        for argv in (
+            ["add", "-A"],
+            ["commit", "-qm", "start"],
+            ["remote", "add", "o", "remote.git"],
+        ):
+            subprocess.run([*git, *argv], cwd=store, check=True)
+        subprocess.run([*git, "push", "-q", "-u", "o", "HEAD"], cwd=store, check=True)
     example = example_of(path).replace("2026-11-22-3f9a0c1d", sid)
     argv = shlex.split(example)
     assert argv[0] == "stm"

@@ -339,7 +339,7 @@ def test_every_json_output_matches_its_documented_keys(project, run, tmp_path_fa
     results["compact"] = run("compact", "--json")
     results["digest"] = run("digest", "--json")
     results["fact rm"] = run("fact", "rm", "primary_language", "--why", "test", "--json")
-    assert set(results) | {"commit"} == set(keys)  # commit: in its own test, with git
+    assert set(results) | {"commit", "sync"} == set(keys)  # in their own tests, with git
     for command, result in results.items():
         assert result.code == 0, (command, result)
         data = json.loads(result.out)

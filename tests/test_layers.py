@@ -714,6 +714,8 @@ def test_check_git_files_rules_and_fix(store, run):
         "`stm digest --since last-boot`.\n.last-boot\n"
         "# Which agent-client session this checkout's hooks saw last, and when each hook "
         "ran.\n.hooks.json\n"
+        "# What this checkout's last `stm sync` received, and its memory writes since a "
+        "checkpoint.\n.last-sync.json\n.writes\n"
         "# stm's lock and temp files are never committed.\n.stm.lock\n*.tmp\n"
     )
     assert run("check", "--strict").code == 0
