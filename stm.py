@@ -3846,7 +3846,8 @@ def merge_md_bullets(base: list, ours: list, theirs: list) -> list[str]:
     """Three-way merge of bullet units: removed on either side means removed, added on
     either side means added once; base units keep their order. A run of THEIRS' new units
     goes in before the unit that follows it in THEIRS, above OURS' new units there, so
-    two `stm note`s read newest first (theirs, then ours)."""
+    two `stm note`s read newest first (theirs, then ours). Linear: the order is a linked
+    list, and each run's place is known without a search."""
     base_keys, ours_keys, theirs_keys = (md_unit_keys(units) for units in (base, ours, theirs))
     blank_after = {}
     for keys, units in ((base_keys, base), (theirs_keys, theirs), (ours_keys, ours)):
@@ -3854,41 +3855,190 @@ def merge_md_bullets(base: list, ours: list, theirs: list) -> list[str]:
     in_base, in_theirs = set(base_keys), set(theirs_keys)
     order = [key for key in ours_keys if key in in_theirs or key not in in_base]
     ours_new = {key for key in order if key not in in_base and key not in in_theirs}
-    placed = set(order)
-    start = 0
+    chain = MdChain(order)
+    # Where a run placed before `key` goes: above the OURS-only units just above `key`.
+    above, run_start = {}, None
+    for key in order:
+        if key in ours_new:
+            run_start = key if run_start is None else run_start
+        else:
+            above[key], run_start = key if run_start is None else run_start, None
+    # next_placed[i]: the first of theirs_keys[i:] that OURS' order holds
+    next_placed = [None] * (len(theirs_keys) + 1)
+    for index in range(len(theirs_keys) - 1, -1, -1):
+        key = theirs_keys[index]
+        next_placed[index] = key if key in chain else next_placed[index + 1]
+    start, last_placed = 0, None
     while start < len(theirs_keys):
         end = start
         while end < len(theirs_keys) and not (
-            theirs_keys[end] in placed or theirs_keys[end] in in_base
+            theirs_keys[end] in chain or theirs_keys[end] in in_base
         ):
             end += 1
         if end == start:  # shared, or from base and removed by ours
+            if theirs_keys[start] in chain:
+                last_placed = theirs_keys[start]
             start += 1
             continue
-        run = theirs_keys[start:end]
-        after = next((key for key in theirs_keys[end:] if key in placed), None)
+        run, after = theirs_keys[start:end], next_placed[end]
         if after is not None:
-            at = order.index(after)
-            while at > 0 and order[at - 1] in ours_new:
-                at -= 1
-        else:  # nothing placed follows: go right after the unit before the run, or on top
-            before = next((key for key in reversed(theirs_keys[:start]) if key in placed), None)
-            at = order.index(before) + 1 if before is not None else 0
-        order[at:at] = run
-        placed.update(run)
-        start = end
+            chain.insert_before(above[after], run)
+        else:  # nothing placed follows: right after the unit before the run, or on top
+            chain.insert_after(last_placed, run)
+        last_placed, start = run[-1], end
     lines: list[str] = []
-    for key in order:
+    for key in chain:
         lines += [*key[0], ""] if blank_after[key] else key[0]
     return md_strip_blank(lines)
 
 
-def md_change_hunks(base: list[str], other: list[str]) -> list[tuple[int, int, int, int]]:
-    """(base start, base end, other start, other end) of every change from base to other."""
+class MdChain:
+    """An ordered set of keys with O(1) insertion beside any of them (a doubly linked
+    list over dicts): the merges insert runs at known places, never by searching."""
+
+    __slots__ = ("next", "prev")
+
+    def __init__(self, keys: list):
+        ends = [None, *keys, None]  # None stands for both ends
+        self.next = dict(zip(ends[:-1], ends[1:]))
+        self.prev = dict(zip(ends[1:], ends[:-1]))
+
+    def __contains__(self, key) -> bool:
+        return key is not None and key in self.next
+
+    def insert_after(self, key, run: list) -> None:
+        """`run` right after `key` (None: at the top)."""
+        last = self.next[key]
+        for item in run:
+            self.next[key], self.prev[item] = item, key
+            key = item
+        self.next[key], self.prev[last] = last, key
+
+    def insert_before(self, key, run: list) -> None:
+        self.insert_after(self.prev[key], run)
+
+    def __iter__(self):
+        key = self.next[None]
+        while key is not None:
+            yield key
+            key = self.next[key]
+
+
+# difflib compares two line lists in time that grows with (lines of one) x (copies of
+# each of its lines in the other): fine for a section, quadratic for a big file full of
+# blank lines. Up to MERGE_DIFF_DIRECT (the product of the lengths) difflib compares them
+# whole, as always; above it, they are cut at the lines each holds exactly once (patience
+# diff: a longest increasing run of those pairs), MERGE_DIFF_DEPTH levels deep, and only
+# the small regions between go to difflib. A region still too big, with no such line, is
+# counted as changed: edits on both sides there become one conflict, never a lost line.
+MERGE_DIFF_DIRECT = 250_000
+MERGE_DIFF_DEPTH = 4
+
+
+def md_matching_blocks(a: list[str], b: list[str]) -> list[tuple[int, int, int]]:
+    """(i, j, size) runs of equal lines, in order, ending with (len(a), len(b), 0), as
+    difflib's get_matching_blocks gives them; n log n time and linear memory."""
     import difflib
 
-    matcher = difflib.SequenceMatcher(None, base, other, autojunk=False)
-    return [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    if len(a) * len(b) <= MERGE_DIFF_DIRECT:
+        return difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+    found: list[tuple[int, int, int]] = []
+    stack: list[tuple] = [(0, len(a), 0, len(b), 0)]
+    while stack:
+        item = stack.pop()
+        if len(item) == 3:  # a block, in its place among the regions
+            found.append(item)
+            continue
+        stack.extend(reversed(md_region_items(a, b, *item)))
+    blocks: list[tuple[int, int, int]] = []
+    for i, j, size in found:  # adjacent runs become one, as difflib reports them
+        if blocks and blocks[-1][0] + blocks[-1][2] == i and blocks[-1][1] + blocks[-1][2] == j:
+            blocks[-1] = (blocks[-1][0], blocks[-1][1], blocks[-1][2] + size)
+        elif size:
+            blocks.append((i, j, size))
+    return [*blocks, (len(a), len(b), 0)]
+
+
+def md_region_items(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int, depth):
+    """What a[alo:ahi] and b[blo:bhi] hold in common, in order: blocks (i, j, size) and
+    smaller regions (alo, ahi, blo, bhi, depth) still to compare."""
+    import difflib
+
+    start = alo
+    while alo < ahi and blo < bhi and a[alo] == b[blo]:
+        alo, blo = alo + 1, blo + 1
+    head = [(start, blo - (alo - start), alo - start)] if alo > start else []
+    end = ahi
+    while ahi > alo and bhi > blo and a[ahi - 1] == b[bhi - 1]:
+        ahi, bhi = ahi - 1, bhi - 1
+    tail = [(ahi, bhi, end - ahi)] if end > ahi else []
+    if alo == ahi or blo == bhi:
+        return head + tail
+    if (ahi - alo) * (bhi - blo) <= MERGE_DIFF_DIRECT:
+        matcher = difflib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
+        middle = [(alo + i, blo + j, n) for i, j, n in matcher.get_matching_blocks() if n]
+        return head + middle + tail
+    anchors = md_unique_anchors(a, b, alo, ahi, blo, bhi) if depth < MERGE_DIFF_DEPTH else []
+    if not anchors:
+        return head + tail  # nothing to cut at: the region counts as changed
+    middle, i, j, run = [], alo, blo, None  # run: equal lines so far, [i, j, size]
+    for ai, bj in [*anchors, (ahi, bhi)]:  # the region's end closes the last gap
+        anchor = 1 if ai < ahi else 0
+        if ai - i == bj - j and a[i:ai] == b[j:bj]:  # the gap is equal too (a blank line)
+            if run is None:
+                run = [i, j, 0]
+            run[2] += ai - i + anchor
+        else:
+            if run is not None:
+                middle.append(tuple(run))
+            middle.append((i, ai, j, bj, depth + 1))
+            run = [ai, bj, anchor]
+        i, j = ai + 1, bj + 1
+    if run is not None:
+        middle.append(tuple(run))
+    return head + middle + tail
+
+
+def md_unique_anchors(a, b, alo, ahi, blo, bhi) -> list[tuple[int, int]]:
+    """Pairs (i, j) with a[i] == b[j] a line found exactly once in each region, the
+    longest run of them in the same order on both sides (patience sorting, k log k)."""
+    import bisect
+    from collections import Counter
+
+    def once(lines, lo, hi) -> dict:
+        part = lines[lo:hi]
+        where = dict(zip(part, range(lo, hi)))  # built in C: each line's last index
+        return {line: where[line] for line, count in Counter(part).items() if count == 1}
+
+    in_a, in_b = once(a, alo, ahi), once(b, blo, bhi)
+    pairs = sorted((in_a[line], in_b[line]) for line in in_a.keys() & in_b.keys())
+    tops: list[int] = []  # tops[k]: the smallest j ending a run of k + 1 pairs
+    ends: list[int] = []  # the pair index behind each top
+    back = [-1] * len(pairs)
+    for index, (_, j) in enumerate(pairs):
+        k = bisect.bisect_left(tops, j)
+        back[index] = ends[k - 1] if k else -1
+        if k == len(tops):
+            tops.append(j)
+            ends.append(index)
+        else:
+            tops[k], ends[k] = j, index
+    run, index = [], ends[-1] if ends else -1
+    while index >= 0:
+        run.append(pairs[index])
+        index = back[index]
+    return run[::-1]
+
+
+def md_change_hunks(base: list[str], other: list[str]) -> list[tuple[int, int, int, int]]:
+    """(base start, base end, other start, other end) of every change from base to other:
+    the gaps between md_matching_blocks (difflib's get_opcodes, without the tags)."""
+    hunks, i, j = [], 0, 0
+    for ai, bj, size in md_matching_blocks(base, other):
+        if i < ai or j < bj:
+            hunks.append((i, ai, j, bj))
+        i, j = ai + size, bj + size
+    return hunks
 
 
 def md_hunk_region(base: list[str], other: list[str], lo: int, hi: int, hunks: list) -> list:
@@ -3919,10 +4069,8 @@ def merge_md_prose(
     if not base and ours and theirs:
         # Added on both sides: the lines they share act as base, so only the places
         # where they differ can conflict.
-        import difflib
-
-        matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
-        base = [line for a, _, size in matcher.get_matching_blocks() for line in ours[a : a + size]]
+        blocks = md_matching_blocks(ours, theirs)
+        base = [line for a, _, size in blocks for line in ours[a : a + size]]
     hunks = sorted(
         [(hunk, 0) for hunk in md_change_hunks(base, ours)]
         + [(hunk, 1) for hunk in md_change_hunks(base, theirs)]
@@ -4009,17 +4157,25 @@ def merge_md_body(
 def merge_md_section_order(ours_keys: list, theirs_keys: list, kept: set) -> list:
     """OURS' order; a kept section only THEIRS has goes after its nearest THEIRS
     predecessor already placed (else before its successor, else at the end). `## Last
-    Updated` stays last if either side had it last."""
+    Updated` stays last if either side had it last. Linear: one pass over each side."""
     order = [key for key in ours_keys if key in kept]
-    for index, key in enumerate(theirs_keys):
-        if key not in kept or key in order:
+    chain, previous, waiting = MdChain(order), None, []
+    for key in theirs_keys:
+        if key not in kept:
             continue
-        before = next((k for k in reversed(theirs_keys[:index]) if k in order), None)
-        after = next((k for k in theirs_keys[index + 1 :] if k in order), None)
-        if before is not None:
-            order.insert(order.index(before) + 1, key)
+        if key in chain:
+            if waiting:  # THEIRS-only sections before any placed one: before this one
+                chain.insert_before(key, waiting)
+                waiting = []
+        elif previous is not None:
+            chain.insert_after(previous, [key])
         else:
-            order.insert(order.index(after) if after is not None else len(order), key)
+            waiting.append(key)
+            continue
+        previous = key
+    if waiting:  # no placed section follows them in THEIRS: at the end
+        chain.insert_before(None, waiting)
+    order = list(chain)
     last = (MD_LAST_UPDATED, 0)
     if last in order and last in ours_keys[-1:] + theirs_keys[-1:]:
         order.remove(last)

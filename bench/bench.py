@@ -471,9 +471,47 @@ def build_bullets(folder: str, now: float) -> list[str]:
     return ["boot", "--max-chars", str(stm.HOOK_MAX_CHARS)]
 
 
+def merge_files(folder: str, base: str, ours: str, theirs: str) -> list[str]:
+    """The three versions as files; the argv git would run for the driver."""
+    for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
+        write(os.path.join(folder, f"{name}.md"), text)
+    return ["merge-file", "base.md", "ours.md", "theirs.md"]
+
+
+def fact_text(key: str, value: str, now: float) -> str:
+    return f"## {key}\n**Current:** {value}\n\n**History:**\n- {stm.iso(now)}: {value}\n"
+
+
+def build_merge_sections(folder: str, now: float) -> list[str]:
+    """refs/facts.md: 100 facts in base, 2,000 new ones on each side (it was cubic)."""
+    base = [fact_text(f"base_{i}", f"value {i}", now) for i in range(100)]
+    ours = base + [fact_text(f"ours_{i}", f"value {i}", now) for i in range(2000)]
+    theirs = base + [fact_text(f"theirs_{i}", f"value {i}", now) for i in range(2000)]
+    texts = ("# Facts\n\n" + "\n".join(sections) for sections in (base, ours, theirs))
+    return merge_files(folder, *texts)
+
+
+def build_merge_prose(folder: str, now: float) -> list[str]:
+    """A 20 MB prose file, paragraphs and blank lines, edited at both ends on each side
+    (difflib was quadratic in its blank lines)."""
+    rng, lines, size = random.Random(20), [], 0
+    while size < 20_000_000:
+        lines += [prose(rng, 75) for _ in range(3)] + [""]
+        size += sum(len(line) + 1 for line in lines[-4:])
+    ours, theirs = list(lines), list(lines)
+    ours[3], ours[-3] = "ours rewrote this line", "and this one"
+    theirs[7], theirs[-7] = "theirs rewrote this line", "and this one too"
+    texts = ("# Notes\n\n## Prose\n\n" + "\n".join(v) + "\n" for v in (lines, ours, theirs))
+    return merge_files(folder, *texts)
+
+
 def hostile_cases() -> list[tuple[str, object]]:
     """(label, builder(folder, now) -> argv run in that folder)."""
-    return [(f"boot --max-chars 9500, {BULLETS:,} MEMORY.md bullets", build_bullets)]
+    return [
+        (f"boot --max-chars 9500, {BULLETS:,} MEMORY.md bullets", build_bullets),
+        ("merge-file, 100 facts + 2,000 new on each side", build_merge_sections),
+        ("merge-file, 20 MB of prose edited on both sides", build_merge_prose),
+    ]
 
 
 def hostile_results(work: str, env: dict, runs: int, now: float) -> list[dict]:
@@ -482,8 +520,12 @@ def hostile_results(work: str, env: dict, runs: int, now: float) -> list[dict]:
         folder = os.path.join(work, f"hostile-{index}")
         os.makedirs(folder)
         argv = build(folder, now)
+        files = [os.path.join(folder, n) for n in os.listdir(folder)]
+        saved = {path: stm.read_text(path) for path in files if os.path.isfile(path)}
         times, peaks, failures = [], [], 0
         for _ in range(runs):
+            for path, text in saved.items():  # merge-file rewrites ours: the same each run
+                write(path, text)
             elapsed, peak, code = run_once([*MODULE, *argv], folder, env)
             times.append(elapsed)
             peaks.append(peak)
@@ -499,7 +541,11 @@ def hostile_results(work: str, env: dict, runs: int, now: float) -> list[dict]:
     return rows
 
 
-HOSTILE_LIMITS = {f"boot --max-chars 9500, {BULLETS:,} MEMORY.md bullets": 1.0}
+HOSTILE_LIMITS = {
+    f"boot --max-chars 9500, {BULLETS:,} MEMORY.md bullets": 1.0,
+    "merge-file, 100 facts + 2,000 new on each side": 1.0,
+    "merge-file, 20 MB of prose edited on both sides": 10.0,
+}
 
 
 # ---- reporting ---------------------------------------------------------------------------
