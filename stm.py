@@ -1126,6 +1126,8 @@ def utc_stamp_seconds(stamp: str) -> float | None:
 def is_iso_utc(text) -> bool:
     if not isinstance(text, str):
         return False
+    if text[8:10] <= "28" and STAMP_RE.match(text):
+        return True  # stm's own format, on a day every month has (check: 30,000 stamps)
     return parse_iso(text, need_zone=True) is not None
 
 
@@ -3360,6 +3362,28 @@ def parse_git_status(output: str) -> tuple[str, str, list[str]]:
     return branch, commit, paths
 
 
+def untracked_outside(root: str, exclude=()) -> list[str]:
+    """The untracked files (a wholly untracked folder as `name/`) of the work tree at
+    `root`, as `git status` lists them, outside the folders in `exclude`. Looked for below
+    the top-level entries that are not excluded: git (2.39) reads every folder of a tree
+    a pathspec excludes while it looks for untracked files, and memory's history is
+    thousands of folders; a pathspec naming what to read prunes the walk."""
+    skip = {".git", *(folder.split("/")[0] for folder in exclude if "/" not in folder)}
+    try:
+        names = sorted(name for name in os.listdir(root) if name not in skip)
+    except OSError:
+        return []
+    if not names:
+        return []
+    specs = [f":(literal){name}" for name in names]
+    specs += [f":(exclude,literal){folder}" for folder in exclude if "/" in folder]
+    output = git_output(
+        root, "ls-files", "--others", "--exclude-standard", "--directory",
+        "--no-empty-directory", "-z", "--", *specs,
+    )  # fmt: skip
+    return [path for path in (output or "").split("\0") if path]
+
+
 def git_state(
     root: str, *, since: float | None = None, max_files: int = 20, exclude=()
 ) -> GitState | None:
@@ -3370,10 +3394,11 @@ def git_state(
     the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
     itself) count for neither. None outside a work tree or without git."""
     where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
-    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", *where)
+    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", "-uno", *where)
     if output is None:
         return None
     branch, commit, paths = parse_git_status(output)
+    paths += untracked_outside(root, exclude)
     commits = []
     if isinstance(since, (int, float)) and abs(since) < 1e11:  # NaN and infinity fail too
         log = git_output(
@@ -5144,13 +5169,19 @@ class Finding:
 
 
 class Checker:
-    """Runs every rule of spec/memory-layers.md and spec/state-layout.md."""
+    """Runs every rule of spec/memory-layers.md and spec/state-layout.md: on the whole
+    store, or (`only`: paths in the store, those staged for a commit) on the logs and
+    sessions those paths are in, beside the layers, refs and git files, which are read
+    whole either way. Then the cost follows what changed, not how much history there is.
+    """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, only: list[str] | None = None):
         self.store = store
+        self.only = only
         self.findings: list[Finding] = []
         self.receipts: set[str] = set()  # session ids named by handoff receipts in the logs
         self.compact_moves: list = []  # moves the logs record: read with the logs, once
+        self.receipts_complete = only is None  # every log read for receipts
 
     def report(self, rule: str, path: str, message: str, fix=None, line=None) -> None:
         """Record a finding of `rule` (a RULES id: its severity and default fix)."""
@@ -5162,19 +5193,42 @@ class Checker:
     def run(self) -> list[Finding]:
         self.check_layers()
         self.check_refs()
-        self.check_logs()
+        if self.only is None:
+            self.check_logs()
+        else:
+            self.check_only_logs()
         self.check_compact_duplicates()
         self.check_config()
         self.check_budget()
-        # Temp files appear only beside the files stm rewrites: look exactly there.
+        # Temp files appear only beside the files stm rewrites: look exactly there (git
+        # ignores them: a commit carries none, so the staged check leaves logs/ unlisted).
         for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
-            self.check_temp_files(folder)
+            if self.only is None or folder != self.store.logs_dir:
+                self.check_temp_files(folder)
         self.check_lock_file(self.store.stacks, "layer-symlink")
         if os.path.isdir(self.store.state):
             self.check_state()
         self.check_git_files()
         self.check_hooks()
         return self.findings
+
+    def only_under(self, root: str) -> list[list[str]]:
+        """The `only` paths inside `root`, each as its path components below it."""
+        found = []
+        for path in self.only or ():
+            rel = os.path.relpath(path, root)
+            if rel != "." and not rel.startswith(".."):
+                found.append(rel.replace(os.sep, "/").split("/"))
+        return found
+
+    def check_only_logs(self) -> None:
+        """The staged check: only the logs among the paths (each as check_logs would)."""
+        if os.path.islink(self.store.logs_dir):
+            return
+        names = {parts[0] for parts in self.only_under(self.store.logs_dir) if len(parts) == 1}
+        for name in sorted(names):
+            if os.path.lexists(os.path.join(self.store.logs_dir, name)):  # not deleted
+                self.check_log_name(name)
 
     def check_hooks(self) -> None:
         """The agent-client hooks stm installed: each command must run stm in this clone
@@ -5330,27 +5384,31 @@ class Checker:
         except OSError:
             return
         for name in names:
-            path = os.path.join(logs, name)
-            if name.startswith("."):
-                continue
-            if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
-                self.report(
-                    "log-name",
-                    path,
-                    "log files are named YYYY-MM-DD.md",
-                    "rename it to the UTC date of its entries",
-                )
-                if LOG_NAME_RE.match(name):  # compact still reads it (log_file_names)
-                    with contextlib.suppress(OSError):
-                        for data, _, _ in iter_log_blocks(path):
-                            self.compact_moves += compact_moves_in(data)
-                continue
-            try:  # opened without following a link, and refused unless a regular file:
-                self.check_log_file(path)  # no lstat for each of 3,650 logs to find out
-            except OSError:
-                if not os.path.islink(path) and os.path.isfile(path):
-                    raise
-                self.report("layer-symlink", path, "log is not a regular file", "replace it")
+            self.check_log_name(name)
+
+    def check_log_name(self, name: str) -> None:
+        """One entry of logs/: its name, its kind, and the log itself."""
+        path = os.path.join(self.store.logs_dir, name)
+        if name.startswith("."):
+            return
+        if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
+            self.report(
+                "log-name",
+                path,
+                "log files are named YYYY-MM-DD.md",
+                "rename it to the UTC date of its entries",
+            )
+            if LOG_NAME_RE.match(name):  # compact still reads it (log_file_names)
+                with contextlib.suppress(OSError):
+                    for data, _, _ in iter_log_blocks(path):
+                        self.compact_moves += compact_moves_in(data)
+            return
+        try:  # opened without following a link, and refused unless a regular file:
+            self.check_log_file(path)  # no lstat for each of 3,650 logs to find out
+        except OSError:
+            if not os.path.islink(path) and os.path.isfile(path):
+                raise
+            self.report("layer-symlink", path, "log is not a regular file", "replace it")
 
     def check_log_file(self, path: str) -> None:
         """A log, a block of whole entries at a time (bounded memory). Each block is tried
@@ -5544,10 +5602,13 @@ class Checker:
         for folder in (store.sessions_dir, store.history_dir):
             if os.path.islink(folder):
                 self.report("session-symlink", folder, "folder is a symbolic link; not read")
+        self.check_pointer()
+        if self.only is not None:
+            self.check_only_sessions()
+            return
         self.check_temp_files(store.sessions_dir)
         self.check_temp_files(store.history_dir)
         self.check_building_folders(store.sessions_dir)
-        self.check_pointer()
         for name, link in dir_entries(store.sessions_dir, with_links=True):
             path = os.path.join(store.sessions_dir, name)
             if name.startswith("user-") and link:
@@ -5566,6 +5627,47 @@ class Checker:
                 continue
             for sid, link in dir_entries(month_dir, with_links=True):
                 self.check_session(os.path.join(month_dir, sid), sid, month, link)
+
+    def check_only_sessions(self) -> None:
+        """The staged check: the sessions that hold one of the paths, each whole (its
+        state, history, handoff and Session.md refer to one another)."""
+        store, folders = self.store, {}
+        if not os.path.islink(store.sessions_dir):
+            for parts in self.only_under(store.sessions_dir):
+                if parts[0].startswith("user-") and len(parts) > 1:
+                    user = os.path.join(store.sessions_dir, parts[0])
+                    if os.path.islink(user):
+                        message = "user folder is a symbolic link; not read"
+                        self.report("session-symlink", user, message)
+                    else:
+                        folders[os.path.join(user, parts[1])] = (parts[1], None)
+                elif not parts[0].startswith("user-") and not parts[0].endswith(".building"):
+                    folders[os.path.join(store.sessions_dir, parts[0])] = (parts[0], None)
+        if not os.path.islink(store.history_dir):
+            for parts in self.only_under(store.history_dir):
+                month_dir = os.path.join(store.history_dir, parts[0])
+                if os.path.islink(month_dir):
+                    self.report("session-symlink", month_dir, "month folder is a symbolic link")
+                elif len(parts) > 1:
+                    folders[os.path.join(month_dir, parts[1])] = (parts[1], parts[0])
+        for path, (name, month) in sorted(folders.items()):
+            if os.path.lexists(path):  # else deleted, or moved (archived): nothing to read
+                self.check_session(path, name, month, os.path.islink(path))
+
+    def receipt_found(self, session_id: str) -> bool:
+        """Whether a log records the receipt of this handoff session. The staged check has
+        read only the staged logs: then the session's day and today, then every log."""
+        if session_id in self.receipts or self.receipts_complete:
+            return session_id in self.receipts
+        if receipt_logged(self.store, session_id):
+            return True
+        for name in log_file_names(self.store):  # rare: a handoff without its receipt
+            with contextlib.suppress(OSError):
+                for data, _, _ in iter_log_blocks(os.path.join(self.store.logs_dir, name)):
+                    if b"\n\nsession: " in data:
+                        self.receipts.update(m.decode() for m in HANDOFF_RECEIPT_RE.findall(data))
+        self.receipts_complete = True
+        return session_id in self.receipts
 
     def check_pointer(self) -> None:
         store = self.store
@@ -5691,7 +5793,7 @@ class Checker:
                 "was interrupted)",
                 f"run `stm check --fix` or `stm session archive {name}` to finish it",
             )
-        if not context or not state.get("task_id") or name in self.receipts:
+        if not context or not state.get("task_id") or self.receipt_found(name):
             return
         handoff = os.path.join(path, "context", HANDOFF_JSON)
         if os.path.isfile(handoff):
@@ -6918,23 +7020,58 @@ def cmd_log(args) -> int:
 
 
 def check_store(
-    store: Store, *, fix: bool = False, dry_run: bool = False
+    store: Store, *, fix: bool = False, dry_run: bool = False, only: list[str] | None = None
 ) -> tuple[list[Finding], list]:
     """The `check` operation: every rule's findings, and with fix (or dry_run) the
     repairs made (or that would be made) as (finding, action) pairs. After real repairs
-    the findings are those of a second run."""
-    findings = Checker(store).run()
+    the findings are those of a second run. `only` (staged_store_paths): the logs and
+    sessions to read, instead of all of them."""
+    findings = Checker(store, only).run()
     fixed = []
     if fix or dry_run:
         fixed = fix_findings(store, findings, dry_run=dry_run)
         if fixed and not dry_run:
-            findings = Checker(store).run()
+            findings = Checker(store, only).run()
     return findings, fixed
+
+
+def staged_store_paths(store: Store) -> list[str] | None:
+    """The store's paths staged for the next commit (the index against HEAD: added,
+    changed or deleted), or None when git cannot say (no git, not a work tree). Only
+    the index is compared: comparing the work tree too would have git stat every file
+    it tracks, and a store's history is most of them. Under pre-commit the work tree
+    holds just what is staged anyway (it stashes the rest while hooks run)."""
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+    if not top:
+        return None
+    trees = {}  # each tree's path in git's terms (relative to the top, "/"), as stm has it
+    for tree in (store.stacks, store.state):
+        rel = os.path.relpath(os.path.realpath(tree), os.path.realpath(top))
+        if rel != ".." and not rel.startswith(".." + os.sep):  # else git does not track it
+            trees["" if rel == "." else rel.replace(os.sep, "/") + "/"] = tree
+    if not trees:
+        return []
+    specs = [rel or "." for rel in trees]
+    names = git_output(top, "diff", "--cached", "--name-only", "--no-renames", "-z", "--", *specs)
+    if names is None:  # before the first commit git compares with an empty tree: not None
+        return None
+    paths = []
+    for name in names.split("\0"):
+        for rel, tree in trees.items():
+            if name and name.startswith(rel):
+                paths.append(os.path.join(tree, *name[len(rel) :].split("/")))
+    return paths
 
 
 def cmd_check(args) -> int:
     store = store_from_args(args)
-    findings, fixed = check_store(store, fix=args.fix, dry_run=args.dry_run)
+    only = None
+    if args.staged:
+        only = staged_store_paths(store)
+        if only is None:
+            warn("check --staged: git cannot list the staged files here; checking everything")
+    findings, fixed = check_store(store, fix=args.fix, dry_run=args.dry_run, only=only)
     if args.fix or args.dry_run:
         for finding in findings:
             if finding.rule == "conflict-markers":
@@ -10755,6 +10892,13 @@ def options_log(p) -> None:
 
 def options_check(p) -> None:
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument(
+        "--staged",
+        action="store_true",
+        help="read only the logs and sessions staged for the next commit (with the layers, "
+        "refs and git files): a cost that follows the commit, not the history; what "
+        "pre-commit hooks run (CI runs the full check)",
+    )
     p.add_argument(
         "--fix",
         action="store_true",
