@@ -411,9 +411,12 @@ SECRET_PATTERNS = (
 
 class LazyRegex:
     """A regex compiled on first use, so importing stm (every boot) compiles only what
-    the command needs."""
+    the command needs. Once compiled, its usual methods are plain attributes (the
+    pattern's own bound methods): check calls `match` 100,000 times, and a Python-level
+    __getattr__ for each would cost more than the match."""
 
-    __slots__ = ("_args", "_compiled")
+    METHODS = ("match", "search", "fullmatch", "finditer", "findall", "sub", "split")
+    __slots__ = ("_args", "_compiled", *METHODS)
 
     def __init__(self, pattern, flags: int = 0):
         self._args = (pattern, flags)
@@ -422,6 +425,8 @@ class LazyRegex:
     def __getattr__(self, name):
         if self._compiled is None:
             self._compiled = re.compile(*self._args)
+            for method in self.METHODS:
+                setattr(self, method, getattr(self._compiled, method))
         return getattr(self._compiled, name)
 
 
@@ -590,17 +595,20 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
     a FIFO planted where a file should be must not hang the command; it is refused."""
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
-        require_regular(fd, path)
-        chunks = []
-        remaining = limit if limit is not None else -1
-        while remaining != 0:
-            chunk = os.read(fd, 65536 if remaining < 0 else min(65536, remaining))
+        size = require_regular(fd, path).st_size
+        chunks, total = [], 0
+        while limit is None or total < limit:
+            # The size and one byte more: a short read once the size is reached is the
+            # end, so a file costs one read (check reads 20,000 of them).
+            want = size - total + 1 if total < size else 65536
+            chunk = os.read(fd, want if limit is None else min(want, limit - total))
             if not chunk:
                 break
             chunks.append(chunk)
-            if remaining > 0:
-                remaining -= len(chunk)
-        return b"".join(chunks)
+            total += len(chunk)
+            if len(chunk) < want and total >= size:
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 
@@ -1134,6 +1142,8 @@ def utc_stamp_seconds(stamp: str) -> float | None:
 def is_iso_utc(text) -> bool:
     if not isinstance(text, str):
         return False
+    if text[8:10] <= "28" and STAMP_RE.match(text):
+        return True  # stm's own format, on a day every month has (check: 30,000 stamps)
     return parse_iso(text, need_zone=True) is not None
 
 
@@ -1356,6 +1366,18 @@ def finite_json_float(text: str) -> float:
     return value
 
 
+_JSON_DECODER: list = []
+
+
+def json_decoder():
+    """The decoder load_json uses when given no options (built once)."""
+    if not _JSON_DECODER:
+        _JSON_DECODER.append(
+            json.JSONDecoder(parse_constant=refuse_json_constant, parse_float=finite_json_float)
+        )
+    return _JSON_DECODER[0]
+
+
 def load_json(data, *, bounded: bool = True, **options):
     """The one JSON reader for everything stm reads (state, history, handoffs, settings,
     config, MCP messages): json.loads as RFC 8259 has it — NaN, Infinity and numbers
@@ -1363,10 +1385,17 @@ def load_json(data, *, bounded: bool = True, **options):
     JSON_DEPTH_MAX levels (or deep enough to exhaust Python's recursion) is a ValueError
     too, like any other malformed JSON, so no file or message can crash a command later
     (check renders what it reads), and nothing read can make stm write non-JSON."""
-    options.setdefault("parse_constant", refuse_json_constant)
-    options.setdefault("parse_float", finite_json_float)
     try:
-        value = json.loads(data, **options)
+        if options:
+            options.setdefault("parse_constant", refuse_json_constant)
+            options.setdefault("parse_float", finite_json_float)
+            value = json.loads(data, **options)
+        else:  # json.loads would build a new decoder for every file: check reads 20,000
+            if not isinstance(data, str):
+                data = data.decode(json.detect_encoding(data), "surrogatepass")
+            elif data.startswith("\ufeff"):
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", data, 0)
+            value = json_decoder().decode(data)
     except RecursionError:
         raise ValueError(f"nested deeper than {JSON_DEPTH_MAX} levels") from None
     stack = [(value, 1)] if bounded and isinstance(value, (dict, list)) else []
@@ -2110,6 +2139,33 @@ def log_complete_end(fd: int, size: int) -> int | None:
 
 SECRET_HINTS_BYTES = tuple(h.encode() for _, _, hints in SECRET_PATTERNS for h in hints)
 
+# Bytes from the most to the least common in notes, logs and code (a rough order; bytes
+# not listed are rarer still). A hint is looked for only where its rarest byte occurs:
+# `in` for one byte is a memchr, an order of magnitude faster than a search for a short
+# hint, and check runs every hint over every log (20 MB on the bench's large store).
+COMMON_BYTES = b" \netaoinsrhldcu0123456789-:/.,mfpgwybvkETAOINSRHLDCUMFPGWYB"
+_SECRET_HINT_GROUPS: list = []
+
+
+def secret_hint_groups() -> list[tuple[bytes, tuple[bytes, ...]]]:
+    """(a byte, the hints whose rarest byte it is), built once: `_` for ghp_, npm_, hf_
+    and the other tokens with an underscore, `J` for eyJ, and so on."""
+    if not _SECRET_HINT_GROUPS:
+        groups: dict[bytes, list[bytes]] = {}
+        for hint in SECRET_HINTS_BYTES:
+            rarest = max(hint, key=lambda b: COMMON_BYTES.find(b) % (len(COMMON_BYTES) + 1))
+            groups.setdefault(bytes([rarest]), []).append(hint)
+        _SECRET_HINT_GROUPS.extend((byte, tuple(hints)) for byte, hints in groups.items())
+    return _SECRET_HINT_GROUPS
+
+
+def may_hold_secret(data: bytes) -> bool:
+    """Whether `data` holds a hint of SECRET_PATTERNS (no regex runs on data without)."""
+    for byte, hints in secret_hint_groups():
+        if byte in data and any(hint in data for hint in hints):
+            return True
+    return False
+
 
 def find_secrets(text: str):
     """Yield (kind, line_no, excerpt) for everything that looks like a credential.
@@ -2161,6 +2217,12 @@ def archive_month(session_id: str) -> str:
 def list_dirs(path: str, with_links: bool = False) -> list[str]:
     """Sub-folder names (symlinks too, when asked: check reports them), sorted; nothing
     when `path` itself is a link (stm never walks through one)."""
+    return [name for name, _ in dir_entries(path, with_links)]
+
+
+def dir_entries(path: str, with_links: bool = False) -> list[tuple[str, bool]]:
+    """list_dirs, each name with whether it is a symbolic link (from the listing: no
+    lstat per name)."""
     if os.path.islink(path):
         return []
     try:
@@ -2168,7 +2230,7 @@ def list_dirs(path: str, with_links: bool = False) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(
-        e.name
+        (e.name, e.is_symlink())
         for e in entries
         if e.is_dir(follow_symlinks=False) or (with_links and e.is_symlink())
     )
@@ -3511,6 +3573,28 @@ def parse_git_status(output: str) -> tuple[str, str, list[str]]:
     return branch, commit, paths
 
 
+def untracked_outside(root: str, exclude=()) -> list[str]:
+    """The untracked files (a wholly untracked folder as `name/`) of the work tree at
+    `root`, as `git status` lists them, outside the folders in `exclude`. Looked for below
+    the top-level entries that are not excluded: git (2.39) reads every folder of a tree
+    a pathspec excludes while it looks for untracked files, and memory's history is
+    thousands of folders; a pathspec naming what to read prunes the walk."""
+    skip = {".git", *(folder.split("/")[0] for folder in exclude if "/" not in folder)}
+    try:
+        names = sorted(name for name in os.listdir(root) if name not in skip)
+    except OSError:
+        return []
+    if not names:
+        return []
+    specs = [f":(literal){name}" for name in names]
+    specs += [f":(exclude,literal){folder}" for folder in exclude if "/" in folder]
+    output = git_output(
+        root, "ls-files", "--others", "--exclude-standard", "--directory",
+        "--no-empty-directory", "-z", "--", *specs,
+    )  # fmt: skip
+    return [path for path in (output or "").split("\0") if path]
+
+
 def git_state(
     root: str, *, since: float | None = None, max_files: int = 20, exclude=()
 ) -> GitState | None:
@@ -3521,10 +3605,11 @@ def git_state(
     the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
     itself) count for neither. None outside a work tree or without git."""
     where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
-    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", *where)
+    output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", "-uno", *where)
     if output is None:
         return None
     branch, commit, paths = parse_git_status(output)
+    paths += untracked_outside(root, exclude)
     commits = []
     if isinstance(since, (int, float)) and abs(since) < 1e11:  # NaN and infinity fail too
         log = git_output(
@@ -4806,15 +4891,26 @@ def logged_compact_moves(store: Store) -> list:
         path = os.path.join(store.logs_dir, name)
         try:
             for data, _, _ in iter_log_blocks(path):
-                if COMPACT_TAG.encode() not in data:
-                    continue
-                for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
-                    if kind == "entry" and rest[0].complete:
-                        moves += compact_moves(rest[0].body)
+                moves += compact_moves_in(data)
         except OSError:
             continue
-    # Only the newest compact of each section can have been interrupted: an older one was
-    # followed by its rewrite (or the newer compact would have refused nothing).
+    return newest_compact_moves(moves)
+
+
+def compact_moves_in(data: bytes) -> list:
+    """The moves recorded in a block of log entries (iter_log_blocks)."""
+    moves = []
+    if COMPACT_TAG.encode() not in data:
+        return moves
+    for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+        if kind == "entry" and rest[0].complete:
+            moves += compact_moves(rest[0].body)
+    return moves
+
+
+def newest_compact_moves(moves: list) -> list:
+    """Only the newest compact of each section can have been interrupted: an older one was
+    followed by its rewrite (or the newer compact would have refused nothing)."""
     newest = {}
     for rel, name, items in moves:
         newest[(rel, name.strip().lower())] = (rel, name, items)
@@ -5974,12 +6070,19 @@ class Finding:
 
 
 class Checker:
-    """Runs every rule of spec/memory-layers.md and spec/state-layout.md."""
+    """Runs every rule of spec/memory-layers.md and spec/state-layout.md: on the whole
+    store, or (`only`: paths in the store, those staged for a commit) on the logs and
+    sessions those paths are in, beside the layers, refs and git files, which are read
+    whole either way. Then the cost follows what changed, not how much history there is.
+    """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, only: list[str] | None = None):
         self.store = store
+        self.only = only
         self.findings: list[Finding] = []
         self.receipts: set[str] = set()  # session ids named by handoff receipts in the logs
+        self.compact_moves: list = []  # moves the logs record: read with the logs, once
+        self.receipts_complete = only is None  # every log read for receipts
 
     def report(self, rule: str, path: str, message: str, fix=None, line=None) -> None:
         """Record a finding of `rule` (a RULES id: its severity and default fix)."""
@@ -5991,19 +6094,42 @@ class Checker:
     def run(self) -> list[Finding]:
         self.check_layers()
         self.check_refs()
-        self.check_logs()
+        if self.only is None:
+            self.check_logs()
+        else:
+            self.check_only_logs()
         self.check_compact_duplicates()
         self.check_config()
         self.check_budget()
-        # Temp files appear only beside the files stm rewrites: look exactly there.
+        # Temp files appear only beside the files stm rewrites: look exactly there (git
+        # ignores them: a commit carries none, so the staged check leaves logs/ unlisted).
         for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
-            self.check_temp_files(folder)
+            if self.only is None or folder != self.store.logs_dir:
+                self.check_temp_files(folder)
         self.check_lock_file(self.store.stacks, "layer-symlink")
         if os.path.isdir(self.store.state):
             self.check_state()
         self.check_git_files()
         self.check_hooks()
         return self.findings
+
+    def only_under(self, root: str) -> list[list[str]]:
+        """The `only` paths inside `root`, each as its path components below it."""
+        found = []
+        for path in self.only or ():
+            rel = os.path.relpath(path, root)
+            if rel != "." and not rel.startswith(".."):
+                found.append(rel.replace(os.sep, "/").split("/"))
+        return found
+
+    def check_only_logs(self) -> None:
+        """The staged check: only the logs among the paths (each as check_logs would)."""
+        if os.path.islink(self.store.logs_dir):
+            return
+        names = {parts[0] for parts in self.only_under(self.store.logs_dir) if len(parts) == 1}
+        for name in sorted(names):
+            if os.path.lexists(os.path.join(self.store.logs_dir, name)):  # not deleted
+                self.check_log_name(name)
 
     def check_hooks(self) -> None:
         """The agent-client hooks stm installed: each command must run stm in this clone
@@ -6193,21 +6319,31 @@ class Checker:
         except OSError:
             return
         for name in names:
-            path = os.path.join(logs, name)
-            if name.startswith("."):
-                continue
-            if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
-                self.report(
-                    "log-name",
-                    path,
-                    "log files are named YYYY-MM-DD.md",
-                    "rename it to the UTC date of its entries",
-                )
-                continue
-            if os.path.islink(path) or not os.path.isfile(path):
-                self.report("layer-symlink", path, "log is not a regular file", "replace it")
-                continue
-            self.check_log_file(path)
+            self.check_log_name(name)
+
+    def check_log_name(self, name: str) -> None:
+        """One entry of logs/: its name, its kind, and the log itself."""
+        path = os.path.join(self.store.logs_dir, name)
+        if name.startswith("."):
+            return
+        if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
+            self.report(
+                "log-name",
+                path,
+                "log files are named YYYY-MM-DD.md",
+                "rename it to the UTC date of its entries",
+            )
+            if LOG_NAME_RE.match(name):  # compact still reads it (log_file_names)
+                with contextlib.suppress(OSError):
+                    for data, _, _ in iter_log_blocks(path):
+                        self.compact_moves += compact_moves_in(data)
+            return
+        try:  # opened without following a link, and refused unless a regular file:
+            self.check_log_file(path)  # no lstat for each of 3,650 logs to find out
+        except OSError:
+            if not os.path.islink(path) and os.path.isfile(path):
+                raise
+            self.report("layer-symlink", path, "log is not a regular file", "replace it")
 
     def check_log_file(self, path: str) -> None:
         """A log, a block of whole entries at a time (bounded memory). Each block is tried
@@ -6217,6 +6353,7 @@ class Checker:
         items = []
         for data, first, last in iter_log_blocks(path):
             self.scan_secrets(path, data, first)
+            self.compact_moves += compact_moves_in(data)
             if b"\n\nsession: " in data:  # handoff receipts, for handoff sessions to find
                 self.receipts.update(m.decode() for m in HANDOFF_RECEIPT_RE.findall(data))
             if b"\r\n" in data:  # checked out with core.autocrlf: the entries are intact
@@ -6272,7 +6409,8 @@ class Checker:
                 )
 
     def check_compact_duplicates(self) -> None:
-        for path, dupes in compact_duplicates(self.store, logged_compact_moves(self.store)).items():
+        moves = newest_compact_moves(self.compact_moves)
+        for path, dupes in compact_duplicates(self.store, moves).items():
             sections = sorted({name for name, _ in dupes})
             self.report(
                 "compact-duplicate",
@@ -6331,8 +6469,8 @@ class Checker:
 
     def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
         if isinstance(text, bytes):
-            if not any(hint in text for hint in SECRET_HINTS_BYTES):
-                return  # no decoding for the common case (`in` is a C-level search)
+            if not may_hold_secret(text):
+                return  # no decoding for the common case (C-level searches only)
             text = text.decode("utf-8", "replace")
         for kind, line, excerpt in find_secrets(text):
             line += first_line - 1
@@ -6399,28 +6537,72 @@ class Checker:
         for folder in (store.sessions_dir, store.history_dir):
             if os.path.islink(folder):
                 self.report("session-symlink", folder, "folder is a symbolic link; not read")
+        self.check_pointer()
+        if self.only is not None:
+            self.check_only_sessions()
+            return
         self.check_temp_files(store.sessions_dir)
         self.check_temp_files(store.history_dir)
         self.check_building_folders(store.sessions_dir)
-        self.check_pointer()
-        for name in list_dirs(store.sessions_dir, with_links=True):
+        for name, link in dir_entries(store.sessions_dir, with_links=True):
             path = os.path.join(store.sessions_dir, name)
-            if name.startswith("user-") and os.path.islink(path):
+            if name.startswith("user-") and link:
                 self.report("session-symlink", path, "user folder is a symbolic link; not read")
             elif name.startswith("user-"):
                 self.check_building_folders(path)
-                for sid in list_dirs(path, with_links=True):
+                for sid, link in dir_entries(path, with_links=True):
                     if not sid.endswith(".building"):
-                        self.check_session(os.path.join(path, sid), sid, None)
+                        self.check_session(os.path.join(path, sid), sid, None, link)
             elif not name.endswith(".building"):
-                self.check_session(path, name, None)
-        for month in list_dirs(store.history_dir, with_links=True):
+                self.check_session(path, name, None, link)
+        for month, link in dir_entries(store.history_dir, with_links=True):
             month_dir = os.path.join(store.history_dir, month)
-            if os.path.islink(month_dir):
+            if link:
                 self.report("session-symlink", month_dir, "month folder is a symbolic link")
                 continue
-            for sid in list_dirs(month_dir, with_links=True):
-                self.check_session(os.path.join(month_dir, sid), sid, month)
+            for sid, link in dir_entries(month_dir, with_links=True):
+                self.check_session(os.path.join(month_dir, sid), sid, month, link)
+
+    def check_only_sessions(self) -> None:
+        """The staged check: the sessions that hold one of the paths, each whole (its
+        state, history, handoff and Session.md refer to one another)."""
+        store, folders = self.store, {}
+        if not os.path.islink(store.sessions_dir):
+            for parts in self.only_under(store.sessions_dir):
+                if parts[0].startswith("user-") and len(parts) > 1:
+                    user = os.path.join(store.sessions_dir, parts[0])
+                    if os.path.islink(user):
+                        message = "user folder is a symbolic link; not read"
+                        self.report("session-symlink", user, message)
+                    else:
+                        folders[os.path.join(user, parts[1])] = (parts[1], None)
+                elif not parts[0].startswith("user-") and not parts[0].endswith(".building"):
+                    folders[os.path.join(store.sessions_dir, parts[0])] = (parts[0], None)
+        if not os.path.islink(store.history_dir):
+            for parts in self.only_under(store.history_dir):
+                month_dir = os.path.join(store.history_dir, parts[0])
+                if os.path.islink(month_dir):
+                    self.report("session-symlink", month_dir, "month folder is a symbolic link")
+                elif len(parts) > 1:
+                    folders[os.path.join(month_dir, parts[1])] = (parts[1], parts[0])
+        for path, (name, month) in sorted(folders.items()):
+            if os.path.lexists(path):  # else deleted, or moved (archived): nothing to read
+                self.check_session(path, name, month, os.path.islink(path))
+
+    def receipt_found(self, session_id: str) -> bool:
+        """Whether a log records the receipt of this handoff session. The staged check has
+        read only the staged logs: then the session's day and today, then every log."""
+        if session_id in self.receipts or self.receipts_complete:
+            return session_id in self.receipts
+        if receipt_logged(self.store, session_id):
+            return True
+        for name in log_file_names(self.store):  # rare: a handoff without its receipt
+            with contextlib.suppress(OSError):
+                for data, _, _ in iter_log_blocks(os.path.join(self.store.logs_dir, name)):
+                    if b"\n\nsession: " in data:
+                        self.receipts.update(m.decode() for m in HANDOFF_RECEIPT_RE.findall(data))
+        self.receipts_complete = True
+        return session_id in self.receipts
 
     def check_pointer(self) -> None:
         store = self.store
@@ -6457,7 +6639,9 @@ class Checker:
         elif os.path.lexists(lock) and not os.path.isfile(lock):
             self.report(rule, lock, "the lock file is not a regular file; remove it")
 
-    def check_session(self, path: str, name: str, month: str | None) -> None:
+    def check_session(self, path: str, name: str, month: str | None, link: bool) -> None:
+        """One session folder (`link`: whether it is a symbolic link, from the listing).
+        Its own listing answers which optional files exist: no lstat for each."""
         if not is_session_id(name):
             self.report(
                 "session-id",
@@ -6466,7 +6650,7 @@ class Checker:
                 "move it out of .state/sessions/",
             )
             return
-        if os.path.islink(path):
+        if link:
             self.report(
                 "session-symlink",
                 path,
@@ -6483,8 +6667,9 @@ class Checker:
             )
         try:  # one listing serves the temp-file and link checks (10,000 sessions: syscalls)
             entries = {entry.name: entry.is_symlink() for entry in os.scandir(path)}
+            context = "context" in entries
         except OSError:
-            entries = {}
+            entries, context = {}, True  # not listed: look for the handoff as if it were
         self.check_temp_files(path, entries)
         state_path = os.path.join(path, STATE_FILE)
         found = len(self.findings)
@@ -6516,21 +6701,23 @@ class Checker:
                 "run `stm check --fix` to record a `recovered` event",
             )
         self.check_session_links(path, state, entries)
-        self.check_interrupted_steps(path, name, month, state)
-        handoff = os.path.join(path, "context", HANDOFF_JSON)
-        if state is not None and os.path.lexists(handoff) and not links_on_the_way(path, handoff):
-            if os.path.isfile(handoff):
-                self.check_handoff(path)
-            elif os.path.lexists(handoff):
-                self.report("handoff-invalid", handoff, "handoff.json is not a regular file")
-        session_md = os.path.join(path, SESSION_MD)
-        handoff_session = isinstance(state, dict) and bool(state.get("task_id"))
-        if handoff_session and os.path.isfile(session_md) and not os.path.islink(session_md):
-            self.check_conflict_markers(session_md, read_text(session_md))
+        self.check_interrupted_steps(path, name, month, state, context)
+        if state is not None and context:  # most sessions have no context/: no lstat then
+            handoff = os.path.join(path, "context", HANDOFF_JSON)
+            if os.path.lexists(handoff) and not links_on_the_way(path, handoff):
+                if os.path.isfile(handoff):
+                    self.check_handoff(path)
+                elif os.path.lexists(handoff):
+                    self.report("handoff-invalid", handoff, "handoff.json is not a regular file")
+        if isinstance(state, dict) and state.get("task_id"):  # a handoff session
+            session_md = os.path.join(path, SESSION_MD)
+            if os.path.isfile(session_md) and not os.path.islink(session_md):
+                self.check_conflict_markers(session_md, read_text(session_md))
 
-    def check_interrupted_steps(self, path: str, name: str, month, state) -> None:
+    def check_interrupted_steps(self, path: str, name: str, month, state, context=True) -> None:
         """Multi-file commands killed between steps: an archive marked but not moved, a
-        handoff session whose log receipt was never written."""
+        handoff session whose log receipt was never written (`context`: whether the
+        folder has a context/, where the handoff is)."""
         if not isinstance(state, dict):
             return
         if month is None and state.get("archived_at"):
@@ -6541,8 +6728,10 @@ class Checker:
                 "was interrupted)",
                 f"run `stm check --fix` or `stm session archive {name}` to finish it",
             )
+        if not context or not state.get("task_id") or self.receipt_found(name):
+            return
         handoff = os.path.join(path, "context", HANDOFF_JSON)
-        if state.get("task_id") and name not in self.receipts and os.path.isfile(handoff):
+        if os.path.isfile(handoff):
             self.report(
                 "handoff-receipt",
                 handoff,
@@ -6554,9 +6743,9 @@ class Checker:
         would tell an agent to read (checked on the resolved path, not the text).
         `entries`: the folder's listing, name -> is a link."""
         for name in ("context", "artifacts", SESSION_MD):
-            inner = os.path.join(path, name)
             if name not in entries:
                 continue
+            inner = os.path.join(path, name)
             if entries[name]:
                 self.report("session-symlink", inner, f"{name} is a symbolic link; not read")
             elif name == SESSION_MD and os.path.lexists(inner) and not os.path.isfile(inner):
@@ -6899,6 +7088,8 @@ def state_sides(raw: str) -> list[dict]:
 
 def repeated_values(values: list) -> list:
     """The values that occur more than once, sorted (linear: check runs it per session)."""
+    if len(set(values)) == len(values):
+        return []  # the common case
     seen, repeated = set(), set()
     for value in values:
         (repeated if value in seen else seen).add(value)
@@ -6908,6 +7099,9 @@ def repeated_values(values: list) -> list:
 def event_versions(events: list) -> list[int]:
     """The versions the events record. A handoff's `handoff` event shares its session's
     first version with `created` by design (one write made both): it is left out."""
+    versions = [e.get("version") for e in events]
+    if set(map(type, versions)) == {int} and "handoff" not in [e.get("event") for e in events]:
+        return versions  # the common case, without a Python step per event (check: 10,000)
     return [
         e["version"]
         for e in events
@@ -7428,16 +7622,20 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
 
 def history_events(lines: list[bytes]) -> list | None:
     """One json.loads for a whole history file (fast); None sends the caller line by line."""
-    if not lines or any(not line.strip() for line in lines):
+    if not lines:
         return None
-    try:
+    try:  # an empty or blank line makes the joined text invalid JSON: None, as it should
         # Not depth-walked (the hot path of check on 10,000 sessions): json's own recursion
         # limit still turns an absurdly deep line into an error, not a crash.
         events = load_json(b"[" + b",".join(lines) + b"]", bounded=False)
     except ValueError:
         return None
-    valid = len(events) == len(lines) and all(
-        isinstance(e, dict) and "timestamp" in e and "event" in e for e in events
+    # Every event an object with both keys, tested a list at a time (no Python step each).
+    valid = (
+        len(events) == len(lines)
+        and set(map(type, events)) == {dict}
+        and all(map(dict.__contains__, events, ["timestamp"] * len(events)))
+        and all(map(dict.__contains__, events, ["event"] * len(events)))
     )
     return events if valid else None
 
@@ -7445,6 +7643,8 @@ def history_events(lines: list[bytes]) -> list | None:
 def newest_version(events: list) -> int | None:
     """The highest `version` the events record (None when none records one)."""
     versions = [e.get("version") for e in events if isinstance(e, dict)]
+    if set(map(type, versions)) == {int}:
+        return max(versions)
     return max((v for v in versions if type(v) is int), default=None)
 
 
@@ -7938,23 +8138,58 @@ def cmd_log(args) -> int:
 
 
 def check_store(
-    store: Store, *, fix: bool = False, dry_run: bool = False
+    store: Store, *, fix: bool = False, dry_run: bool = False, only: list[str] | None = None
 ) -> tuple[list[Finding], list]:
     """The `check` operation: every rule's findings, and with fix (or dry_run) the
     repairs made (or that would be made) as (finding, action) pairs. After real repairs
-    the findings are those of a second run."""
-    findings = Checker(store).run()
+    the findings are those of a second run. `only` (staged_store_paths): the logs and
+    sessions to read, instead of all of them."""
+    findings = Checker(store, only).run()
     fixed = []
     if fix or dry_run:
         fixed = fix_findings(store, findings, dry_run=dry_run)
         if fixed and not dry_run:
-            findings = Checker(store).run()
+            findings = Checker(store, only).run()
     return findings, fixed
+
+
+def staged_store_paths(store: Store) -> list[str] | None:
+    """The store's paths staged for the next commit (the index against HEAD: added,
+    changed or deleted), or None when git cannot say (no git, not a work tree). Only
+    the index is compared: comparing the work tree too would have git stat every file
+    it tracks, and a store's history is most of them. Under pre-commit the work tree
+    holds just what is staged anyway (it stashes the rest while hooks run)."""
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+    if not top:
+        return None
+    trees = {}  # each tree's path in git's terms (relative to the top, "/"), as stm has it
+    for tree in (store.stacks, store.state):
+        rel = os.path.relpath(os.path.realpath(tree), os.path.realpath(top))
+        if rel != ".." and not rel.startswith(".." + os.sep):  # else git does not track it
+            trees["" if rel == "." else rel.replace(os.sep, "/") + "/"] = tree
+    if not trees:
+        return []
+    specs = [rel or "." for rel in trees]
+    names = git_output(top, "diff", "--cached", "--name-only", "--no-renames", "-z", "--", *specs)
+    if names is None:  # before the first commit git compares with an empty tree: not None
+        return None
+    paths = []
+    for name in names.split("\0"):
+        for rel, tree in trees.items():
+            if name and name.startswith(rel):
+                paths.append(os.path.join(tree, *name[len(rel) :].split("/")))
+    return paths
 
 
 def cmd_check(args) -> int:
     store = store_from_args(args)
-    findings, fixed = check_store(store, fix=args.fix, dry_run=args.dry_run)
+    only = None
+    if args.staged:
+        only = staged_store_paths(store)
+        if only is None:
+            warn("check --staged: git cannot list the staged files here; checking everything")
+    findings, fixed = check_store(store, fix=args.fix, dry_run=args.dry_run, only=only)
     if args.fix or args.dry_run:
         for finding in findings:
             if finding.rule == "conflict-markers":
@@ -13289,6 +13524,13 @@ def options_log(p) -> None:
 
 def options_check(p) -> None:
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument(
+        "--staged",
+        action="store_true",
+        help="read only the logs and sessions staged for the next commit (with the layers, "
+        "refs and git files): a cost that follows the commit, not the history; what "
+        "pre-commit hooks run (CI runs the full check)",
+    )
     p.add_argument(
         "--fix",
         action="store_true",

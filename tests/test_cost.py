@@ -7,11 +7,16 @@ counted (files opened, folders listed), small store against a bigger one.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
+import shutil
+import subprocess
 import unicodedata
 
 import pytest
+from test_performance import bench, listed, opened, probe
 
 import stm
 
@@ -149,3 +154,116 @@ def test_a_needle_with_no_folding_letters_skips_the_folding_scan():
     codes, leads = stm.folding_into("flows")
     assert "ﬂ".encode() in codes and "ß".encode() in codes  # f, l, s: ligatures and ß
     assert all(code[:1] in leads for code in codes)
+
+
+# ---- check: each file's work once; the staged check follows the commit ----------------
+
+GIT = shutil.which("git")
+needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
+
+
+def git(repo, *args):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
+    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
+    done = subprocess.run([GIT, *args], cwd=repo, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, (args, done.stderr)
+    return done.stdout
+
+
+def grow(store, rng, logs: int, sessions: int) -> None:
+    """More history, none of it shown by boot: old logs, sessions active and archived."""
+    now = stm.utc_now()
+    bench.build_logs(str(store / ".stacks"), rng, now - 40 * 86400, logs)
+    for _ in range(sessions):
+        when = now - rng.uniform(1, 30) * 86400
+        sid = bench.new_id(rng, when)
+        bench.build_session(str(store / ".state" / "sessions" / sid), sid, when)
+        when = now - rng.uniform(40, 900) * 86400
+        sid = bench.new_id(rng, when)
+        bench.build_session(str(store / ".state" / "history" / sid[:7] / sid), sid, when)
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    """A store and one with twice its history, each a git repository with all committed,
+    then the same change staged in both: a log entry and a session's checkpoint."""
+    if GIT is None:
+        pytest.skip("git is not installed")
+    now = stm.utc_now()
+    made = []
+    for name, scale in (("one", 1), ("two", 2)):
+        root = tmp_path_factory.mktemp(name)
+        ids = bench.build_store(str(root), False, now)
+        grow(root, bench.random.Random(11), 60 * scale, 60 * scale)
+        git(root, "init", "-q")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "history")
+        made.append((root, ids))
+    for root, ids in made:
+        for argv in (
+            ["log", "staged work"],
+            ["session", "phase", "ship", "--session", ids["other"]],
+        ):
+            assert probe(root, argv)["code"] == 0
+        git(root, "add", "-A")
+    return made
+
+
+def history_files(report):
+    return sorted(p for p in opened(report) if "/logs/" in p or p.startswith(".state/"))
+
+
+@needs_git
+def test_full_check_opens_each_log_and_session_file_once(repos):
+    (one, _), (two, _) = repos
+    for root in (one, two):
+        report = probe(root, ["check"])
+        counts = {}
+        for path in opened(report):
+            counts[path] = counts.get(path, 0) + 1
+        twice = {path for path, n in counts.items() if n > 1 and path in history_files(report)}
+        # Compact moves and handoff receipts are gathered in the one reading of the logs;
+        # only what boot shows (check renders it for the budget) is read again.
+        assert twice <= set(opened(probe(root, ["boot"]))), twice
+    a, b = len(history_files(probe(one, ["check"]))), len(history_files(probe(two, ["check"])))
+    assert 1.5 < b / a <= 2.1  # twice the history: at most twice the files, not more
+
+
+@needs_git
+def test_staged_check_reads_the_same_files_whatever_the_history(repos):
+    (one, ids), (two, _) = repos
+    a, b = probe(one, ["check", "--staged"]), probe(two, ["check", "--staged"])
+    assert a["code"] == b["code"] == 0, (a, b)
+    assert history_files(a) == history_files(b)
+    today = stm.iso(stm.utc_now())[:10]
+    assert f".stacks/logs/{today}.md" in history_files(a)
+    assert f".state/sessions/{ids['other']}/history.jsonl" in history_files(a)
+    for report in (a, b):  # no listing of logs/, sessions/ or history/
+        assert not [p for p in listed(report) if p.endswith(("logs", "sessions", "history"))]
+
+
+@needs_git
+def test_staged_check_reports_what_is_staged_and_only_that(store, run):
+    git(store, "init", "-q")
+    run("session", "new", "--name", "first")
+    git(store, "add", "-A")
+    git(store, "commit", "-q", "-m", "start")
+    [old] = (store / ".state" / "sessions").glob("*/state.json")
+    old.write_text("{not json")  # broken, and not staged
+    log = store / ".stacks" / "logs" / "2026-01-02.md"
+    log.write_text("stray text before any entry\n")
+    git(store, "add", str(log))
+    staged = run("check", "--staged", "--json")
+    rules = {(f["rule"], f["path"]) for f in json.loads(staged.out)["findings"]}
+    assert ("log-entry", ".stacks/logs/2026-01-02.md") in rules
+    assert not [r for r in rules if r[0] == "state-invalid"]
+    assert staged.code == 1
+    full = json.loads(run("check", "--json").out)["findings"]
+    assert {"log-entry", "state-invalid"} <= {f["rule"] for f in full}
+
+
+def test_staged_check_outside_git_checks_everything_and_says_so(store, run, monkeypatch):
+    monkeypatch.setattr(stm, "staged_store_paths", lambda store: None)
+    result = run("check", "--staged")
+    assert result.code == 0
+    assert "checking everything" in result.err

@@ -532,11 +532,11 @@ def test_setup_agents_md_command_updates_the_block_in_place(store, run):
 def test_pre_commit_manifest_declares_stm_check():
     text = (ROOT / ".pre-commit-hooks.yaml").read_text()
     assert re.search(r"^- id: stm-check$", text, re.M)
-    assert re.search(r"^  entry: stm check$", text, re.M)
+    assert re.search(r"^  entry: stm check --staged$", text, re.M)  # CI runs the full check
     assert re.search(r"^  language: python$", text, re.M)
     assert re.search(r"^  pass_filenames: false$", text, re.M)
     readme = (ROOT / "README.md").read_text()
-    assert "id: stm-check" in readme and "python3 stm.py check" in readme
+    assert "id: stm-check" in readme and "entry: python3 stm.py check --staged" in readme
 
 
 # ---- export / import ----------------------------------------------------------------
