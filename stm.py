@@ -6941,9 +6941,79 @@ def append_log(store: Store, message: str, *, allow_secret: bool = False) -> dic
     return {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
 
 
+LOG_TAIL_DEFAULT = 10
+LOG_TAIL_READ_BYTES = 1 << 20  # of a big day's log, only its last MiB is read for --tail
+
+
+def day_log_entries(store: Store, name: str) -> list[dict]:
+    """The complete entries of one day's log, in file order, as {timestamp, author, path,
+    line, text}; of a file over LOG_TAIL_READ_BYTES only the entries in its last MiB."""
+    path = os.path.join(store.logs_dir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        require_regular(fd, path)
+        size = os.fstat(fd).st_size
+        data = tail_bytes(fd, size, LOG_TAIL_READ_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    start, line = 0, 1
+    if size > len(data):  # cut inside the file: start at the first whole entry
+        first = LOG_HEADER_BYTES_RE.search(data)
+        start, line = (first.start(), 0) if first else (len(data), 0)
+    entries = []
+    for kind, *rest in parse_log(data[start:].replace(b"\r\n", b"\n"), max(line, 1)):
+        if kind == "entry" and rest[0].complete:
+            entry = rest[0]
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "line": entry.line if line else None,
+                    "text": "\n".join(entry.body).strip("\n"),
+                }
+            )
+    return entries
+
+
+def tail_log(store: Store, count: int = LOG_TAIL_DEFAULT) -> list[dict]:
+    """The `log --tail` operation: the newest `count` complete log entries, oldest of them
+    first (as `tail` prints), reading day files from the newest back until it has them."""
+    if count < 1:
+        raise usage_error("--tail needs a positive number of entries")
+    found: list[dict] = []
+    for name in reversed(log_file_names(store)):
+        found = day_log_entries(store, name) + found
+        if len(found) >= count:
+            break
+    found.sort(key=lambda entry: entry["timestamp"])  # a union merge may mix the order
+    return found[-count:]
+
+
 def cmd_log(args) -> int:
     if args.template:
         sys.stdout.write(SESSION_LOG_TEMPLATE)
+        return EXIT_OK
+    if args.tail is not None:
+        if args.message:
+            raise usage_error("--tail reads the log; give no MESSAGE with it")
+        store = store_from_args(args)
+        entries = tail_log(store, args.tail)
+        if args.json:
+            print_json({"entries": entries})
+            return EXIT_OK
+        root = os.path.dirname(store.stacks)
+        for entry in entries:
+            where = path_from_here(os.path.join(root, entry["path"]))
+            where += f":{entry['line']}" if entry["line"] else ""
+            out(f"## {entry['timestamp']} · {entry['author']} ({where})\n\n{entry['text']}\n")
+        if not entries:
+            print("stm: the log is empty", file=sys.stderr)
         return EXIT_OK
     message = checked_log_message(read_message(args), allow_secret=args.allow_secret)
     store = store_from_args(args)
@@ -8795,6 +8865,57 @@ def cmd_digest(args) -> int:
     return EXIT_OK
 
 
+def ref_path(store: Store, name: str) -> str:
+    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
+    on the way, a regular file; anything else is refused."""
+    parts = name.replace("\\", "/").split("/")
+    if parts[:1] == [REFS_DIR]:
+        parts = parts[1:]
+    if not parts or name.startswith("/"):
+        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
+    for part in parts:
+        check_component(part, f"ref {name!r}: component")
+    problem = ref_path_problem(parts)
+    if problem:  # not a ref for any other reader either
+        raise usage_error(f"ref {name!r}: {problem}")
+    path = os.path.join(store.refs_dir, *parts)
+    refuse_symlink(store.refs_dir, "refs folder")
+    refuse_links_below(store.refs_dir, path)
+    require_inside(path, store.refs_dir, "ref")
+    if not os.path.isfile(path) and not parts[-1].endswith(".md"):
+        path += ".md"  # `refs show deploy` means refs/deploy.md
+    if not os.path.isfile(path):
+        raise StmError(
+            f"no ref {name!r} in {store.rel(store.refs_dir)}/; `stm refs list` lists them"
+        )
+    return path
+
+
+def cmd_refs_show(args) -> int:
+    store = store_from_args(args)
+    path = ref_path(store, args.name)
+    text = read_text(path)
+    if args.json:
+        print_json({"path": store.rel(path), "text": text})
+    else:
+        sys.stdout.write(escape_controls(text.rstrip("\n")) + "\n")
+    return EXIT_OK
+
+
+def cmd_refs_list(args) -> int:
+    store = store_from_args(args)
+    refs = BootParts(store).refs
+    if args.json:
+        rows = [{"path": r.path, "title": r.title, "summary": r.summary} for r in refs]
+        print_json({"refs": rows})
+        return EXIT_OK
+    if refs:
+        out(render_refs(refs, "full"))
+    else:
+        print(f"stm: no refs yet in {store.rel(store.refs_dir)}/", file=sys.stderr)
+    return EXIT_OK
+
+
 def search_layers() -> tuple[str, ...]:
     """What `search --layer` takes: every layer, then the sessions."""
     return (*(layer.name for layer in LAYERS), "sessions")
@@ -8815,7 +8936,9 @@ def search_files(store: Store, layers, since: str | None):
         for session_id, folder in sorted(found, reverse=True):
             if since and session_id[:10] < since:
                 continue
-            for name in (SESSION_MD, STATE_FILE, HISTORY_FILE):
+            # state.json is left out: each of its facts is an event in history.jsonl,
+            # which search reads as one line per event (session_event_lines)
+            for name in (SESSION_MD, HISTORY_FILE):
                 yield "sessions", os.path.join(folder, name)
 
 
@@ -8893,9 +9016,41 @@ def _search_hits(store: Store, matches, layers, since):
         if layer == "logs":
             yield from log_hits_newest_first(store, path, lines, matches)
             continue
+        if path.endswith(HISTORY_FILE):
+            lines = session_event_lines(lines)
         for number, line in lines:
             if matches(line):
                 yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+
+
+def session_event_lines(lines):
+    """(number, text) of history.jsonl lines, each event as one readable line
+    (event_text), so a search of the sessions layer finds facts, not JSON syntax."""
+    for number, line in lines:
+        try:
+            event = load_json(line)
+        except ValueError:
+            continue  # a torn tail: check reports it
+        if isinstance(event, dict):
+            yield number, event_text(event)
+
+
+def event_text(event: dict) -> str:
+    """One history event as a line: `TIME EVENT by ACTOR: field value; ...`, its values
+    one line each (lists joined with ` | `), without the bookkeeping (version)."""
+    parts = []
+    for key, value in sorted(event.items()):
+        if key in ("event", "timestamp", "actor", "version") or value is None:
+            continue
+        if isinstance(value, dict):
+            value = "; ".join(f"{k} {one_line(v, 200)}" for k, v in sorted(value.items()))
+        elif isinstance(value, list):
+            value = " | ".join(one_line(v, 200) for v in value)
+        parts.append(f"{key} {one_line(value, 500)}")
+    head = f"{one_line(event.get('timestamp', '?'), 40)} {one_line(event.get('event', '?'), 40)}"
+    if event.get("actor"):
+        head += f" by {one_line(event['actor'], 100)}"
+    return head + (": " + "; ".join(parts) if parts else "")
 
 
 LOG_HEADER_STAMP_RE = LazyRegex(r"^## (\S+) · .* <!-- stm:entry [0-9a-f]{8} -->$")
@@ -8926,7 +9081,8 @@ def cmd_search(args) -> int:
         if args.json:
             found.append(hit)
         else:
-            out(f"{path_text(hit['path'])}:{hit['line']}: {hit['text']}")
+            where = path_from_here(os.path.join(os.path.dirname(store.stacks), hit["path"]))
+            out(f"{path_text(where)}:{hit['line']}: {hit['text']}")
             found.append(None)
     if args.json:
         print_json({"pattern": args.pattern, "matches": found})
@@ -10090,6 +10246,22 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
         return
     for action, name, _, _ in plan:
         out(f"{words[action]:13} {name}")
+    out(import_summary(plan, bool(args.dry_run)))
+
+
+def import_summary(plan: list, dry_run: bool) -> str:
+    """The one line that ends `import`: how many files it created, replaced, left alone."""
+    counts = {action: 0 for action in ("create", "replace", "same")}
+    for action, *_ in plan:
+        counts[action] += 1
+    if dry_run:
+        done = f"would create {counts['create']}, would replace {counts['replace']}"
+        tail = "; nothing written (--dry-run)"
+    else:
+        done = f"created {counts['create']}, replaced {counts['replace']}"
+        tail = " (each old one kept as a hidden .bak)" if counts["replace"] else ""
+    total = plural(len(plan), "file")
+    return f"import: {total}: {done}, {counts['same']} already the same{tail}"
 
 
 MERGE_MARKER_MAX = 100
@@ -10556,28 +10728,6 @@ def mcp_kind_name(schema: dict) -> str:
     }[schema["type"]]
 
 
-def ref_path(store: Store, name: str) -> str:
-    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
-    on the way, a regular file; anything else is refused."""
-    parts = name.replace("\\", "/").split("/")
-    if parts[:1] == [REFS_DIR]:
-        parts = parts[1:]
-    if not parts or name.startswith("/"):
-        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
-    for part in parts:
-        check_component(part, f"ref {name!r}: component")
-    problem = ref_path_problem(parts)
-    if problem:  # not a ref for any other reader either
-        raise usage_error(f"ref {name!r}: {problem}")
-    path = os.path.join(store.refs_dir, *parts)
-    refuse_symlink(store.refs_dir, "refs folder")
-    refuse_links_below(store.refs_dir, path)
-    require_inside(path, store.refs_dir, "ref")
-    if not os.path.isfile(path):
-        raise StmError(f"no ref {name!r} in {store.rel(store.refs_dir)}/")
-    return path
-
-
 def mcp_resources(store: Store) -> list[dict]:
     resources = [
         {"uri": "stm://boot", "name": "boot", "description": "What an agent starts from"},
@@ -10932,6 +11082,15 @@ def options_log(p) -> None:
     p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
     p.add_argument("--template", action="store_true", help="print the session-log template")
     p.add_argument(
+        "--tail",
+        type=int,
+        nargs="?",
+        const=LOG_TAIL_DEFAULT,
+        metavar="N",
+        help=f"print the newest N entries, oldest first (default N: {LOG_TAIL_DEFAULT}); "
+        "writes nothing",
+    )
+    p.add_argument(
         "--allow-secret", action="store_true", help="log text even if it looks like a credential"
     )
     p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
@@ -11116,6 +11275,11 @@ def options_setup_git(p) -> None:
 
 def options_mcp(p) -> None:
     p.set_defaults()  # --dir, --state-dir and --user are the global options
+
+
+def options_refs_show(p) -> None:
+    p.add_argument("name", metavar="NAME", help="the ref: deploy, deploy.md, refs/ops/deploy.md")
+    p.add_argument("--json", action="store_true", help="print JSON (path, text)")
 
 
 def options_fact_block(p) -> None:
@@ -11387,6 +11551,13 @@ COMMANDS = (
         None,
     ),
     (
+        "refs",
+        None,
+        "read the reference layer: list, show",
+        "stm refs list",
+        None,
+    ),
+    (
         "setup",
         None,
         "wire stm into agent tools and git: claude, agents-md, mcp, git",
@@ -11597,7 +11768,24 @@ FACT_VERBS = (
     ),
 )
 
-VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS}
+REFS_VERBS = (
+    (
+        "list",
+        cmd_refs_list,
+        "list the refs as boot's index does: path, title, summary",
+        "stm refs list",
+        options_json,
+    ),
+    (
+        "show",
+        cmd_refs_show,
+        "print one ref (deploy, deploy.md or refs/deploy.md)",
+        "stm refs show facts   (refs/facts.md, where `stm fact` keeps facts)",
+        options_refs_show,
+    ),
+)
+
+VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS, "refs": REFS_VERBS}
 
 
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:

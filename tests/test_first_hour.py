@@ -324,3 +324,82 @@ def test_the_look_for_a_store_below_is_shallow(project, run):
     result = run("boot")
     assert result.code == 1 and "there is one" not in result.err
     assert "run `stm init` first" in result.err
+
+
+# ---- 8. what is stored: log --tail, refs show, search from where you stand, import ---
+
+
+def test_log_tail_prints_the_newest_entries_oldest_first(store, run):
+    for n in range(1, 13):
+        assert run("log", f"entry number {n}").code == 0
+    result = run("log", "--tail", "3")
+    assert result.code == 0
+    bodies = [line for line in result.out.splitlines() if line.startswith("entry number")]
+    assert bodies == ["entry number 10", "entry number 11", "entry number 12"]
+    assert re.search(r"^## \S+Z · tester \(\.stacks/logs/\S+\.md:\d+\)$", result.out, re.M)
+    default = run("log", "--tail")
+    assert default.out.count("entry number") == 10
+    data = json.loads(run("log", "--tail", "2", "--json").out)
+    assert [e["text"] for e in data["entries"]] == ["entry number 11", "entry number 12"]
+    assert set(data["entries"][0]) == {"timestamp", "author", "path", "line", "text"}
+    before = snapshot(store)
+    assert run("log", "--tail", "2", "more text").code == 2  # reading, never writing
+    assert snapshot(store) == before
+
+
+def test_refs_list_and_show_print_what_is_stored(store, run):
+    refs = store / ".stacks" / "refs"
+    (refs / "ops").mkdir()
+    (refs / "ops" / "deploy.md").write_text("# Deploy\n\nHow releases ship.\n\n- tag, push\n")
+    listed = run("refs", "list")
+    assert listed.out == "- refs/ops/deploy.md — Deploy: How releases ship.\n"
+    for name in ("ops/deploy", "ops/deploy.md", "refs/ops/deploy.md"):
+        shown = run("refs", "show", name)
+        assert shown.code == 0 and shown.out == "# Deploy\n\nHow releases ship.\n\n- tag, push\n"
+    missing = run("refs", "show", "nope")
+    assert missing.code == 1 and "`stm refs list`" in missing.err
+    assert run("refs", "show", "../MEMORY.md").code == 2  # never outside refs/
+
+
+def test_search_prints_paths_from_where_the_user_stands(store, run, monkeypatch):
+    run("log", "the lexer is ported")
+    (store / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(store / "src" / "pkg")
+    result = run("search", "lexer", "--layer", "logs")
+    assert result.code == 0
+    path = result.out.split(":", 1)[0]
+    assert path.startswith(os.path.join("..", "..", ".stacks", "logs"))
+    assert os.path.isfile(path)  # openable from here, as printed
+    data = json.loads(run("search", "lexer", "--layer", "logs", "--json").out)
+    assert data["matches"][0]["path"].startswith(".stacks/logs/")  # JSON: from the root
+
+
+def test_search_reads_sessions_as_one_line_per_event(store, run):
+    run("session", "new", "--name", "grammar work")
+    run("session", "checkpoint", "--pending", "port the grammar", "--resume", "pytest -k gram")
+    run("session", "checkpoint", "--done", "grammar")
+    result = run("search", "grammar", "--layer", "sessions")
+    lines = result.out.splitlines()
+    assert all("history.jsonl" in line for line in lines), lines  # no state.json copies
+    assert not any('{"' in line or '":' in line for line in lines), lines  # no raw JSON
+    assert len(lines) == 3, lines  # created, the two checkpoints: one line each
+    assert any(
+        re.search(r"checkpoint by tester: pending port the grammar; resume pytest -k gram$", x)
+        for x in lines
+    ), lines
+
+
+def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
+    archive = str(tmp_path / "m.zip")
+    assert run("export", "-o", archive).code == 0
+    dry = run("import", archive, "--dry-run").out.splitlines()
+    assert re.fullmatch(
+        r"import: \d+ files: would create 0, would replace 0, \d+ already the same; "
+        r"nothing written \(--dry-run\)",
+        dry[-1],
+    )
+    (store / ".stacks" / "refs" / "gone.md").write_text("# Gone\n\nx\n")
+    assert run("export", "-o", archive).code == 0
+    (store / ".stacks" / "refs" / "gone.md").unlink()
+    last = run("import", archive).out.splitlines()[-1]
+    assert re.fullmatch(r"import: \d+ files: created 1, replaced 0, \d+ already the same", last)
