@@ -5468,10 +5468,29 @@ class Checker:
         if problems:
             return
         try:
-            count = memory_bullet_count(read_text(self.store.memory_path))
+            text = read_text(self.store.memory_path)
         except OSError:
             return
-        self.memory_threshold(count, config)
+        self.memory_threshold(memory_bullet_count(text), config)
+        self.sections_over_limit(text, config)
+
+    def sections_over_limit(self, text: str, config: dict) -> None:
+        """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
+        compact would move the oldest; say so before either happens."""
+        preamble, sections = split_md_sections(text.replace("\r\n", "\n"))
+        line = len(preamble) + 1
+        for name, _, body in sections:
+            count, keep = len(top_bullets(body)), section_limit(config, name)
+            if count > keep and name.strip().lower() != MD_LAST_UPDATED:
+                self.report(
+                    "section-over-limit",
+                    self.store.memory_path,
+                    f'section "{one_line(name, 80)}" holds {count} bullets, over its limit of '
+                    f"{keep}",
+                    as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
+                    line=line,
+                )
+            line += 1 + len(body)
 
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
@@ -6407,6 +6426,12 @@ RULES = {
             "memory-over-threshold",
             "warning",
             "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
+        ),
+        Rule(
+            "section-over-limit",
+            "warning",
+            "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
+            "rewrite the section; limits: .stacks/config.json",
         ),
         Rule(
             "compact-duplicate",

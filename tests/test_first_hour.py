@@ -403,3 +403,19 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     (store / ".stacks" / "refs" / "gone.md").unlink()
     last = run("import", archive).out.splitlines()[-1]
     assert re.fullmatch(r"import: \d+ files: created 1, replaced 0, \d+ already the same", last)
+
+
+# ---- 9. check warns about a section over its compact limit ---------------------------
+
+
+def test_check_warns_when_a_section_is_over_its_limit_naming_compact(store):
+    for n in range(15):
+        assert run_stm("note", "-q", "Next Steps", f"step {n}", cwd=store).returncode == 0
+    check = run_stm("check", cwd=store)
+    lines = [line for line in check.stdout.splitlines() if "section-over-limit" in line]
+    assert len(lines) == 1, check.stdout
+    assert 'section "Next Steps" holds 15 bullets, over its limit of 10' in lines[0]
+    assert "`python3 " in lines[0] and " compact`" in lines[0]  # as invoked: python3 stm.py
+    assert "check ok: 0 error(s), 1 warning(s)" in check.stdout
+    assert run_stm("compact", cwd=store).returncode == 0
+    assert "section-over-limit" not in run_stm("check", cwd=store).stdout
