@@ -427,11 +427,11 @@ class StmError(Exception):
         self.prog = None  # for a usage error: the command it concerns (`stm session new`)
 
     def line(self) -> str:
-        """The one line for stderr. Usage errors have argparse's form, naming the command
-        and its --help, so every usage error reads alike wherever it was found."""
+        """The one line for stderr, `stm: error: …` for every error; a usage error also
+        names its command's --help, so every usage error reads alike wherever found."""
         message = escape_controls(as_invoked(self.message))
         if self.code == EXIT_USAGE and self.prog:
-            return f"{self.prog}: error: {message}; see `{self.prog} --help`"
+            return f"stm: error: {message}; see `{self.prog} --help`"
         return f"stm: error: {message}"
 
 
@@ -1131,6 +1131,14 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
+def a_kind(kind: str) -> str:
+    """`kind` with its article as it is spoken: "an AWS access key id", "a GitHub token",
+    "an npm token" (initialisms read letter by letter, words by their first sound)."""
+    first = kind.split()[0] if kind.split() else kind
+    spoken_vowel = first[:1].lower() in "aeio" or first in ("npm", "NPM", "RSA", "SSH")
+    return f"{'an' if spoken_vowel and first != 'URL' else 'a'} {kind}"
+
+
 def age_words(seconds: float) -> str:
     """How long ago, in the unit a reader wants: minutes, hours, then days."""
     seconds = max(0, int(seconds))
@@ -1394,7 +1402,7 @@ class Settings:
             self._author = author_name()
         for kind, _, excerpt in find_secrets(self._author):
             raise StmError(
-                f"the author name (STM_USER) looks like a {kind} ({excerpt}); memory is "
+                f"the author name (STM_USER) looks like {a_kind(kind)} ({excerpt}); memory is "
                 "committed to git: set STM_USER to a name; nothing written"
             )
         return self._author
@@ -4492,7 +4500,7 @@ class BootParts:
             return
         days = int((utc_now() - stamp) // 86400)
         since = entries_since(self.store, stamp)
-        entries = "log entry" if since == "1" else "log entries"
+        entries = "log entry" if since == "1" else "log entries"  # since: "3", or "2+"
         self.freshness = (
             f"memory updated {iso(stamp)[:10]}, {age_words(utc_now() - stamp)} ago; "
             f"{since} {entries} since"
@@ -5537,7 +5545,7 @@ class Checker:
             self.report(
                 "secret",
                 path,
-                f"looks like a {kind} ({excerpt})",
+                f"looks like {a_kind(kind)} ({excerpt})",
                 "remove it and rotate the credential (git history keeps it)",
                 line,
             )
@@ -5917,7 +5925,7 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
             fsync_fd(fd)
     finally:
         os.close(fd)
-    return f"cut {size - end} torn byte(s) at the end"
+    return f"cut {plural(size - end, 'torn byte')} at the end"
 
 
 def git_support_files(store: Store) -> list[tuple[str, str, str]]:
@@ -6905,8 +6913,8 @@ def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
         way = "remove it" if flag_hint == "no flag" else f"remove it, or pass {flag_hint}"
         way += "" if flag_hint == "no flag" else " if it is not a secret"
         raise StmError(
-            f"refused: {what}line {line} looks like a {kind} ({excerpt}); memory is committed "
-            f"to git, so nothing was written: {way}"
+            f"refused: {what}line {line} looks like {a_kind(kind)} ({excerpt}); memory is "
+            f"committed to git, so nothing was written: {way}"
         )
 
 
@@ -7179,8 +7187,8 @@ def memory_staleness(store: Store, now: float, names: list[str]) -> tuple[dict, 
     newest = newest_log_entry(store, names)
     if newest is not None and newest - updated > 86400:
         warnings.append(
-            f"MEMORY.md is {int((newest - updated) // 86400)} day(s) older than the newest log "
-            "entry; fold what happened into it"
+            f"MEMORY.md is {plural(int((newest - updated) // 86400), 'day')} older than the "
+            "newest log entry; fold what happened into it"
         )
     return info, warnings
 
@@ -7333,13 +7341,14 @@ def cmd_status(args) -> int:
     out(f"stm status: {store.rel(store.stacks)}")
     out(f"{'layer':10} {'files':>6} {'bytes':>9} {'~tokens':>8}  last change")
     for name, facts in status["layers"].items():
-        changed = (
-            f"{facts['modified']} ({facts['age_days']}d ago)" if facts.get("modified") else "-"
-        )
+        changed = "-"
+        if facts.get("modified"):
+            moment = parse_iso(facts["modified"], need_zone=True) or utc_now()
+            changed = f"{facts['modified']} ({age_words(utc_now() - moment)} ago)"
         out(f"{name:10} {facts['files']:>6} {facts['bytes']:>9} {facts['tokens']:>8}  {changed}")
     logs = status["layers"]["logs"]
     if logs["files"]:
-        out(f"logs: {logs['files']} day(s), {logs['first']} .. {logs['last']}")
+        out(f"logs: {plural(logs['files'], 'day')}, {logs['first']} .. {logs['last']}")
     boot = status["boot"]
     out(f"boot: ~{boot['tokens']} of {boot['budget']} tokens")
     sessions = status["sessions"]
@@ -8879,8 +8888,8 @@ def cmd_digest(args) -> int:
         print_json(result)
         return EXIT_OK
     out(
-        f"since {result['since']}: {len(result['entries'])} log entries, "
-        f"{len(result['facts'])} fact change(s), ~{result['tokens']} tokens"
+        f"since {result['since']}: {plural(len(result['entries']), 'log entry', 'log entries')}, "
+        f"{plural(len(result['facts']), 'fact change')}, ~{result['tokens']} tokens"
     )
     for fact in result["facts"]:
         out(f"- fact {fact['key']} = {fact['value']} ({fact['timestamp']}, {fact['path']})")
@@ -9855,7 +9864,9 @@ MCP_CLIENT_FILES = {
 
 def mcp_server_entry(root: str, client: str) -> dict:
     """How a client starts `stm mcp` in the project at `root`: the installed command,
-    else this stm.py by its path from the project root (clients start servers there)."""
+    else this stm.py by its path from the project root (clients start servers there), or
+    by its absolute path for a client whose config is global (Codex's
+    ~/.codex/config.toml serves every project: a relative path would name no file)."""
     import shutil
 
     if shutil.which("stm"):
@@ -9863,7 +9874,8 @@ def mcp_server_entry(root: str, client: str) -> dict:
     else:
         path = os.path.abspath(__file__)
         rel = os.path.relpath(path, root)
-        command, args = "python3", [path if rel.startswith("..") else rel, "mcp"]
+        is_global = MCP_CLIENT_FILES[client][0] is None
+        command, args = "python3", [path if is_global or rel.startswith("..") else rel, "mcp"]
     entry = {"type": "stdio"} if MCP_CLIENT_FILES[client][2] else {}
     entry.update({"command": command, "args": args})
     user = os.environ.get("STM_USER")
@@ -10112,7 +10124,7 @@ def cmd_export(args) -> int:
     if args.json:
         print_json({"path": target, "files": [n for n, _ in members]})
     else:
-        out(f"exported {len(members)} file(s) to {target}")
+        out(f"exported {plural(len(members), 'file')} to {target}")
     return EXIT_OK
 
 
@@ -11004,6 +11016,10 @@ EXIT_CODES_HELP = """\
 exit codes: 0 ok, 1 failure, 2 usage, 3 version conflict, 75 lock timeout,
             130 interrupted, 143 terminated"""
 
+SUBCOMMAND_HELP_TAIL = """\
+global options (--dir, --state-dir, --user, before or after the command), the
+environment and the exit codes: `stm --help`"""
+
 MAIN_EPILOG = f"""\
 examples:
   stm init                       create .stacks/ and .state/ here
@@ -11020,12 +11036,17 @@ environment: STM_USER (author, user namespace), STM_LOCK_TIMEOUT (seconds, defau
 """
 
 
-def global_options():
+def global_options(*, shown: bool = True):
     """--dir / --state-dir / --user, accepted before and after the subcommand.
 
-    SUPPRESS keeps a subparser from overwriting a value given before the subcommand.
+    SUPPRESS as the default keeps a subparser from overwriting a value given before the
+    subcommand. A subcommand's help leaves them out (`shown=False`): it shows what is
+    its own, and its epilog points to `stm --help` for these and the exit codes.
     """
     import argparse
+
+    def described(text: str) -> str:
+        return text if shown else argparse.SUPPRESS
 
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("global options")
@@ -11033,19 +11054,19 @@ def global_options():
         "--dir",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the stacks directory (default: nearest .stacks/ upward from here)",
+        help=described("the stacks directory (default: nearest .stacks/ upward from here)"),
     )
     group.add_argument(
         "--state-dir",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the state directory (default: .state beside the stacks directory)",
+        help=described("the state directory (default: .state beside the stacks directory)"),
     )
     group.add_argument(
         "--user",
         metavar="NAME",
         default=argparse.SUPPRESS,
-        help="namespace new sessions under sessions/user-NAME/ (default: $STM_USER)",
+        help=described("namespace new sessions under sessions/user-NAME/ (default: $STM_USER)"),
     )
     return parent
 
@@ -11694,9 +11715,30 @@ SESSION_VERBS = (
 
 
 def usage_exit(prog: str, message: str):
-    """A usage error as one line that names the command and where to read more."""
-    print(f"{prog}: error: {message}; see `{prog} --help`", file=sys.stderr)
+    """A usage error as one line, with the prefix every stm error has, naming the
+    command's help (`stm: error: …; see `stm note --help``)."""
+    print(f"stm: error: {message}; see `{prog} --help`", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
+
+
+_INVALID_CHOICE_RE = LazyRegex(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def suggest_choice(prog: str, message: str) -> str:
+    """argparse's `invalid choice: 'sesion' (choose from 'init', 'boot', …)` for a
+    mistyped command or verb, with the list (twenty names) replaced by the one meant:
+    `(did you mean `stm session`?)`. Without a close name, argparse's message stands."""
+    import difflib
+
+    match = _INVALID_CHOICE_RE.search(message)
+    if match is None:
+        return message
+    choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
+    if not close:
+        return message
+    suggestion = f"(did you mean `{prog} {close[0]}`?)"
+    return f"{message[: match.start()]}invalid choice: {match.group(1)!r} {suggestion}"
 
 
 def parser_class():
@@ -11705,7 +11747,7 @@ def parser_class():
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
-            usage_exit(self.prog, message)
+            usage_exit(self.prog, suggest_choice(self.prog, message))
 
     return Parser
 
@@ -11823,7 +11865,7 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
             parents=common,
             help=help_text,
             description=help_text,
-            epilog=f"example:\n  {example}\n\n{EXIT_CODES_HELP}",
+            epilog=f"example:\n  {example}\n\n{SUBCOMMAND_HELP_TAIL}",
             formatter_class=formatter,
             allow_abbrev=False,
         )
@@ -11837,10 +11879,10 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
 
 def build_parser(only: str | None = None, only_verb: str | None = None):
     """The command line; with `only`, just that command's parser (see command_of)."""
-    common = [global_options()]
+    common = [global_options(shown=False)]
     parser = parser_class()(  # subparsers inherit its class, and so its error()
         prog=command_name(),
-        parents=common,
+        parents=[global_options()],
         description="Layered, git-friendly memory for AI agents.",
         epilog=MAIN_EPILOG,
         formatter_class=help_formatter(),

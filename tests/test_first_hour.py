@@ -7,9 +7,10 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
-from conftest import run_stm, snapshot
+from conftest import ROOT, run_stm, snapshot
 
 import stm
 
@@ -419,3 +420,85 @@ def test_check_warns_when_a_section_is_over_its_limit_naming_compact(store):
     assert "check ok: 0 error(s), 1 warning(s)" in check.stdout
     assert run_stm("compact", cwd=store).returncode == 0
     assert "section-over-limit" not in run_stm("check", cwd=store).stdout
+
+
+# ---- 10. the smaller items ----------------------------------------------------------
+
+
+def test_counts_agree_with_their_nouns(store, run):
+    run("log", "one entry")
+    assert re.search(r"^logs: 1 day, ", run("status").out, re.M)
+    assert re.search(r"\(\d+ (minute|hour|day)s? ago\)", run("status").out)
+    digest = run("digest").out.splitlines()[0]  # since Last Updated: today
+    assert ": 1 log entry, 0 fact changes, " in digest
+    boot = run("boot").out.splitlines()[0]
+    assert boot.endswith("; 1 log entry since")
+
+
+def test_a_secret_kind_takes_its_article(store, run):
+    result = run("log", "key AKIA" + "ABCDEFGHIJKLMNOP")
+    assert result.code == 1 and "looks like an AWS access key id" in result.err
+    npm = run("log", "token npm_" + "a" * 36)
+    assert "looks like an npm token" in npm.err
+    github = run("log", "token ghp_" + "a" * 36)
+    assert "looks like a GitHub token" in github.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("note", "just a thought"), ("session", "switch", "zzzz"), ("boot", "--bogus"), ("log", "")],
+)
+def test_every_error_has_one_prefix(store, run, argv):
+    result = run(*argv)
+    assert result.code in (1, 2)
+    assert result.err.startswith("stm: error: "), result.err
+
+
+def test_a_mistyped_command_gets_a_suggestion(store, run):
+    result = run("sesion", "list")
+    assert result.code == 2
+    assert "did you mean `stm session`?" in result.err
+    assert "choose from" not in result.err  # not argparse's list of every command
+    verb = run("session", "swtich", "x")
+    assert "did you mean `stm session switch`?" in verb.err
+
+
+@pytest.mark.parametrize("path", [("note",), ("session", "checkpoint"), ("refs", "show")])
+def test_subcommand_help_shows_its_own_options_and_points_to_stm_help(run, path):
+    result = run(*path, "--help")
+    assert result.code == 0
+    assert "--dir PATH" not in result.out and "global options:" not in result.out
+    assert "exit codes: 0 ok" not in result.out
+    assert "the exit codes: `stm --help`" in result.out
+    assert result.out.index("options:") < result.out.index("example:")
+    main = run("--help")
+    assert "--dir PATH" in main.out and "exit codes: 0 ok" in main.out
+
+
+def test_global_options_still_work_after_the_subcommand(store, run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("note", "Status", "--replace", "green", "--dir", str(store / ".stacks"))
+    assert result.code == 0 and "green" in (store / ".stacks" / "MEMORY.md").read_text()
+
+
+def test_the_codex_snippet_names_stm_py_by_its_absolute_path(project):
+    (project / "stm.py").write_bytes((ROOT / "stm.py").read_bytes())
+    empty = project / "no-stm-here"
+    empty.mkdir()
+    result = subprocess.run(
+        [sys.executable, "stm.py", "setup", "mcp", "--client", "codex"],
+        cwd=project,
+        env={**os.environ, "PATH": str(empty)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f'args = ["{project / "stm.py"}", "mcp"]' in result.stdout
+    local = subprocess.run(  # a project's own file still names it from the project root
+        [sys.executable, "stm.py", "setup", "mcp"],
+        cwd=project,
+        env={**os.environ, "PATH": str(empty)},
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(local.stdout)["mcpServers"]["stm"]["args"] == ["stm.py", "mcp"]
