@@ -443,11 +443,11 @@ class StmError(Exception):
         self.prog = None  # for a usage error: the command it concerns (`stm session new`)
 
     def line(self) -> str:
-        """The one line for stderr. Usage errors have argparse's form, naming the command
-        and its --help, so every usage error reads alike wherever it was found."""
+        """The one line for stderr, `stm: error: …` for every error; a usage error also
+        names its command's --help, so every usage error reads alike wherever found."""
         message = escape_controls(as_invoked(self.message))
         if self.code == EXIT_USAGE and self.prog:
-            return f"{self.prog}: error: {message}; see `{self.prog} --help`"
+            return f"stm: error: {message}; see `{self.prog} --help`"
         return f"stm: error: {message}"
 
 
@@ -1161,6 +1161,14 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
+def a_kind(kind: str) -> str:
+    """`kind` with its article as it is spoken: "an AWS access key id", "a GitHub token",
+    "an npm token" (initialisms read letter by letter, words by their first sound)."""
+    first = kind.split()[0] if kind.split() else kind
+    spoken_vowel = first[:1].lower() in "aeio" or first in ("npm", "NPM", "RSA", "SSH")
+    return f"{'an' if spoken_vowel and first != 'URL' else 'a'} {kind}"
+
+
 def age_words(seconds: float) -> str:
     """How long ago, in the unit a reader wants: minutes, hours, then days."""
     seconds = max(0, int(seconds))
@@ -1452,7 +1460,7 @@ class Settings:
             self._author = author_name()
         for kind, _, excerpt in find_secrets(self._author):
             raise StmError(
-                f"the author name (STM_USER) looks like a {kind} ({excerpt}); memory is "
+                f"the author name (STM_USER) looks like {a_kind(kind)} ({excerpt}); memory is "
                 "committed to git: set STM_USER to a name; nothing written"
             )
         return self._author
@@ -5107,7 +5115,7 @@ class BootParts:
             return
         days = int((utc_now() - stamp) // 86400)
         since = entries_since(self.store, stamp)
-        entries = "log entry" if since == "1" else "log entries"
+        entries = "log entry" if since == "1" else "log entries"  # since: "3", or "2+"
         self.freshness = (
             f"memory updated {iso(stamp)[:10]}, {age_words(utc_now() - stamp)} ago; "
             f"{since} {entries} since"
@@ -6427,10 +6435,29 @@ class Checker:
         if problems:
             return
         try:
-            count = memory_bullet_count(read_text(self.store.memory_path))
+            text = read_text(self.store.memory_path)
         except OSError:
             return
-        self.memory_threshold(count, config)
+        self.memory_threshold(memory_bullet_count(text), config)
+        self.sections_over_limit(text, config)
+
+    def sections_over_limit(self, text: str, config: dict) -> None:
+        """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
+        compact would move the oldest; say so before either happens."""
+        preamble, sections = split_md_sections(text.replace("\r\n", "\n"))
+        line = len(preamble) + 1
+        for name, _, body in sections:
+            count, keep = len(top_bullets(body)), section_limit(config, name)
+            if count > keep and name.strip().lower() != MD_LAST_UPDATED:
+                self.report(
+                    "section-over-limit",
+                    self.store.memory_path,
+                    f'section "{one_line(name, 80)}" holds {count} bullets, over its limit of '
+                    f"{keep}",
+                    as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
+                    line=line,
+                )
+            line += 1 + len(body)
 
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
@@ -6477,7 +6504,7 @@ class Checker:
             self.report(
                 "secret",
                 path,
-                f"looks like a {kind} ({excerpt})",
+                f"looks like {a_kind(kind)} ({excerpt})",
                 "remove it and rotate the credential (git history keeps it)",
                 line,
             )
@@ -6908,7 +6935,7 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
             fsync_fd(fd)
     finally:
         os.close(fd)
-    return f"cut {size - end} torn byte(s) at the end"
+    return f"cut {plural(size - end, 'torn byte')} at the end"
 
 
 def git_support_files(store: Store) -> list[tuple[str, str, str]]:
@@ -7531,6 +7558,12 @@ RULES = {
             "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
         ),
         Rule(
+            "section-over-limit",
+            "warning",
+            "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
+            "rewrite the section; limits: .stacks/config.json",
+        ),
+        Rule(
             "compact-duplicate",
             "warning",
             FIX_RUN + " to remove them from the file (the log keeps them)",
@@ -8063,8 +8096,8 @@ def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
         way = "remove it" if flag_hint == "no flag" else f"remove it, or pass {flag_hint}"
         way += "" if flag_hint == "no flag" else " if it is not a secret"
         raise StmError(
-            f"refused: {what}line {line} looks like a {kind} ({excerpt}); memory is committed "
-            f"to git, so nothing was written: {way}"
+            f"refused: {what}line {line} looks like {a_kind(kind)} ({excerpt}); memory is "
+            f"committed to git, so nothing was written: {way}"
         )
 
 
@@ -8125,9 +8158,79 @@ def append_log(store: Store, message: str, *, allow_secret: bool = False) -> dic
     return {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
 
 
+LOG_TAIL_DEFAULT = 10
+LOG_TAIL_READ_BYTES = 1 << 20  # of a big day's log, only its last MiB is read for --tail
+
+
+def day_log_entries(store: Store, name: str) -> list[dict]:
+    """The complete entries of one day's log, in file order, as {timestamp, author, path,
+    line, text}; of a file over LOG_TAIL_READ_BYTES only the entries in its last MiB."""
+    path = os.path.join(store.logs_dir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        require_regular(fd, path)
+        size = os.fstat(fd).st_size
+        data = tail_bytes(fd, size, LOG_TAIL_READ_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    start, line = 0, 1
+    if size > len(data):  # cut inside the file: start at the first whole entry
+        first = LOG_HEADER_BYTES_RE.search(data)
+        start, line = (first.start(), 0) if first else (len(data), 0)
+    entries = []
+    for kind, *rest in parse_log(data[start:].replace(b"\r\n", b"\n"), max(line, 1)):
+        if kind == "entry" and rest[0].complete:
+            entry = rest[0]
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "line": entry.line if line else None,
+                    "text": "\n".join(entry.body).strip("\n"),
+                }
+            )
+    return entries
+
+
+def tail_log(store: Store, count: int = LOG_TAIL_DEFAULT) -> list[dict]:
+    """The `log --tail` operation: the newest `count` complete log entries, oldest of them
+    first (as `tail` prints), reading day files from the newest back until it has them."""
+    if count < 1:
+        raise usage_error("--tail needs a positive number of entries")
+    found: list[dict] = []
+    for name in reversed(log_file_names(store)):
+        found = day_log_entries(store, name) + found
+        if len(found) >= count:
+            break
+    found.sort(key=lambda entry: entry["timestamp"])  # a union merge may mix the order
+    return found[-count:]
+
+
 def cmd_log(args) -> int:
     if args.template:
         sys.stdout.write(SESSION_LOG_TEMPLATE)
+        return EXIT_OK
+    if args.tail is not None:
+        if args.message:
+            raise usage_error("--tail reads the log; give no MESSAGE with it")
+        store = store_from_args(args)
+        entries = tail_log(store, args.tail)
+        if args.json:
+            print_json({"entries": entries})
+            return EXIT_OK
+        root = os.path.dirname(store.stacks)
+        for entry in entries:
+            where = path_from_here(os.path.join(root, entry["path"]))
+            where += f":{entry['line']}" if entry["line"] else ""
+            out(f"## {entry['timestamp']} · {entry['author']} ({where})\n\n{entry['text']}\n")
+        if not entries:
+            print("stm: the log is empty", file=sys.stderr)
         return EXIT_OK
     message = checked_log_message(read_message(args), allow_secret=args.allow_secret)
     store = store_from_args(args)
@@ -8303,8 +8406,8 @@ def memory_staleness(store: Store, now: float, names: list[str]) -> tuple[dict, 
     newest = newest_log_entry(store, names)
     if newest is not None and newest - updated > 86400:
         warnings.append(
-            f"MEMORY.md is {int((newest - updated) // 86400)} day(s) older than the newest log "
-            "entry; fold what happened into it"
+            f"MEMORY.md is {plural(int((newest - updated) // 86400), 'day')} older than the "
+            "newest log entry; fold what happened into it"
         )
     return info, warnings
 
@@ -8457,13 +8560,14 @@ def cmd_status(args) -> int:
     out(f"stm status: {store.rel(store.stacks)}")
     out(f"{'layer':10} {'files':>6} {'bytes':>9} {'~tokens':>8}  last change")
     for name, facts in status["layers"].items():
-        changed = (
-            f"{facts['modified']} ({facts['age_days']}d ago)" if facts.get("modified") else "-"
-        )
+        changed = "-"
+        if facts.get("modified"):
+            moment = parse_iso(facts["modified"], need_zone=True) or utc_now()
+            changed = f"{facts['modified']} ({age_words(utc_now() - moment)} ago)"
         out(f"{name:10} {facts['files']:>6} {facts['bytes']:>9} {facts['tokens']:>8}  {changed}")
     logs = status["layers"]["logs"]
     if logs["files"]:
-        out(f"logs: {logs['files']} day(s), {logs['first']} .. {logs['last']}")
+        out(f"logs: {plural(logs['files'], 'day')}, {logs['first']} .. {logs['last']}")
     boot = status["boot"]
     out(f"boot: ~{boot['tokens']} of {boot['budget']} tokens")
     sessions = status["sessions"]
@@ -10014,14 +10118,65 @@ def cmd_digest(args) -> int:
         print_json(result)
         return EXIT_OK
     out(
-        f"since {result['since']}: {len(result['entries'])} log entries, "
-        f"{len(result['facts'])} fact change(s), ~{result['tokens']} tokens"
+        f"since {result['since']}: {plural(len(result['entries']), 'log entry', 'log entries')}, "
+        f"{plural(len(result['facts']), 'fact change')}, ~{result['tokens']} tokens"
     )
     for fact in result["facts"]:
         out(f"- fact {fact['key']} = {fact['value']} ({fact['timestamp']}, {fact['path']})")
     for entry in result["entries"]:
         out(f"\n## {entry['timestamp']} · {entry['author']} (~{entry['tokens']} tokens)\n")
         out(entry["text"])
+    return EXIT_OK
+
+
+def ref_path(store: Store, name: str) -> str:
+    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
+    on the way, a regular file; anything else is refused."""
+    parts = name.replace("\\", "/").split("/")
+    if parts[:1] == [REFS_DIR]:
+        parts = parts[1:]
+    if not parts or name.startswith("/"):
+        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
+    for part in parts:
+        check_component(part, f"ref {name!r}: component")
+    problem = ref_path_problem(parts)
+    if problem:  # not a ref for any other reader either
+        raise usage_error(f"ref {name!r}: {problem}")
+    path = os.path.join(store.refs_dir, *parts)
+    refuse_symlink(store.refs_dir, "refs folder")
+    refuse_links_below(store.refs_dir, path)
+    require_inside(path, store.refs_dir, "ref")
+    if not os.path.isfile(path) and not parts[-1].endswith(".md"):
+        path += ".md"  # `refs show deploy` means refs/deploy.md
+    if not os.path.isfile(path):
+        raise StmError(
+            f"no ref {name!r} in {store.rel(store.refs_dir)}/; `stm refs list` lists them"
+        )
+    return path
+
+
+def cmd_refs_show(args) -> int:
+    store = store_from_args(args)
+    path = ref_path(store, args.name)
+    text = read_text(path)
+    if args.json:
+        print_json({"path": store.rel(path), "text": text})
+    else:
+        sys.stdout.write(escape_controls(text.rstrip("\n")) + "\n")
+    return EXIT_OK
+
+
+def cmd_refs_list(args) -> int:
+    store = store_from_args(args)
+    refs = BootParts(store).refs
+    if args.json:
+        rows = [{"path": r.path, "title": r.title, "summary": r.summary} for r in refs]
+        print_json({"refs": rows})
+        return EXIT_OK
+    if refs:
+        out(render_refs(refs, "full"))
+    else:
+        print(f"stm: no refs yet in {store.rel(store.refs_dir)}/", file=sys.stderr)
     return EXIT_OK
 
 
@@ -10045,7 +10200,9 @@ def search_files(store: Store, layers, since: str | None):
         for session_id, folder in sorted(found, reverse=True):
             if since and session_id[:10] < since:
                 continue
-            for name in (SESSION_MD, STATE_FILE, HISTORY_FILE):
+            # state.json is left out: each of its facts is an event in history.jsonl,
+            # which search reads as one line per event (session_event_lines)
+            for name in (SESSION_MD, HISTORY_FILE):
                 yield "sessions", os.path.join(folder, name)
 
 
@@ -10373,10 +10530,22 @@ def _search_hits(store: Store, matcher, layers, since):
         if layer == "logs":
             yield from log_hits_newest_first(store, path, blocks, matcher)
             continue
+        if path.endswith(HISTORY_FILE):  # each event as one readable line, not JSON
+            for number, line in session_event_lines(block_lines(blocks)):
+                if matcher.matches(line):
+                    yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+            continue
         shown = None
         for number, line in matching_lines(blocks, matcher):
             shown = shown or store.rel(path)
             yield {"path": shown, "line": number, "text": line, "layer": layer}
+
+
+def block_lines(blocks):
+    """(line number, line) of every line of open_blocks' blocks, decoded."""
+    for number, block in blocks:
+        for offset, line in enumerate(block.decode("utf-8", "replace").split("\n")[:-1]):
+            yield number + offset, line.removesuffix("\r")
 
 
 def matching_lines(blocks, matcher):
@@ -10388,6 +10557,36 @@ def matching_lines(blocks, matcher):
             number += text.count(newline, counted, start)
             counted = start
             yield number, line
+
+
+def session_event_lines(lines):
+    """(number, text) of history.jsonl lines, each event as one readable line
+    (event_text), so a search of the sessions layer finds facts, not JSON syntax."""
+    for number, line in lines:
+        try:
+            event = load_json(line)
+        except ValueError:
+            continue  # a torn tail: check reports it
+        if isinstance(event, dict):
+            yield number, event_text(event)
+
+
+def event_text(event: dict) -> str:
+    """One history event as a line: `TIME EVENT by ACTOR: field value; ...`, its values
+    one line each (lists joined with ` | `), without the bookkeeping (version)."""
+    parts = []
+    for key, value in sorted(event.items()):
+        if key in ("event", "timestamp", "actor", "version") or value is None:
+            continue
+        if isinstance(value, dict):
+            value = "; ".join(f"{k} {one_line(v, 200)}" for k, v in sorted(value.items()))
+        elif isinstance(value, list):
+            value = " | ".join(one_line(v, 200) for v in value)
+        parts.append(f"{key} {one_line(value, 500)}")
+    head = f"{one_line(event.get('timestamp', '?'), 40)} {one_line(event.get('event', '?'), 40)}"
+    if event.get("actor"):
+        head += f" by {one_line(event['actor'], 100)}"
+    return head + (": " + "; ".join(parts) if parts else "")
 
 
 LOG_HEADER_STAMP_RE = LazyRegex(r"^## (\S+) · .* <!-- stm:entry [0-9a-f]{8} -->$")
@@ -10452,7 +10651,8 @@ def cmd_search(args) -> int:
         if args.json:
             found.append(hit)
         else:
-            out(f"{path_text(hit['path'])}:{hit['line']}: {hit['text']}")
+            where = path_from_here(os.path.join(os.path.dirname(store.stacks), hit["path"]))
+            out(f"{path_text(where)}:{hit['line']}: {hit['text']}")
             found.append(None)
     if args.json:
         print_json({"pattern": args.pattern, "matches": found})
@@ -11312,7 +11512,9 @@ MCP_CLIENT_FILES = {
 
 def mcp_server_entry(root: str, client: str) -> dict:
     """How a client starts `stm mcp` in the project at `root`: the installed command,
-    else this stm.py by its path from the project root (clients start servers there)."""
+    else this stm.py by its path from the project root (clients start servers there), or
+    by its absolute path for a client whose config is global (Codex's
+    ~/.codex/config.toml serves every project: a relative path would name no file)."""
     import shutil
 
     if shutil.which("stm"):
@@ -11320,7 +11522,8 @@ def mcp_server_entry(root: str, client: str) -> dict:
     else:
         path = os.path.abspath(__file__)
         rel = os.path.relpath(path, root)
-        command, args = "python3", [path if rel.startswith("..") else rel, "mcp"]
+        is_global = MCP_CLIENT_FILES[client][0] is None
+        command, args = "python3", [path if is_global or rel.startswith("..") else rel, "mcp"]
     entry = {"type": "stdio"} if MCP_CLIENT_FILES[client][2] else {}
     entry.update({"command": command, "args": args})
     user = os.environ.get("STM_USER")
@@ -11575,7 +11778,7 @@ def cmd_export(args) -> int:
     if args.json:
         print_json({"path": target, "files": names})
     else:
-        out(f"exported {len(names)} file(s) to {target}")
+        out(f"exported {plural(len(names), 'file')} to {target}")
     return EXIT_OK
 
 
@@ -11738,6 +11941,22 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
         return
     for action, name, _, _ in plan:
         out(f"{words[action]:13} {name}")
+    out(import_summary(plan, bool(args.dry_run)))
+
+
+def import_summary(plan: list, dry_run: bool) -> str:
+    """The one line that ends `import`: how many files it created, replaced, left alone."""
+    counts = {action: 0 for action in ("create", "replace", "same")}
+    for action, *_ in plan:
+        counts[action] += 1
+    if dry_run:
+        done = f"would create {counts['create']}, would replace {counts['replace']}"
+        tail = "; nothing written (--dry-run)"
+    else:
+        done = f"created {counts['create']}, replaced {counts['replace']}"
+        tail = " (each old one kept as a hidden .bak)" if counts["replace"] else ""
+    total = plural(len(plan), "file")
+    return f"import: {total}: {done}, {counts['same']} already the same{tail}"
 
 
 MERGE_MARKER_MAX = 100
@@ -13141,28 +13360,6 @@ def mcp_kind_name(schema: dict) -> str:
     }[schema["type"]]
 
 
-def ref_path(store: Store, name: str) -> str:
-    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
-    on the way, a regular file; anything else is refused."""
-    parts = name.replace("\\", "/").split("/")
-    if parts[:1] == [REFS_DIR]:
-        parts = parts[1:]
-    if not parts or name.startswith("/"):
-        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
-    for part in parts:
-        check_component(part, f"ref {name!r}: component")
-    problem = ref_path_problem(parts)
-    if problem:  # not a ref for any other reader either
-        raise usage_error(f"ref {name!r}: {problem}")
-    path = os.path.join(store.refs_dir, *parts)
-    refuse_symlink(store.refs_dir, "refs folder")
-    refuse_links_below(store.refs_dir, path)
-    require_inside(path, store.refs_dir, "ref")
-    if not os.path.isfile(path):
-        raise StmError(f"no ref {name!r} in {store.rel(store.refs_dir)}/")
-    return path
-
-
 def mcp_resources(store: Store) -> list[dict]:
     resources = [
         {"uri": "stm://boot", "name": "boot", "description": "What an agent starts from"},
@@ -13414,6 +13611,10 @@ EXIT_CODES_HELP = """\
 exit codes: 0 ok, 1 failure, 2 usage, 3 version conflict, 75 lock timeout,
             130 interrupted, 143 terminated"""
 
+SUBCOMMAND_HELP_TAIL = """\
+global options (--dir, --state-dir, --user, before or after the command), the
+environment and the exit codes: `stm --help`"""
+
 MAIN_EPILOG = f"""\
 examples:
   stm init                       create .stacks/ and .state/ here
@@ -13430,12 +13631,17 @@ environment: STM_USER (author, user namespace), STM_LOCK_TIMEOUT (seconds, defau
 """
 
 
-def global_options():
+def global_options(*, shown: bool = True):
     """--dir / --state-dir / --user, accepted before and after the subcommand.
 
-    SUPPRESS keeps a subparser from overwriting a value given before the subcommand.
+    SUPPRESS as the default keeps a subparser from overwriting a value given before the
+    subcommand. A subcommand's help leaves them out (`shown=False`): it shows what is
+    its own, and its epilog points to `stm --help` for these and the exit codes.
     """
     import argparse
+
+    def described(text: str) -> str:
+        return text if shown else argparse.SUPPRESS
 
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("global options")
@@ -13443,19 +13649,19 @@ def global_options():
         "--dir",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the stacks directory (default: nearest .stacks/ upward from here)",
+        help=described("the stacks directory (default: nearest .stacks/ upward from here)"),
     )
     group.add_argument(
         "--state-dir",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the state directory (default: .state beside the stacks directory)",
+        help=described("the state directory (default: .state beside the stacks directory)"),
     )
     group.add_argument(
         "--user",
         metavar="NAME",
         default=argparse.SUPPRESS,
-        help="namespace new sessions under sessions/user-NAME/ (default: $STM_USER)",
+        help=described("namespace new sessions under sessions/user-NAME/ (default: $STM_USER)"),
     )
     return parent
 
@@ -13516,6 +13722,15 @@ def options_capture(p) -> None:
 def options_log(p) -> None:
     p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
     p.add_argument("--template", action="store_true", help="print the session-log template")
+    p.add_argument(
+        "--tail",
+        type=int,
+        nargs="?",
+        const=LOG_TAIL_DEFAULT,
+        metavar="N",
+        help=f"print the newest N entries, oldest first (default N: {LOG_TAIL_DEFAULT}); "
+        "writes nothing",
+    )
     p.add_argument(
         "--allow-secret", action="store_true", help="log text even if it looks like a credential"
     )
@@ -13708,6 +13923,11 @@ def options_setup_git(p) -> None:
 
 def options_mcp(p) -> None:
     p.set_defaults()  # --dir, --state-dir and --user are the global options
+
+
+def options_refs_show(p) -> None:
+    p.add_argument("name", metavar="NAME", help="the ref: deploy, deploy.md, refs/ops/deploy.md")
+    p.add_argument("--json", action="store_true", help="print JSON (path, text)")
 
 
 def options_fact_block(p) -> None:
@@ -14006,6 +14226,13 @@ COMMANDS = (
         None,
     ),
     (
+        "refs",
+        None,
+        "read the reference layer: list, show",
+        "stm refs list",
+        None,
+    ),
+    (
         "setup",
         None,
         "wire stm into agent tools and git: claude, agents-md, mcp, git",
@@ -14124,9 +14351,30 @@ SESSION_VERBS = (
 
 
 def usage_exit(prog: str, message: str):
-    """A usage error as one line that names the command and where to read more."""
-    print(f"{prog}: error: {message}; see `{prog} --help`", file=sys.stderr)
+    """A usage error as one line, with the prefix every stm error has, naming the
+    command's help (`stm: error: …; see `stm note --help``)."""
+    print(f"stm: error: {message}; see `{prog} --help`", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
+
+
+_INVALID_CHOICE_RE = LazyRegex(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def suggest_choice(prog: str, message: str) -> str:
+    """argparse's `invalid choice: 'sesion' (choose from 'init', 'boot', …)` for a
+    mistyped command or verb, with the list (twenty names) replaced by the one meant:
+    `(did you mean `stm session`?)`. Without a close name, argparse's message stands."""
+    import difflib
+
+    match = _INVALID_CHOICE_RE.search(message)
+    if match is None:
+        return message
+    choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
+    if not close:
+        return message
+    suggestion = f"(did you mean `{prog} {close[0]}`?)"
+    return f"{message[: match.start()]}invalid choice: {match.group(1)!r} {suggestion}"
 
 
 def parser_class():
@@ -14135,7 +14383,7 @@ def parser_class():
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
-            usage_exit(self.prog, message)
+            usage_exit(self.prog, suggest_choice(self.prog, message))
 
     return Parser
 
@@ -14223,7 +14471,24 @@ FACT_VERBS = (
     ),
 )
 
-VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS}
+REFS_VERBS = (
+    (
+        "list",
+        cmd_refs_list,
+        "list the refs as boot's index does: path, title, summary",
+        "stm refs list",
+        options_json,
+    ),
+    (
+        "show",
+        cmd_refs_show,
+        "print one ref (deploy, deploy.md or refs/deploy.md)",
+        "stm refs show facts   (refs/facts.md, where `stm fact` keeps facts)",
+        options_refs_show,
+    ),
+)
+
+VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS, "refs": REFS_VERBS}
 
 
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:
@@ -14236,7 +14501,7 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
             parents=common,
             help=help_text,
             description=help_text,
-            epilog=f"example:\n  {example}\n\n{EXIT_CODES_HELP}",
+            epilog=f"example:\n  {example}\n\n{SUBCOMMAND_HELP_TAIL}",
             formatter_class=formatter,
             allow_abbrev=False,
         )
@@ -14250,10 +14515,10 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
 
 def build_parser(only: str | None = None, only_verb: str | None = None):
     """The command line; with `only`, just that command's parser (see command_of)."""
-    common = [global_options()]
+    common = [global_options(shown=False)]
     parser = parser_class()(  # subparsers inherit its class, and so its error()
         prog=command_name(),
-        parents=common,
+        parents=[global_options()],
         description="Layered, git-friendly memory for AI agents.",
         epilog=MAIN_EPILOG,
         formatter_class=help_formatter(),

@@ -7,9 +7,10 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
-from conftest import run_stm, snapshot
+from conftest import ROOT, run_stm, snapshot
 
 import stm
 
@@ -324,3 +325,180 @@ def test_the_look_for_a_store_below_is_shallow(project, run):
     result = run("boot")
     assert result.code == 1 and "there is one" not in result.err
     assert "run `stm init` first" in result.err
+
+
+# ---- 8. what is stored: log --tail, refs show, search from where you stand, import ---
+
+
+def test_log_tail_prints_the_newest_entries_oldest_first(store, run):
+    for n in range(1, 13):
+        assert run("log", f"entry number {n}").code == 0
+    result = run("log", "--tail", "3")
+    assert result.code == 0
+    bodies = [line for line in result.out.splitlines() if line.startswith("entry number")]
+    assert bodies == ["entry number 10", "entry number 11", "entry number 12"]
+    assert re.search(r"^## \S+Z · tester \(\.stacks/logs/\S+\.md:\d+\)$", result.out, re.M)
+    default = run("log", "--tail")
+    assert default.out.count("entry number") == 10
+    data = json.loads(run("log", "--tail", "2", "--json").out)
+    assert [e["text"] for e in data["entries"]] == ["entry number 11", "entry number 12"]
+    assert set(data["entries"][0]) == {"timestamp", "author", "path", "line", "text"}
+    before = snapshot(store)
+    assert run("log", "--tail", "2", "more text").code == 2  # reading, never writing
+    assert snapshot(store) == before
+
+
+def test_refs_list_and_show_print_what_is_stored(store, run):
+    refs = store / ".stacks" / "refs"
+    (refs / "ops").mkdir()
+    (refs / "ops" / "deploy.md").write_text("# Deploy\n\nHow releases ship.\n\n- tag, push\n")
+    listed = run("refs", "list")
+    assert listed.out == "- refs/ops/deploy.md — Deploy: How releases ship.\n"
+    for name in ("ops/deploy", "ops/deploy.md", "refs/ops/deploy.md"):
+        shown = run("refs", "show", name)
+        assert shown.code == 0 and shown.out == "# Deploy\n\nHow releases ship.\n\n- tag, push\n"
+    missing = run("refs", "show", "nope")
+    assert missing.code == 1 and "`stm refs list`" in missing.err
+    assert run("refs", "show", "../MEMORY.md").code == 2  # never outside refs/
+
+
+def test_search_prints_paths_from_where_the_user_stands(store, run, monkeypatch):
+    run("log", "the lexer is ported")
+    (store / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(store / "src" / "pkg")
+    result = run("search", "lexer", "--layer", "logs")
+    assert result.code == 0
+    path = result.out.split(":", 1)[0]
+    assert path.startswith(os.path.join("..", "..", ".stacks", "logs"))
+    assert os.path.isfile(path)  # openable from here, as printed
+    data = json.loads(run("search", "lexer", "--layer", "logs", "--json").out)
+    assert data["matches"][0]["path"].startswith(".stacks/logs/")  # JSON: from the root
+
+
+def test_search_reads_sessions_as_one_line_per_event(store, run):
+    run("session", "new", "--name", "grammar work")
+    run("session", "checkpoint", "--pending", "port the grammar", "--resume", "pytest -k gram")
+    run("session", "checkpoint", "--done", "grammar")
+    result = run("search", "grammar", "--layer", "sessions")
+    lines = result.out.splitlines()
+    assert all("history.jsonl" in line for line in lines), lines  # no state.json copies
+    assert not any('{"' in line or '":' in line for line in lines), lines  # no raw JSON
+    assert len(lines) == 3, lines  # created, the two checkpoints: one line each
+    assert any(
+        re.search(r"checkpoint by tester: pending port the grammar; resume pytest -k gram$", x)
+        for x in lines
+    ), lines
+
+
+def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
+    archive = str(tmp_path / "m.zip")
+    assert run("export", "-o", archive).code == 0
+    dry = run("import", archive, "--dry-run").out.splitlines()
+    assert re.fullmatch(
+        r"import: \d+ files: would create 0, would replace 0, \d+ already the same; "
+        r"nothing written \(--dry-run\)",
+        dry[-1],
+    )
+    (store / ".stacks" / "refs" / "gone.md").write_text("# Gone\n\nx\n")
+    assert run("export", "-o", archive).code == 0
+    (store / ".stacks" / "refs" / "gone.md").unlink()
+    last = run("import", archive).out.splitlines()[-1]
+    assert re.fullmatch(r"import: \d+ files: created 1, replaced 0, \d+ already the same", last)
+
+
+# ---- 9. check warns about a section over its compact limit ---------------------------
+
+
+def test_check_warns_when_a_section_is_over_its_limit_naming_compact(store):
+    for n in range(15):
+        assert run_stm("note", "-q", "Next Steps", f"step {n}", cwd=store).returncode == 0
+    check = run_stm("check", cwd=store)
+    lines = [line for line in check.stdout.splitlines() if "section-over-limit" in line]
+    assert len(lines) == 1, check.stdout
+    assert 'section "Next Steps" holds 15 bullets, over its limit of 10' in lines[0]
+    assert "`python3 " in lines[0] and " compact`" in lines[0]  # as invoked: python3 stm.py
+    assert "check ok: 0 error(s), 1 warning(s)" in check.stdout
+    assert run_stm("compact", cwd=store).returncode == 0
+    assert "section-over-limit" not in run_stm("check", cwd=store).stdout
+
+
+# ---- 10. the smaller items ----------------------------------------------------------
+
+
+def test_counts_agree_with_their_nouns(store, run):
+    run("log", "one entry")
+    assert re.search(r"^logs: 1 day, ", run("status").out, re.M)
+    assert re.search(r"\(\d+ (minute|hour|day)s? ago\)", run("status").out)
+    digest = run("digest").out.splitlines()[0]  # since Last Updated: today
+    assert ": 1 log entry, 0 fact changes, " in digest
+    boot = run("boot").out.splitlines()[0]
+    assert boot.endswith("; 1 log entry since")
+
+
+def test_a_secret_kind_takes_its_article(store, run):
+    result = run("log", "key AKIA" + "ABCDEFGHIJKLMNOP")
+    assert result.code == 1 and "looks like an AWS access key id" in result.err
+    npm = run("log", "token npm_" + "a" * 36)
+    assert "looks like an npm token" in npm.err
+    github = run("log", "token ghp_" + "a" * 36)
+    assert "looks like a GitHub token" in github.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("note", "just a thought"), ("session", "switch", "zzzz"), ("boot", "--bogus"), ("log", "")],
+)
+def test_every_error_has_one_prefix(store, run, argv):
+    result = run(*argv)
+    assert result.code in (1, 2)
+    assert result.err.startswith("stm: error: "), result.err
+
+
+def test_a_mistyped_command_gets_a_suggestion(store, run):
+    result = run("sesion", "list")
+    assert result.code == 2
+    assert "did you mean `stm session`?" in result.err
+    assert "choose from" not in result.err  # not argparse's list of every command
+    verb = run("session", "swtich", "x")
+    assert "did you mean `stm session switch`?" in verb.err
+
+
+@pytest.mark.parametrize("path", [("note",), ("session", "checkpoint"), ("refs", "show")])
+def test_subcommand_help_shows_its_own_options_and_points_to_stm_help(run, path):
+    result = run(*path, "--help")
+    assert result.code == 0
+    assert "--dir PATH" not in result.out and "global options:" not in result.out
+    assert "exit codes: 0 ok" not in result.out
+    assert "the exit codes: `stm --help`" in result.out
+    assert result.out.index("options:") < result.out.index("example:")
+    main = run("--help")
+    assert "--dir PATH" in main.out and "exit codes: 0 ok" in main.out
+
+
+def test_global_options_still_work_after_the_subcommand(store, run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("note", "Status", "--replace", "green", "--dir", str(store / ".stacks"))
+    assert result.code == 0 and "green" in (store / ".stacks" / "MEMORY.md").read_text()
+
+
+def test_the_codex_snippet_names_stm_py_by_its_absolute_path(project):
+    (project / "stm.py").write_bytes((ROOT / "stm.py").read_bytes())
+    empty = project / "no-stm-here"
+    empty.mkdir()
+    result = subprocess.run(
+        [sys.executable, "stm.py", "setup", "mcp", "--client", "codex"],
+        cwd=project,
+        env={**os.environ, "PATH": str(empty)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f'args = ["{project / "stm.py"}", "mcp"]' in result.stdout
+    local = subprocess.run(  # a project's own file still names it from the project root
+        [sys.executable, "stm.py", "setup", "mcp"],
+        cwd=project,
+        env={**os.environ, "PATH": str(empty)},
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(local.stdout)["mcpServers"]["stm"]["args"] == ["stm.py", "mcp"]

@@ -329,6 +329,9 @@ def test_every_json_output_matches_its_documented_keys(project, run, tmp_path_fa
     )
     results["note"] = run("note", "Status", "ok", "--json")
     results["search"] = run("search", "parser", "--json")
+    (project / ".stacks" / "refs" / "deploy.md").write_text("# Deploy\n\nHow it ships.\n")
+    results["refs list"] = run("refs", "list", "--json")
+    results["refs show"] = run("refs", "show", "deploy", "--json")
     zip_path = str(tmp_path_factory.mktemp("zip") / "m.zip")
     results["export"] = run("export", "-o", zip_path, "--json")
     results["import"] = run("import", zip_path, "--dry-run", "--json")
@@ -561,7 +564,9 @@ def test_export_import_round_trip(store, run, tmp_path_factory):
         assert (target / name).read_bytes() == (store / name).read_bytes()
     assert run("check").code == 0
     again = run("import", str(archive))
-    assert again.code == 0 and "created" not in again.out
+    assert again.code == 0  # nothing created the second time; the summary says so
+    assert not any(line.startswith("created") for line in again.out.splitlines())
+    assert again.out.splitlines()[-1].startswith("import: ") and "created 0" in again.out
 
 
 def test_import_never_overwrites_a_different_file_without_force(store, run, tmp_path):
