@@ -4474,6 +4474,7 @@ class BootParts:
         self._workflow()
         self.refs = self._refs()
         self._memory_notices()
+        self._size_notice()
         self._capture()
         self._driver_notice()
 
@@ -4533,7 +4534,9 @@ class BootParts:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
         if ref is None:
-            rows = waiting_rows(store, captures=self._captures)
+            stale: list = []
+            rows = waiting_rows(store, captures=self._captures, stale=stale)
+            self._stale_notice(stale)
             self.waiting = waiting_lines(rows)
             shown = [
                 i for i, (_, _, s) in enumerate(rows[:BOOT_WAITING_MAX]) if not s.get("finished_at")
@@ -4564,6 +4567,23 @@ class BootParts:
             self._conflict_notice(session_md, read_text(session_md, 1 << 20))
         self.workflow = render_workflow(store, ref, state)
         self._captures(state)
+
+    def _stale_notice(self, stale: list) -> None:
+        """Sessions untouched past the staleness limit: named once, with the one command
+        that archives them all, instead of being listed as work waiting."""
+        if not stale:
+            return
+        stale.sort(key=lambda row: str(row[2].get("updated_at", "")))
+        shown = ", ".join(
+            f"`{sid}`" + (f" ({one_line(state['name'], 40)})" if state.get("name") else "")
+            for sid, _, state in stale[:5]
+        )
+        more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
+        self.notices.append(
+            f"{plural(len(stale), 'session')} untouched for over {SESSION_IDLE_DAYS} days, "
+            f"not listed as waiting: {shown}{more}; archive them all with "
+            "`stm session archive --stale` (`--dry-run` lists them first)"
+        )
 
     def _captures(self, state: dict) -> None:
         """Keep the newest capture among the sessions read (the current one, else those
@@ -4618,6 +4638,20 @@ class BootParts:
             self.notices.append(
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
+            )
+
+    def _size_notice(self) -> None:
+        """MEMORY.md over its consolidation threshold: the agent is told what to run."""
+        text = self.raw.get("session")
+        if text is None:
+            return
+        threshold = load_config(self.store)["consolidation_threshold"]
+        count = memory_bullet_count(text)
+        if count > threshold:
+            self.notices.append(
+                f"{self.store.rel(self.store.memory_path)} holds {count} top-level bullets, "
+                f"over its threshold of {threshold}: run `stm compact` (the oldest move to "
+                "the log, where `stm search` finds them)"
             )
 
     def _driver_notice(self) -> None:
@@ -4856,10 +4890,18 @@ def waiting_lines(rows: list) -> list[str]:
     return lines
 
 
-def waiting_rows(store: Store, captures=None) -> list[tuple[str, str, dict]]:
+def is_stale(state: dict, now: float) -> bool:
+    """Untouched (updated_at) for more than SESSION_IDLE_DAYS: not work waiting any more,
+    but a session to archive (`stm session archive --stale`)."""
+    updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
+    return updated is not None and now - updated > SESSION_IDLE_DAYS * 86400
+
+
+def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str, dict]]:
     """(id, folder, state) of the sessions waiting, most relevant first (see
-    waiting_sessions)."""
+    waiting_sessions); the stale ones go to the list `stale` instead, when given."""
     rows = []
+    now = utc_now()
     user = (store.settings.user or "").strip().lower()
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
         try:
@@ -4870,6 +4912,9 @@ def waiting_rows(store: Store, captures=None) -> list[tuple[str, str, dict]]:
                 continue  # check reports it
         if captures is not None:
             captures(state)
+        if stale is not None and is_stale(state, now):
+            stale.append((sid, path, state))
+            continue
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
         rows.append((not to_me, "task_id" not in state, updated, sid, path, state))
@@ -5193,7 +5238,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         notices.append(
             as_invoked(
                 f"session memory left out to fit {cut.limit}: read {memory_path}, "
-                "or run `stm boot --no-limit`"
+                "or run `stm boot --no-limit`; run `stm compact` to make it smaller"
             )
         )
     else:
@@ -5201,7 +5246,8 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         if gone:
             memory += as_invoked(
                 f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
-                "or run `stm boot --no-limit`)"
+                "or run `stm boot --no-limit`; `stm compact` moves the oldest bullets to the "
+                "log for good)"
             )
         sections.append((f"Session memory ({memory_path})", memory))
     for layer in LAYERS[2:]:  # rows added after identity and session memory
@@ -5355,6 +5401,13 @@ def boot_document(
                 f"boot is ~{tokens} tokens, over the {budget}-token budget; "
                 "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
             )
+            # The agent reads stdout, not stderr: the notice it must act on goes there too.
+            parts.notices.append(
+                f"this boot is ~{tokens} tokens, over the {budget}-token budget: run "
+                "`stm compact`, or move stable knowledge from MEMORY.md into refs/"
+            )
+            text = render_boot(parts, cut=cut)
+            parts.notices.pop()
         return text, warnings
     limit_chars = min(
         max_chars if max_chars is not None else float("inf"),
@@ -7818,8 +7871,46 @@ def archive_session(
     return SessionRef(ref.id, destination, True), state, True
 
 
+def stale_sessions(store: Store) -> list[tuple[SessionRef, dict]]:
+    """Active sessions untouched for over SESSION_IDLE_DAYS, oldest first, but the one
+    this checkout (or STM_SESSION) works on: boot names them, `archive --stale` archives
+    them. A session whose state cannot be read is left to `check`."""
+    current = current_id_quietly(store)
+    found = []
+    now = utc_now()
+    for sid, path in iter_active_sessions(store):
+        ref = SessionRef(sid, path, False)
+        try:
+            state = load_state(ref)
+        except StmError:
+            continue
+        if sid != current and is_stale(state, now):
+            found.append((ref, state))
+    found.sort(key=lambda pair: str(pair[1].get("updated_at", "")))
+    return found
+
+
+def archive_stale(store: Store, *, dry_run: bool = False) -> list[tuple[SessionRef, dict]]:
+    """The `session archive --stale` operation: archive every stale session (see
+    stale_sessions), one by one, each as `session archive ID` would; returns the archived
+    (or, dry_run, the stale) sessions."""
+    stale = stale_sessions(store)
+    if dry_run:
+        return stale
+    done = []
+    for ref, _ in stale:
+        archived, state, moved = archive_session(store, ref.id)
+        if moved:
+            done.append((archived, state))
+    return done
+
+
 def cmd_session_archive(args) -> int:
     store = store_from_args(args)
+    if args.stale:
+        return report_archive_stale(args, store)
+    if args.dry_run:
+        raise usage_error("--dry-run goes with --stale")
     ref, state, moved = archive_session(store, args.id, expect_version=args.expect_version)
     if args.json:
         print_json(session_summary(store, ref, state, current=False))
@@ -7829,6 +7920,30 @@ def cmd_session_archive(args) -> int:
         print(f"stm: archived to {store.rel(ref.path)}", file=sys.stderr)
     else:
         warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
+    return EXIT_OK
+
+
+def report_archive_stale(args, store: Store) -> int:
+    if args.id is not None or args.expect_version is not None:
+        raise usage_error("--stale archives every stale session: give no ID or --expect-version")
+    sessions = archive_stale(store, dry_run=args.dry_run)
+    if args.json:
+        rows = [session_summary(store, ref, state, current=False) for ref, state in sessions]
+        print_json({"dry_run": bool(args.dry_run), "sessions": rows})
+        return EXIT_OK
+    now = utc_now()
+    for ref, state in sessions:
+        if args.dry_run:
+            updated = parse_iso(str(state.get("updated_at", "")), need_zone=True) or now
+            name = f" — {one_line(state['name'], 80)}" if state.get("name") else ""
+            out(
+                f"would archive {ref.id}{name} (untouched for {int((now - updated) // 86400)} days)"
+            )
+        else:
+            out(ref.id)
+            print(f"stm: archived to {store.rel(ref.path)}", file=sys.stderr)
+    if not sessions:
+        warn(f"no session untouched for over {SESSION_IDLE_DAYS} days; nothing to archive")
     return EXIT_OK
 
 
@@ -8829,6 +8944,8 @@ def digest(store: Store, *, since: str | None = None) -> dict:
             moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
             if moment is None or moment < start:
                 continue
+            if any(COMPACT_HEADER_RE.match(line) for line in entry.body):
+                continue  # what compact moved out of memory is not new work to fold back
             text = "\n".join(entry.body).strip("\n")
             entries.append(
                 {
@@ -11354,6 +11471,15 @@ def options_session_switch(p) -> None:
 
 def options_session_archive(p) -> None:
     p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help=f"archive every session untouched for over {SESSION_IDLE_DAYS} days (but this "
+        "checkout's current one)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --stale: list them, archive nothing"
+    )
     p.add_argument(
         "--expect-version",
         type=int,
