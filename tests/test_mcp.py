@@ -50,13 +50,16 @@ TOOL_ORDER = [
 TOOL_ARGS = {
     "boot": (set(), {"max_tokens", "max_chars"}),
     "log": ({"text"}, set()),
-    "note": ({"section", "text"}, {"replace"}),
+    "note": ({"section", "text"}, {"replace", "create"}),
     "search": ({"query"}, {"layer", "since", "regex", "limit"}),
     "status": (set(), set()),
     "read_ref": ({"path"}, set()),
     "session_new": ({"name"}, {"phases"}),
     "session_phase": ({"phase"}, {"session"}),
-    "session_checkpoint": (set(), {"done", "pending", "resume", "interrupted", "session"}),
+    "session_checkpoint": (
+        set(),
+        {"done", "pending", "resume", "note", "interrupted", "finish", "session"},
+    ),
 }
 TOOL_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CACHEABLE = (

@@ -788,3 +788,144 @@ def test_digest_leaves_compactions_own_entries_out(store, run, monkeypatch):
     digest = json.loads(run("digest", "--since", "2000-01-01", "--json").out)
     texts = [entry["text"] for entry in digest["entries"]]
     assert texts == ["real work on the lexer"], texts
+
+
+# ---- e. MCP alone can resume: adopt, checkpoint, note, hand off, archive -------------------
+
+
+@pytest.fixture
+def mcp(store):
+    from mcp_client import McpClient
+
+    clients = []
+
+    def start() -> McpClient:
+        client = McpClient(stacks=store / ".stacks", cwd=store)
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        client.kill()
+
+
+def tool_text(result: dict) -> str:
+    return "".join(part["text"] for part in result["content"] if part["type"] == "text")
+
+
+def test_mcp_lists_the_resume_tools(mcp):
+    client = mcp()
+    tools = {tool["name"]: tool for tool in client.modern("tools/list")["result"]["tools"]}
+    expected = {
+        "session_switch": ({"session"}, set()),
+        "session_archive": (set(), {"session", "stale", "dry_run"}),
+        "compose_handoff": ({"handoff"}, {"no_switch"}),
+        "session_checkpoint": (
+            set(),
+            {"done", "pending", "resume", "note", "interrupted", "finish", "session"},
+        ),
+        "note": ({"section", "text"}, {"replace", "create"}),
+        "fact_set": ({"key", "value"}, {"why"}),
+        "fact_get": ({"key"}, set()),
+    }
+    for name, (required, optional) in expected.items():
+        schema = tools[name]["inputSchema"]
+        assert set(schema.get("required", [])) == required, name
+        assert set(schema["properties"]) == required | optional, name
+    assert tools["compose_handoff"]["inputSchema"]["properties"]["handoff"]["type"] == "object"
+    assert client.close() == 0
+
+
+def test_mcp_alone_adopts_a_waiting_session_and_carries_it_on(store, run, mcp):
+    sid = run("session", "new", "--name", "port the grammar", "--no-switch").out.strip()
+    run("session", "checkpoint", "--session", sid, "--pending", "binary", "--pending", "unary")
+    client = mcp()
+
+    boot = tool_text(client.tool_result("boot"))
+    assert f"the `session_switch` tool with session: {sid}" in boot, boot
+    assert "`stm session switch" not in boot and "stm.py" not in boot
+    switched = client.tool_result("session_switch", {"session": sid[-8:]})
+    assert switched["isError"] is False and switched["structuredContent"]["current"] is True
+    active = tool_text(client.tool_result("boot"))
+    assert "## Active workflow" in active and "  1. binary" in active
+
+    noted = client.tool_result(
+        "session_checkpoint", {"done": "binary", "note": "unary needs the Pratt table"}
+    )
+    assert noted["isError"] is False, noted
+    state = json.loads(state_path(store, sid).read_text())
+    assert state["recovery"]["recovery_notes"] == "unary needs the Pratt table"
+    assert state["checkpoint"]["pending_steps"] == ["unary"]
+    cleared = client.tool_result("session_checkpoint", {"pending": []})
+    assert cleared["isError"] is False
+    assert json.loads(state_path(store, sid).read_text())["checkpoint"]["pending_steps"] == []
+    finished = client.tool_result("session_checkpoint", {"finish": True})
+    assert finished["isError"] is False
+    assert json.loads(state_path(store, sid).read_text())["finished_at"]
+
+    archived = client.tool_result("session_archive", {})
+    assert archived["isError"] is False and "archived to .state/history/" in tool_text(archived)
+    assert client.close() == 0
+
+
+def test_mcp_hints_name_tool_arguments_never_flags(store, run, mcp):
+    client = mcp()
+    nothing = client.tool_result("session_new", {"name": "x"})
+    assert nothing["isError"] is False
+    empty = client.tool_result("session_checkpoint", {})
+    text = tool_text(empty)
+    assert empty["isError"] is True
+    assert "`done`" in text and "`finish: true`" in text and "`pending: []`" in text, text
+    assert "--" not in text, text
+    near = client.tool_result("note", {"section": "Nxt Steps", "text": "port the printer"})
+    assert near["isError"] is True and "`create: true`" in tool_text(near), near
+    assert "--create" not in tool_text(near)
+    created = client.tool_result(
+        "note", {"section": "Nxt Steps", "text": "port the printer", "create": True}
+    )
+    assert created["isError"] is False, created
+    assert "## Nxt Steps\n" in (store / ".stacks" / "MEMORY.md").read_text()
+    secret = client.tool_result("log", {"text": "token ghp_" + "a" * 36})
+    assert secret["isError"] is True and "--allow-secret" not in tool_text(secret), secret
+    unmatched = client.tool_result("session_checkpoint", {"done": "never listed"})
+    assert "`done`" in tool_text(unmatched) and "--done" not in tool_text(unmatched)
+    assert client.close() == 0
+
+
+def test_mcp_composes_a_handoff_and_archives_stale_sessions(store, run, mcp, monkeypatch):
+    now = clock()
+    monkeypatch.setattr(stm, "utc_now", lambda: now - 30 * 86400)
+    old = run("session", "new", "--name", "old", "--no-switch").out.strip()
+    monkeypatch.setattr(stm, "utc_now", clock)
+    client = mcp()
+    handoff = {
+        "task_id": "T-1",
+        "from_agent": "planner",
+        "task": "Port the printer",
+        "status": "ready",
+        "created_at": "2026-01-05T10:00:00Z",
+        "next_steps": ["write the printer"],
+    }
+    composed = client.tool_result("compose_handoff", {"handoff": handoff})
+    assert composed["isError"] is False, composed
+    row = composed["structuredContent"]
+    assert row["created"] is True and row["current"] is True, row
+    assert row["session_md"].endswith("/Session.md")
+    again = client.tool_result("compose_handoff", {"handoff": handoff})
+    assert again["structuredContent"]["created"] is False
+    bad = client.tool_result("compose_handoff", {"handoff": {"task_id": "T-2"}})
+    assert bad["isError"] is True and "from_agent is missing" in tool_text(bad)
+
+    # No session current (as in a fresh clone): boot names the stale one once.
+    assert client.tool_result("session_archive", {"session": row["session_id"]})["isError"] is False
+    later = dict(handoff, task_id="T-3")
+    kept = client.tool_result("compose_handoff", {"handoff": later, "no_switch": True})
+    assert kept["structuredContent"]["current"] is False
+    boot = tool_text(client.tool_result("boot"))
+    assert "the `session_archive` tool with stale: true" in boot, boot
+    dry = client.tool_result("session_archive", {"stale": True, "dry_run": True})
+    assert tool_text(dry) == f"would archive {old}"
+    done = client.tool_result("session_archive", {"stale": True})
+    assert tool_text(done) == f"archived {old}"
+    assert [r["session_id"] for r in done["structuredContent"]["sessions"]] == [old]
+    assert client.close() == 0
