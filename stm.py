@@ -1255,15 +1255,19 @@ def command_name() -> str:
 
 # Who reads the hints a command prints. A shell user runs stm the way this process was
 # started (command_name); an agent behind a hook runs it from its own shell, not the
-# hook's (`command`); an MCP client calls tools (`tools`). A front end sets the voice for
-# the length of its work (with_hint_voice), so operations never need to know who asked.
-_HINT_VOICE = {"command": None, "tools": frozenset()}
+# hook's (`command`); an MCP client calls tools (`tools`: name -> (its arguments as
+# name -> JSON type, the required ones in order)) and passes arguments, not flags
+# (`arguments`: name -> JSON type, those of the tool it called). A front end sets the
+# voice for the length of its work (with_hint_voice), so operations never need to know
+# who asked: they name the command and its flags, and the voice words them for the reader.
+_HINT_VOICE: dict = {"command": None, "tools": {}, "arguments": None}
 
 
 @contextlib.contextmanager
-def with_hint_voice(*, command: str | None = None, tools=frozenset()):
+def with_hint_voice(*, command: str | None = None, tools=None, arguments: dict | None = None):
     saved = dict(_HINT_VOICE)
-    _HINT_VOICE.update(command=command, tools=frozenset(tools))
+    tools = tools if isinstance(tools, dict) else dict.fromkeys(tools or (), ({}, []))
+    _HINT_VOICE.update(command=command, tools=tools, arguments=arguments)
     try:
         yield
     finally:
@@ -1271,24 +1275,82 @@ def with_hint_voice(*, command: str | None = None, tools=frozenset()):
 
 
 _HINT_RE = LazyRegex(r"`stm ([^`]*)`")
+_FLAG_RE = LazyRegex(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)\b(?!-)")
+# Flags whose tool argument is not their own name.
+_FLAG_ARGUMENTS = {"clear-pending": ("pending", "`pending: []`")}
 
 
-def tool_hint(match, tools: frozenset) -> str:
-    """`stm session checkpoint …` as "the `session_checkpoint` tool" when that tool exists;
-    a command with no tool stays a command."""
-    words = [w for w in match.group(1).split() if not w.startswith("-")]
-    for name in ("_".join(words[:2]), words[0] if words else ""):
-        if name in tools:
-            if "--no-limit" in match.group(1):
-                return f"the `{name}` tool without max_tokens or max_chars"
-            return f"the `{name}` tool"
+def tool_hint(match, tools: dict) -> str:
+    """`stm session switch ID` as "the `session_switch` tool with session: ID" when that tool
+    exists, its words and flags as the tool's arguments; a command with no tool, or with
+    a flag the tool lacks, stays a command."""
+    words = match.group(1).split()
+    for count in (2, 1):
+        name = "_".join(words[:count])
+        if name in tools and not any(w.startswith("-") for w in words[:count]):
+            return tool_call_words(name, words[count:], tools[name]) or match.group(0)
     return match.group(0)
+
+
+def tool_call_words(name: str, words: list[str], spec: tuple) -> str | None:
+    """A command's remaining words as a call of tool `name` (`spec`: its arguments and
+    the required ones, which take the command's words in order); None when one has no
+    argument to go to."""
+    if "--no-limit" in words:
+        return f"the `{name}` tool without max_tokens or max_chars"
+    arguments, required = spec
+    given, positional = [], list(required)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-"):
+            if not positional:
+                return None
+            given.append(f"{positional.pop(0)}: {word}")
+            continue
+        argument = word.lstrip("-").replace("-", "_")
+        kind = arguments.get(argument)
+        if kind is None:
+            return None
+        if kind == "boolean":
+            given.append(f"{argument}: true")
+        elif index < len(words) and not words[index].startswith("-"):
+            given.append(f"{argument}: {words[index]}")
+            index += 1
+    return f"the `{name}` tool" + (f" with {', '.join(given)}" if given else "")
+
+
+def flag_words(flag: str) -> str | None:
+    """How the reader passes `--flag`: the flag itself to a command; to an MCP tool, its
+    argument (`create: true`, `session`), None when the tool has none."""
+    arguments = _HINT_VOICE["arguments"]
+    if arguments is None:
+        return flag
+    name = flag.lstrip("-")
+    if name in _FLAG_ARGUMENTS:
+        argument, words = _FLAG_ARGUMENTS[name]
+        return words if argument in arguments else None
+    argument = name.replace("-", "_")
+    if argument not in arguments:
+        return None
+    return f"`{argument}: true`" if arguments[argument] == "boolean" else f"`{argument}`"
+
+
+def tool_flags(text: str) -> str:
+    """The flags named outside backquotes written as the called tool's arguments."""
+    parts = text.split("`")
+    for index in range(0, len(parts), 2):  # outside the backquoted spans
+        parts[index] = _FLAG_RE.sub(lambda m: flag_words(m.group(0)) or m.group(0), parts[index])
+    return "`".join(parts)
 
 
 def as_invoked(text: str) -> str:
     """`text` with each `stm …` command hint written the way its reader runs stm."""
     if _HINT_VOICE["tools"]:
         text = _HINT_RE.sub(lambda m: tool_hint(m, _HINT_VOICE["tools"]), text)
+    if _HINT_VOICE["arguments"] is not None:
+        text = tool_flags(text)
     name = _HINT_VOICE["command"] or command_name()
     return text if name == "stm" else text.replace("`stm ", f"`{name} ")
 
@@ -4967,6 +5029,7 @@ class BootParts:
         self._arrivals()
         self.refs = self._refs()
         self._memory_notices()
+        self._size_notice()
         self._capture()
         self._driver_notice()
 
@@ -5032,7 +5095,9 @@ class BootParts:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
         if ref is None:
-            rows = waiting_rows(store, captures=self._captures)
+            stale: list = []
+            rows = waiting_rows(store, captures=self._captures, stale=stale)
+            self._stale_notice(stale)
             self.waiting = waiting_lines(rows)
             shown = [
                 i for i, (_, _, s) in enumerate(rows[:BOOT_WAITING_MAX]) if not s.get("finished_at")
@@ -5070,6 +5135,23 @@ class BootParts:
         record = read_arrivals(self.store)
         if record is not None:
             self.arrived = arrival_lines(self.store, record)
+
+    def _stale_notice(self, stale: list) -> None:
+        """Sessions untouched past the staleness limit: named once, with the one command
+        that archives them all, instead of being listed as work waiting."""
+        if not stale:
+            return
+        stale.sort(key=lambda row: str(row[2].get("updated_at", "")))
+        shown = ", ".join(
+            f"`{sid}`" + (f" ({one_line(state['name'], 40)})" if state.get("name") else "")
+            for sid, _, state in stale[:5]
+        )
+        more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
+        self.notices.append(
+            f"{plural(len(stale), 'session')} untouched for over {SESSION_IDLE_DAYS} days, "
+            f"not listed as waiting: {shown}{more}; archive them all with "
+            "`stm session archive --stale`"
+        )
 
     def _captures(self, state: dict) -> None:
         """Keep the newest capture among the sessions read (the current one, else those
@@ -5124,6 +5206,20 @@ class BootParts:
             self.notices.append(
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
+            )
+
+    def _size_notice(self) -> None:
+        """MEMORY.md over its consolidation threshold: the agent is told what to run."""
+        text = self.raw.get("session")
+        if text is None:
+            return
+        threshold = load_config(self.store)["consolidation_threshold"]
+        count = memory_bullet_count(text)
+        if count > threshold:
+            self.notices.append(
+                f"{self.store.rel(self.store.memory_path)} holds {count} top-level bullets, "
+                f"over its threshold of {threshold}: run `stm compact` (the oldest move to "
+                "the log, where `stm search` finds them)"
             )
 
     def _driver_notice(self) -> None:
@@ -5365,10 +5461,18 @@ def waiting_lines(rows: list) -> list[str]:
     return lines
 
 
-def waiting_rows(store: Store, captures=None) -> list[tuple[str, str, dict]]:
+def is_stale(state: dict, now: float) -> bool:
+    """Untouched (updated_at) for more than SESSION_IDLE_DAYS: not work waiting any more,
+    but a session to archive (`stm session archive --stale`)."""
+    updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
+    return updated is not None and now - updated > SESSION_IDLE_DAYS * 86400
+
+
+def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str, dict]]:
     """(id, folder, state) of the sessions waiting, most relevant first (see
-    waiting_sessions)."""
+    waiting_sessions); the stale ones go to the list `stale` instead, when given."""
     rows = []
+    now = utc_now()
     user = (store.settings.user or "").strip().lower()
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
         try:
@@ -5379,6 +5483,9 @@ def waiting_rows(store: Store, captures=None) -> list[tuple[str, str, dict]]:
                 continue  # check reports it
         if captures is not None:
             captures(state)
+        if stale is not None and is_stale(state, now):
+            stale.append((sid, path, state))
+            continue
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
         rows.append((not to_me, "task_id" not in state, updated, sid, path, state))
@@ -5854,7 +5961,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         notices.append(
             as_invoked(
                 f"session memory left out to fit {cut.limit}: read {memory_path}, "
-                "or run `stm boot --no-limit`"
+                "or run `stm boot --no-limit`; run `stm compact` to make it smaller"
             )
         )
     else:
@@ -5864,7 +5971,8 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         if gone:
             memory += as_invoked(
                 f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
-                "or run `stm boot --no-limit`)"
+                "or run `stm boot --no-limit`; `stm compact` moves the oldest bullets to the "
+                "log for good)"
             )
         sections.append((f"Session memory ({memory_path})", memory))
     for layer in LAYERS[2:]:  # rows added after identity and session memory
@@ -6017,6 +6125,13 @@ def boot_document(
                 f"boot is ~{tokens} tokens, over the {budget}-token budget; "
                 "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
             )
+            # The agent reads stdout, not stderr: the notice it must act on goes there too.
+            parts.notices.append(
+                f"this boot is ~{tokens} tokens, over the {budget}-token budget: run "
+                "`stm compact`, or move stable knowledge from MEMORY.md into refs/"
+            )
+            text = render_boot(parts, cut=cut)
+            parts.notices.pop()
         return text, warnings
     limit_chars = min(
         max_chars if max_chars is not None else float("inf"),
@@ -8092,9 +8207,9 @@ def read_message(args) -> str:
 def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
     """Refuse text that looks like a credential (exit 1); `flag_hint` names the flag that
     allows it, or "no flag"."""
+    allow = None if flag_hint == "no flag" else flag_words(flag_hint)  # a tool may have none
     for kind, line, excerpt in find_secrets(text):
-        way = "remove it" if flag_hint == "no flag" else f"remove it, or pass {flag_hint}"
-        way += "" if flag_hint == "no flag" else " if it is not a secret"
+        way = "remove it" if allow is None else f"remove it, or pass {allow} if it is not a secret"
         raise StmError(
             f"refused: {what}line {line} looks like {a_kind(kind)} ({excerpt}); memory is "
             f"committed to git, so nothing was written: {way}"
@@ -8695,15 +8810,21 @@ def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> 
     write_pointer(store, session_id)
 
 
-def cmd_session_switch(args) -> int:
-    store = store_from_args(args)
-    ref = resolve_session(store, args.id)
+def switch_session(store: Store, token: str) -> SessionRef:
+    """The `session switch` operation: point this checkout at an active session."""
+    ref = resolve_session(store, token)
     if ref.archived:
         raise StmError(
             f"session {ref.id} is archived (read-only); start a new one with `stm session new`"
         )
     with store.state_lock():
         write_pointer(store, ref.id)
+    return ref
+
+
+def cmd_session_switch(args) -> int:
+    store = store_from_args(args)
+    ref = switch_session(store, args.id)
     warn_about_pin(store, ref.id)
     if args.json:
         current = current_id_quietly(store) == ref.id
@@ -8755,8 +8876,46 @@ def archive_session(
     return SessionRef(ref.id, destination, True), state, True
 
 
+def stale_sessions(store: Store) -> list[tuple[SessionRef, dict]]:
+    """Active sessions untouched for over SESSION_IDLE_DAYS, oldest first, but the one
+    this checkout (or STM_SESSION) works on: boot names them, `archive --stale` archives
+    them. A session whose state cannot be read is left to `check`."""
+    current = current_id_quietly(store)
+    found = []
+    now = utc_now()
+    for sid, path in iter_active_sessions(store):
+        ref = SessionRef(sid, path, False)
+        try:
+            state = load_state(ref)
+        except StmError:
+            continue
+        if sid != current and is_stale(state, now):
+            found.append((ref, state))
+    found.sort(key=lambda pair: str(pair[1].get("updated_at", "")))
+    return found
+
+
+def archive_stale(store: Store, *, dry_run: bool = False) -> list[tuple[SessionRef, dict]]:
+    """The `session archive --stale` operation: archive every stale session (see
+    stale_sessions), one by one, each as `session archive ID` would; returns the archived
+    (or, dry_run, the stale) sessions."""
+    stale = stale_sessions(store)
+    if dry_run:
+        return stale
+    done = []
+    for ref, _ in stale:
+        archived, state, moved = archive_session(store, ref.id)
+        if moved:
+            done.append((archived, state))
+    return done
+
+
 def cmd_session_archive(args) -> int:
     store = store_from_args(args)
+    if args.stale:
+        return report_archive_stale(args, store)
+    if args.dry_run:
+        raise usage_error("--dry-run goes with --stale")
     ref, state, moved = archive_session(store, args.id, expect_version=args.expect_version)
     if args.json:
         print_json(session_summary(store, ref, state, current=False))
@@ -8766,6 +8925,30 @@ def cmd_session_archive(args) -> int:
         print(f"stm: archived to {store.rel(ref.path)}", file=sys.stderr)
     else:
         warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
+    return EXIT_OK
+
+
+def report_archive_stale(args, store: Store) -> int:
+    if args.id is not None or args.expect_version is not None:
+        raise usage_error("--stale archives every stale session: give no ID or --expect-version")
+    sessions = archive_stale(store, dry_run=args.dry_run)
+    if args.json:
+        rows = [session_summary(store, ref, state, current=False) for ref, state in sessions]
+        print_json({"dry_run": bool(args.dry_run), "sessions": rows})
+        return EXIT_OK
+    now = utc_now()
+    for ref, state in sessions:
+        if args.dry_run:
+            updated = parse_iso(str(state.get("updated_at", "")), need_zone=True) or now
+            name = f" — {one_line(state['name'], 80)}" if state.get("name") else ""
+            out(
+                f"would archive {ref.id}{name} (untouched for {int((now - updated) // 86400)} days)"
+            )
+        else:
+            out(ref.id)
+            print(f"stm: archived to {store.rel(ref.path)}", file=sys.stderr)
+    if not sessions:
+        warn(f"no session untouched for over {SESSION_IDLE_DAYS} days; nothing to archive")
     return EXIT_OK
 
 
@@ -9305,6 +9488,35 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
             switch_pointer(store, session_id, rollback)
         append_log_entry(store, handoff_receipt(state, session_id), now)
     return {"ref": ref, "state": state}
+
+
+def compose_handoff_from(
+    store: Store, raw: bytes, source: str, *, switch: bool = True
+) -> tuple[SessionRef, dict, bool, list[str]]:
+    """`compose-handoff` for a front end that has the handoff as bytes (MCP): validate,
+    refuse secrets, create the session unless the same handoff was composed before.
+    Returns (ref, state, created, warnings). (cmd_compose_handoff does the same steps
+    with the CLI's printing between them.)"""
+    handoff = parse_handoff(raw, source)
+    refuse_secrets(raw.decode("utf-8-sig"), "no flag", f"handoff {source}: ")
+    warnings = []
+    with store.stacks_lock(), store.state_lock():
+        same, earlier = find_handoff_sessions(store, handoff)
+        if earlier:
+            warnings.append(
+                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
+                + ", ".join(earlier)
+            )
+        if same is not None:
+            if not same.archived and not receipt_logged(store, same.id):
+                append_log_entry(store, handoff_receipt(load_state(same), same.id))
+            where = " (archived: the work on it is finished)" if same.archived else ""
+            warnings.append(
+                f"this handoff was already composed into session {same.id}{where}; nothing created"
+            )
+            return same, load_state(same), False, warnings
+        result = compose_handoff(store, handoff, raw, switch)
+    return result["ref"], result["state"], True, warnings
 
 
 def handoff_example() -> str:
@@ -10082,6 +10294,8 @@ def digest(store: Store, *, since: str | None = None) -> dict:
             moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
             if moment is None or moment < start:
                 continue
+            if any(COMPACT_HEADER_RE.match(line) for line in entry.body):
+                continue  # what compact moved out of memory is not new work to fold back
             text = "\n".join(entry.body).strip("\n")
             entries.append(
                 {
@@ -13138,7 +13352,7 @@ def mcp_tool_note(store: Store, args: dict):
             create=args.get("create", False),
         )
     except SectionMissing as missing:
-        raise usage_error(missing.wording("call `note` again with create: true")) from None
+        raise usage_error(missing.wording("call `note` again with `create: true`")) from None
     return note_report(result, result["path"]), result
 
 
@@ -13189,15 +13403,57 @@ def mcp_tool_session_phase(store: Store, args: dict):
 
 
 def mcp_tool_session_checkpoint(store: Store, args: dict):
-    ref, state, changed, _ = checkpoint_session(
+    pending = args.get("pending")
+    ref, state, changed, warnings = checkpoint_session(
         store,
         session=args.get("session"),
         done=args.get("done"),
-        pending=args.get("pending"),
+        pending=pending or None,
+        clear_pending=pending == [],  # an empty list clears them, as --clear-pending
         resume=args.get("resume"),
+        note=args.get("note"),
         interrupted=args.get("interrupted", False),
+        finish=args.get("finish", False),
     )
-    return mcp_update_result(store, ref, state, changed, "checkpoint saved")
+    text, summary = mcp_update_result(store, ref, state, changed, "checkpoint saved")
+    return "\n".join([text, *(f"warning: {as_invoked(w)}" for w in warnings)]), summary
+
+
+def mcp_tool_session_switch(store: Store, args: dict):
+    ref = switch_session(store, args["session"])
+    state = load_state(ref)
+    return f"{ref.id} is now this checkout's session", session_summary(store, ref, state, True)
+
+
+def mcp_tool_session_archive(store: Store, args: dict):
+    if args.get("stale"):
+        if args.get("session"):
+            raise usage_error("stale archives every stale session: give no session")
+        sessions = archive_stale(store, dry_run=args.get("dry_run", False))
+        verb = "would archive" if args.get("dry_run") else "archived"
+        lines = [f"{verb} {ref.id}" for ref, _ in sessions] or ["no stale session"]
+        rows = [session_summary(store, ref, state, False) for ref, state in sessions]
+        return "\n".join(lines), {"dry_run": bool(args.get("dry_run")), "sessions": rows}
+    if args.get("dry_run"):
+        raise usage_error("dry_run goes with stale")
+    ref, state, moved = archive_session(store, args.get("session"))
+    said = f"archived to {store.rel(ref.path)}" if moved else "already archived; nothing to do"
+    return f"{ref.id}: {said}", session_summary(store, ref, state, False)
+
+
+def mcp_tool_compose_handoff(store: Store, args: dict):
+    handoff = args["handoff"]
+    raw = json.dumps(handoff, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
+    refuse_oversized(raw.decode("utf-8"), "compose_handoff: argument 'handoff'")
+    ref, state, created, warnings = compose_handoff_from(
+        store, raw, "(the handoff argument)", switch=not args.get("no_switch", False)
+    )
+    summary = session_summary(store, ref, state, current_id_quietly(store) == ref.id)
+    summary.update(created=created, warnings=warnings)
+    summary["session_md"] = store.rel(os.path.join(ref.path, SESSION_MD))
+    said = "created" if created else "not created"
+    lines = [f"{ref.id}: handoff session {said}", *(f"warning: {w}" for w in warnings)]
+    return "\n".join(lines), summary
 
 
 def mcp_update_result(store, ref, state, changed: bool, what: str):
@@ -13268,7 +13524,15 @@ MCP_TOOLS = (
         "session_checkpoint",
         "Record progress so another agent can resume.",
         {},
-        {"done": _STR, "pending": _STRS, "resume": _STR, "interrupted": _BOOL, "session": _STR},
+        {
+            "done": _STR,
+            "pending": _STRS,
+            "resume": _STR,
+            "note": _STR,
+            "interrupted": _BOOL,
+            "finish": _BOOL,
+            "session": _STR,
+        },
         mcp_tool_session_checkpoint,
         None,
     ),
@@ -13304,7 +13568,39 @@ MCP_TOOLS += (  # the fact tools, after the nine every client relies on
         None,
     ),
 )
+MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
+    (
+        "session_switch",
+        "Make a session this checkout's current one (adopt it).",
+        {"session": _STR},
+        {},
+        mcp_tool_session_switch,
+        None,
+    ),
+    (
+        "session_archive",
+        "Archive a session (stale: every one untouched for 14 days).",
+        {},
+        {"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
+        mcp_tool_session_archive,
+        None,
+    ),
+    (
+        "compose_handoff",
+        "Hand a task over: a session from a handoff object (spec/handoff.md).",
+        {"handoff": {"type": "object"}},
+        {"no_switch": _BOOL},
+        mcp_tool_compose_handoff,
+        None,
+    ),
+)
 MCP_TOOL_BY_NAME = {tool[0]: tool for tool in MCP_TOOLS}
+# How hints name each tool's arguments (with_hint_voice): name -> (argument -> JSON type,
+# the required ones in order).
+MCP_TOOL_ARGUMENTS = {
+    name: ({k: v["type"] for k, v in {**required, **optional}.items()}, list(required))
+    for name, _, required, optional, _, _ in MCP_TOOLS
+}
 
 
 def mcp_tool_list() -> list[dict]:
@@ -13335,6 +13631,7 @@ def mcp_check_arguments(name: str, arguments: dict) -> None:
             "boolean": isinstance(value, bool),
             "integer": isinstance(value, int) and not isinstance(value, bool),
             "array": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "object": isinstance(value, dict),
         }[kind]
         if ok and kind == "integer":
             ok = value >= schema.get("minimum", value)
@@ -13357,6 +13654,7 @@ def mcp_kind_name(schema: dict) -> str:
         "boolean": "true or false",
         "integer": "a positive integer",
         "array": "a list of strings",
+        "object": "a JSON object",
     }[schema["type"]]
 
 
@@ -13427,7 +13725,8 @@ class McpServer:
     def answer(self, line: bytes) -> dict | None:
         """The response to one message, or None for a notification. Hints in it name
         tools, not shell commands: the client may have no shell."""
-        with with_hint_voice(tools=MCP_TOOL_BY_NAME):
+        # A command with no tool stays `stm …`: never the path this server was started by.
+        with with_hint_voice(command="stm", tools=MCP_TOOL_ARGUMENTS):
             return self.answer_in_voice(line)
 
     def answer_in_voice(self, line: bytes) -> dict | None:
@@ -13546,11 +13845,18 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise McpError(MCP_INVALID_PARAMS, "Invalid params: arguments must be an object")
+        # The operation names its flags; the voice words them as this tool's arguments.
+        arguments_voice = {"command": "stm", "tools": MCP_TOOL_ARGUMENTS}
+        arguments_voice["arguments"] = MCP_TOOL_ARGUMENTS[name][0]
+        voice = with_hint_voice(**arguments_voice)
         try:
-            mcp_check_arguments(name, arguments)
-            text, structured = MCP_TOOL_BY_NAME[name][4](self.store(client), arguments)
+            with voice:
+                mcp_check_arguments(name, arguments)
+                text, structured = MCP_TOOL_BY_NAME[name][4](self.store(client), arguments)
         except StmError as exc:  # the CLI's own message, as a tool error
-            return {"content": [{"type": "text", "text": exc.line()}], "isError": True}
+            with with_hint_voice(**arguments_voice):
+                line = exc.line()
+            return {"content": [{"type": "text", "text": line}], "isError": True}
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             message = f"stm: error: {where}{exc.strerror or exc}"
@@ -14053,6 +14359,15 @@ def options_session_switch(p) -> None:
 
 def options_session_archive(p) -> None:
     p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help=f"archive every session untouched for over {SESSION_IDLE_DAYS} days (but this "
+        "checkout's current one)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --stale: list them, archive nothing"
+    )
     p.add_argument(
         "--expect-version",
         type=int,

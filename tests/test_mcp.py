@@ -56,7 +56,10 @@ TOOL_ARGS = {
     "read_ref": ({"path"}, set()),
     "session_new": ({"name"}, {"phases"}),
     "session_phase": ({"phase"}, {"session"}),
-    "session_checkpoint": (set(), {"done", "pending", "resume", "interrupted", "session"}),
+    "session_checkpoint": (
+        set(),
+        {"done", "pending", "resume", "note", "interrupted", "finish", "session"},
+    ),
 }
 TOOL_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CACHEABLE = (
