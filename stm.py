@@ -10299,17 +10299,48 @@ def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
     return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
 
 
-def sync_driver_options() -> list[str]:
+def sync_driver_options(repo: SyncRepo) -> list[str]:
     """`-c` options that give git the stm merge driver for one command, whether or not
     this clone ran `stm setup git --install`: this very stm, by the interpreter running
     it (an older `stm` on PATH must not merge what this one wrote)."""
     names = [ShellText(f"%{letter}") for letter in "OAB"]
     marker, path = ShellText("%L"), ShellText("%P")
     driver = shell_command(
-        sys.executable, os.path.abspath(__file__), "merge-file", *names,
+        sys.executable, driver_program(repo), "merge-file", *names,
         "--marker-size", marker, "--path", path,
     )  # fmt: skip
     return ["-c", f"merge.stm.name={GIT_DRIVER_NAME}", "-c", f"merge.stm.driver={driver}"]
+
+
+def driver_program(repo: SyncRepo) -> str:
+    """What the driver runs: this stm.py compiled once into the git directory, keyed by
+    its content and the interpreter (a script is compiled at every start, about two
+    thirds of a driver run, and a busy sync runs the driver many times); stm.py itself
+    when that cannot be written."""
+    import hashlib
+    import py_compile
+
+    source = os.path.abspath(__file__)
+    try:
+        digest = hashlib.sha256(read_bytes(source)).hexdigest()[:16]
+        name = f"stm-driver-{sys.implementation.cache_tag}-{digest}.pyc"
+        target = os.path.join(repo.git_dir, name)
+        if os.path.isfile(target):
+            return target
+        tmp = os.path.join(repo.git_dir, f".{name}.{random_hex(4)}.tmp")
+        try:
+            py_compile.compile(source, cfile=tmp, dfile=source, doraise=True)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for old in os.listdir(repo.git_dir):  # an older stm's
+            if old.startswith("stm-driver-") and old != name:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(repo.git_dir, old))
+        return target
+    except (OSError, ValueError, py_compile.PyCompileError):
+        return source
 
 
 def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
@@ -10320,7 +10351,7 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     if repo.git.is_ancestor(ours, theirs):
         return theirs
     code, stdout, stderr = repo.git.run(
-        *sync_driver_options(),
+        *sync_driver_options(repo),
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
     )  # fmt: skip
     if code not in (0, 1):
