@@ -10006,7 +10006,7 @@ def cmd_commit(args) -> int:
 
 SYNC_TIMEOUT_S = 120.0  # STM_SYNC_TIMEOUT: how long sync retries lost push races
 SYNC_HOOK_TIMEOUT_S = 30.0  # the SessionEnd hook's sync: a hook must end
-SYNC_BACKOFF_S = (0.05, 2.0)  # the first and the longest pause between attempts
+SYNC_BACKOFF_S = (0.1, 8.0)  # the ceilings of the first and the longest pause
 SYNC_GIT_MIN = (2, 38)  # `git merge-tree --write-tree`
 SYNC_LOCK = "stm-sync.lock"  # in the git directory: one sync at a time per checkout
 # How a push that lost a race reads (`git push --porcelain`): the remote moved since the
@@ -10439,11 +10439,12 @@ def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
 
 
 def sync_backoff(attempt: int) -> float:
-    """A pause that doubles with each lost race, jittered: clones that lost together do
-    not retry together."""
+    """A pause whose ceiling doubles with each lost race, anywhere between a tenth of it
+    and all of it: clones that lost together spread out instead of retrying together,
+    and the more of them there are, the longer they spread (each retry merges again)."""
     first, longest = SYNC_BACKOFF_S
     ceiling = min(longest, first * 2 ** min(attempt, 16))
-    return ceiling * (0.5 + os.urandom(1)[0] / 510)
+    return ceiling * (0.1 + 0.9 * os.urandom(1)[0] / 255)
 
 
 def sync_memory(
