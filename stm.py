@@ -28,6 +28,7 @@ Usage:
     $ python3 stm.py fact set primary_language Go --why "switched from Python"
     $ python3 stm.py compact              # oldest bullets over the limits go to the log
     $ python3 stm.py check                # CI: exit 1 when memory is broken
+    $ python3 stm.py sync                 # commit memory, merge the upstream's, push
     $ python3 stm.py setup claude --install   # also: setup mcp, setup git, agents-md
     $ python3 stm.py mcp                  # the same operations as MCP tools (stdio)
 
