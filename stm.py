@@ -28,6 +28,7 @@ Usage:
     $ python3 stm.py fact set primary_language Go --why "switched from Python"
     $ python3 stm.py compact              # oldest bullets over the limits go to the log
     $ python3 stm.py check                # CI: exit 1 when memory is broken
+    $ python3 stm.py sync                 # commit memory, merge the upstream's, push
     $ python3 stm.py setup claude --install   # also: setup mcp, setup git, agents-md
     $ python3 stm.py mcp                  # the same operations as MCP tools (stdio)
 
@@ -12413,7 +12414,7 @@ def cmd_commit(args) -> int:
 
 SYNC_TIMEOUT_S = 120.0  # STM_SYNC_TIMEOUT: how long sync retries lost push races
 SYNC_HOOK_TIMEOUT_S = 30.0  # the SessionEnd hook's sync: a hook must end
-SYNC_BACKOFF_S = (0.05, 2.0)  # the first and the longest pause between attempts
+SYNC_BACKOFF_S = (0.1, 8.0)  # the ceilings of the first and the longest pause
 SYNC_GIT_MIN = (2, 38)  # `git merge-tree --write-tree`
 SYNC_LOCK = "stm-sync.lock"  # in the git directory: one sync at a time per checkout
 # How a push that lost a race reads (`git push --porcelain`): the remote moved since the
@@ -12706,17 +12707,48 @@ def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
     return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
 
 
-def sync_driver_options() -> list[str]:
+def sync_driver_options(repo: SyncRepo) -> list[str]:
     """`-c` options that give git the stm merge driver for one command, whether or not
     this clone ran `stm setup git --install`: this very stm, by the interpreter running
     it (an older `stm` on PATH must not merge what this one wrote)."""
     names = [ShellText(f"%{letter}") for letter in "OAB"]
     marker, path = ShellText("%L"), ShellText("%P")
     driver = shell_command(
-        sys.executable, os.path.abspath(__file__), "merge-file", *names,
+        sys.executable, driver_program(repo), "merge-file", *names,
         "--marker-size", marker, "--path", path,
     )  # fmt: skip
     return ["-c", f"merge.stm.name={GIT_DRIVER_NAME}", "-c", f"merge.stm.driver={driver}"]
+
+
+def driver_program(repo: SyncRepo) -> str:
+    """What the driver runs: this stm.py compiled once into the git directory, keyed by
+    its content and the interpreter (a script is compiled at every start, about two
+    thirds of a driver run, and a busy sync runs the driver many times); stm.py itself
+    when that cannot be written."""
+    import hashlib
+    import py_compile
+
+    source = os.path.abspath(__file__)
+    try:
+        digest = hashlib.sha256(read_bytes(source)).hexdigest()[:16]
+        name = f"stm-driver-{sys.implementation.cache_tag}-{digest}.pyc"
+        target = os.path.join(repo.git_dir, name)
+        if os.path.isfile(target):
+            return target
+        tmp = os.path.join(repo.git_dir, f".{name}.{random_hex(4)}.tmp")
+        try:
+            py_compile.compile(source, cfile=tmp, dfile=source, doraise=True)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for old in os.listdir(repo.git_dir):  # an older stm's
+            if old.startswith("stm-driver-") and old != name:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(repo.git_dir, old))
+        return target
+    except (OSError, ValueError, py_compile.PyCompileError):
+        return source
 
 
 def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
@@ -12727,7 +12759,7 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     if repo.git.is_ancestor(ours, theirs):
         return theirs
     code, stdout, stderr = repo.git.run(
-        *sync_driver_options(),
+        *sync_driver_options(repo),
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
     )  # fmt: skip
     if code not in (0, 1):
@@ -12815,11 +12847,12 @@ def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
 
 
 def sync_backoff(attempt: int) -> float:
-    """A pause that doubles with each lost race, jittered: clones that lost together do
-    not retry together."""
+    """A pause whose ceiling doubles with each lost race, anywhere between a tenth of it
+    and all of it: clones that lost together spread out instead of retrying together,
+    and the more of them there are, the longer they spread (each retry merges again)."""
     first, longest = SYNC_BACKOFF_S
     ceiling = min(longest, first * 2 ** min(attempt, 16))
-    return ceiling * (0.5 + os.urandom(1)[0] / 510)
+    return ceiling * (0.1 + 0.9 * os.urandom(1)[0] / 255)
 
 
 def sync_memory(

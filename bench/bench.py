@@ -546,6 +546,51 @@ HOSTILE_LIMITS = {
     "merge-file, 100 facts + 2,000 new on each side": 1.0,
     "merge-file, 20 MB of prose edited on both sides": 10.0,
 }
+# ---- sync: stm sync against git push of the same commit --------------------------------
+
+
+def sync_results(work: str, small: str, env: dict, runs: int) -> dict:
+    """Whole-process times, on a clone of the small store with a bare remote on disk: `stm
+    sync` after one `log` (commit, fetch, push, fast-forward), the same after another clone
+    pushed (a merge too), and `git push` of the same change committed by `stm commit`."""
+    env = {**env, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    for role in ("AUTHOR", "COMMITTER"):
+        env.update({f"GIT_{role}_NAME": "bench", f"GIT_{role}_EMAIL": "bench@example.invalid"})
+
+    def run(cwd, *argv):
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {done.stderr}")
+
+    def timed(cwd, *argv) -> float:
+        start = time.perf_counter()
+        run(cwd, *argv)
+        return time.perf_counter() - start
+
+    folder = os.path.join(work, "sync")
+    bare, seed = os.path.join(folder, "remote.git"), os.path.join(folder, "seed")
+    shutil.copytree(small, seed, ignore=shutil.ignore_patterns(".stm.lock"))
+    run(folder, "git", "init", "-q", "--bare", "-b", "main", bare)
+    run(seed, "git", "init", "-q", "-b", "main")
+    run(seed, "git", "add", "-A")
+    run(seed, "git", "commit", "-q", "-m", "start")
+    run(seed, "git", "push", "-q", bare, "main")
+    for name in ("a", "b"):
+        run(folder, "git", "clone", "-q", bare, name)
+    a, b = os.path.join(folder, "a"), os.path.join(folder, "b")
+    rows = {"sync_s": [], "sync_merge_s": [], "git_push_s": []}
+    for n in range(runs):
+        run(a, *MODULE, "log", f"bench sync {n}")
+        rows["sync_s"].append(timed(a, *MODULE, "sync"))
+        run(b, *MODULE, "log", f"bench other clone {n}")
+        run(b, *MODULE, "sync")
+        run(a, *MODULE, "log", f"bench sync after b {n}")
+        rows["sync_merge_s"].append(timed(a, *MODULE, "sync"))
+        run(a, *MODULE, "log", f"bench push {n}")
+        run(a, *MODULE, "commit", "-m", "bench: memory")
+        rows["git_push_s"].append(timed(a, "git", "push", "-q"))
+        run(b, *MODULE, "sync")
+    return {key: summary(values) for key, values in rows.items()}
 
 
 # ---- reporting ---------------------------------------------------------------------------
@@ -653,6 +698,24 @@ def markdown(results: dict) -> str:
                 f"({row['s']['min'] * 1000:.0f}-{row['s']['max'] * 1000:.0f}) "
                 f"| {row['peak_mib']:.1f} |"
             )
+    sync = results.get("sync")
+    if sync:
+        push = sync["git_push_s"]["median"]
+        lines += [
+            "",
+            "`stm sync` on a clone of the small store, bare remote on disk (median, whole "
+            "process, `python3 -m stm`), against `git push` of the same change:",
+            "",
+            "| what | median | / git push |",
+            "|---|---:|---:|",
+        ]
+        for key, label in (
+            ("sync_s", "`sync` after a `log` (commit, fetch, push, fast-forward)"),
+            ("sync_merge_s", "`sync` after another clone pushed (and a merge)"),
+            ("git_push_s", "`git push` of the same change (after `stm commit`)"),
+        ):
+            median = sync[key]["median"]
+            lines.append(f"| {label} | {median * 1000:.0f} ms | {median / push:.1f}x |")
     imp = results["importtime"]
     lines += [
         "",
@@ -729,6 +792,12 @@ def main(argv=None) -> int:
         results["hostile"] = hostile_results(work, env, max(3, runs // 3), now)
         for row in results["hostile"]:
             print(f"  {row['case']}: {row['s']['median'] * 1000:.0f} ms", file=sys.stderr)
+        results["sync"] = sync_results(work, small, env, max(3, runs // 3))
+        print(
+            "  sync: "
+            + ", ".join(f"{k} {v['median'] * 1000:.0f} ms" for k, v in results["sync"].items()),
+            file=sys.stderr,
+        )
         results["importtime"] = {
             "boot": importtime([STM_PY, "boot"], small, env),
             "baseline": importtime(["-c", "pass"], small, env),

@@ -653,6 +653,8 @@ def agent(clone_dir: str, name: str, rounds: int) -> int:
             ("sync", "--json"),
         ):
             code, out, err = call(*argv)
+            if code in (130, 143):  # interrupted, terminated: the run is over
+                return code
             if code:
                 failures.append(f"{argv[0]} in round {r}: {err.strip()}")
             elif argv[0] == "sync":
