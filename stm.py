@@ -4379,6 +4379,7 @@ class BootParts:
         self._workflow()
         self.refs = self._refs()
         self._memory_notices()
+        self._template_notice()
         self._capture()
 
     @property
@@ -4404,6 +4405,35 @@ class BootParts:
         self._conflict_notice(path, text)
         text = label_conflict_markers(text)
         return demote_headings(strip_comments(escape_controls(text)), 2)
+
+    def _template_notice(self) -> None:
+        """One notice when AGENT.md or MEMORY.md holds only its template: the empty
+        headings below would otherwise read as memory, with nothing in them."""
+        unfilled = [
+            layer
+            for layer in TEMPLATE_LAYERS
+            if layer.name in self.raw
+            and not content_beyond_template(self.raw[layer.name], layer.template)
+        ]
+        if not unfilled:
+            return
+        names = " and ".join(self.store.rel(self.store.layer_path(layer)) for layer in unfilled)
+        how = {
+            "identity": 'the agent with `stm note --identity Role "…"`',
+            "session": 'the work with `stm note Status --replace "…"`',
+        }
+        fills = " and ".join(how.get(layer.name, layer.purpose) for layer in unfilled)
+        held, edit = (
+            ("hold only their templates", "files")
+            if len(unfilled) > 1
+            else (
+                "holds only its template",
+                "file",
+            )
+        )
+        self.notices.append(
+            f"nothing is filled in yet: {names} {held}; describe {fills} (or edit the {edit})"
+        )
 
     def _conflict_notice(self, path: str, text: str, fix: str | None = None) -> None:
         lines = md_has_conflict_markers(text)
