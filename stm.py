@@ -10322,10 +10322,10 @@ def import_summary(plan: list, dry_run: bool) -> str:
     for action, *_ in plan:
         counts[action] += 1
     if dry_run:
-        done = f"would create {counts['create']}, would replace {counts['replace']}"
+        done = f"{counts['create']} would be new, {counts['replace']} would be replaced"
         tail = "; nothing written (--dry-run)"
     else:
-        done = f"created {counts['create']}, replaced {counts['replace']}"
+        done = f"{counts['create']} new, {counts['replace']} replaced"
         tail = " (each old one kept as a hidden .bak)" if counts["replace"] else ""
     total = plural(len(plan), "file")
     return f"import: {total}: {done}, {counts['same']} already the same{tail}"

@@ -395,7 +395,7 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     assert run("export", "-o", archive).code == 0
     dry = run("import", archive, "--dry-run").out.splitlines()
     assert re.fullmatch(
-        r"import: \d+ files: would create 0, would replace 0, \d+ already the same; "
+        r"import: \d+ files: 0 would be new, 0 would be replaced, \d+ already the same; "
         r"nothing written \(--dry-run\)",
         dry[-1],
     )
@@ -403,7 +403,7 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     assert run("export", "-o", archive).code == 0
     (store / ".stacks" / "refs" / "gone.md").unlink()
     last = run("import", archive).out.splitlines()[-1]
-    assert re.fullmatch(r"import: \d+ files: created 1, replaced 0, \d+ already the same", last)
+    assert re.fullmatch(r"import: \d+ files: 1 new, 0 replaced, \d+ already the same", last)
 
 
 # ---- 9. check warns about a section over its compact limit ---------------------------
