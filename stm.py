@@ -7740,13 +7740,14 @@ def resolve_done(done: str, steps: list) -> tuple[str, bool]:
     return done, done in steps
 
 
-def match_done_step(done: str, steps: list) -> str:
+def match_done_step(done: str, steps: list, phases=()) -> str:
     """What `--done` names among the pending steps `steps`: a step's exact text, its
     number as boot shows it, or a part of its text (case-insensitive) found in exactly
-    one step; given back unchanged when it names none. A part found in several steps is
-    refused, listing them: recording the wrong one would lose a step silently."""
+    one step; given back unchanged when it names none, or is one of the session's
+    `phases` (apply_checkpoint then says it is a phase). A part found in several steps
+    is refused, listing them: recording the wrong one would lose a step silently."""
     text, matched = resolve_done(done, steps)
-    if matched:
+    if matched or done in phases:
         return text
     wanted = done.casefold()
     found = [step for step in steps if wanted in str(step).casefold()]
@@ -7886,7 +7887,7 @@ def checkpoint_session(
 
     def mutate(state: dict):
         shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
-        named = [match_done_step(step, shown) for step in dones]
+        named = [match_done_step(step, shown, session_phases(state)) for step in dones]
         change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
         change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
         if len(named) > 1:

@@ -85,6 +85,10 @@ def test_a_phase_given_to_done_is_recorded_with_a_warning_naming_session_phase(s
     state = state_of(store, steps)
     assert state["checkpoint"]["last_completed_step"] == "plan"
     assert len(state["checkpoint"]["pending_steps"]) == 3
+    # a phase's name is the phase, even when a step's text holds it
+    run("session", "checkpoint", "--pending", "plan the API", "--pending", "build it")
+    assert "is a phase" in run("session", "checkpoint", "--done", "build").err
+    assert state_of(store, steps)["checkpoint"]["pending_steps"] == ["plan the API", "build it"]
 
 
 def test_repeated_done_records_every_step(store, run, steps):
