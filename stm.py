@@ -5031,6 +5031,7 @@ class BootParts:
         self.refs = self._refs()
         self._memory_notices()
         self._size_notice()
+        self._template_notice()
         self._capture()
         self._driver_notice()
 
@@ -5063,6 +5064,35 @@ class BootParts:
         self._conflict_notice(path, text)
         text = label_conflict_markers(text)
         return demote_headings(strip_comments(escape_controls(text)), 2)
+
+    def _template_notice(self) -> None:
+        """One notice when AGENT.md or MEMORY.md holds only its template: the empty
+        headings below would otherwise read as memory, with nothing in them."""
+        unfilled = [
+            layer
+            for layer in TEMPLATE_LAYERS
+            if layer.name in self.raw
+            and not content_beyond_template(self.raw[layer.name], layer.template)
+        ]
+        if not unfilled:
+            return
+        names = " and ".join(self.store.rel(self.store.layer_path(layer)) for layer in unfilled)
+        how = {
+            "identity": 'the agent with `stm note --identity Role "…"`',
+            "session": 'the work with `stm note Status --replace "…"`',
+        }
+        fills = " and ".join(how.get(layer.name, layer.purpose) for layer in unfilled)
+        held, edit = (
+            ("hold only their templates", "files")
+            if len(unfilled) > 1
+            else (
+                "holds only its template",
+                "file",
+            )
+        )
+        self.notices.append(
+            f"nothing is filled in yet: {names} {held}; describe {fills} (or edit the {edit})"
+        )
 
     def _conflict_notice(self, path: str, text: str, fix: str | None = None) -> None:
         lines = md_has_conflict_markers(text)
@@ -9116,13 +9146,14 @@ def resolve_done(done: str, steps: list) -> tuple[str, bool]:
     return done, done in steps
 
 
-def match_done_step(done: str, steps: list) -> str:
+def match_done_step(done: str, steps: list, phases=()) -> str:
     """What `--done` names among the pending steps `steps`: a step's exact text, its
     number as boot shows it, or a part of its text (case-insensitive) found in exactly
-    one step; given back unchanged when it names none. A part found in several steps is
-    refused, listing them: recording the wrong one would lose a step silently."""
+    one step; given back unchanged when it names none, or is one of the session's
+    `phases` (apply_checkpoint then says it is a phase). A part found in several steps
+    is refused, listing them: recording the wrong one would lose a step silently."""
     text, matched = resolve_done(done, steps)
-    if matched:
+    if matched or done in phases:
         return text
     wanted = done.casefold()
     found = [step for step in steps if wanted in str(step).casefold()]
@@ -9263,7 +9294,7 @@ def checkpoint_session(
 
     def mutate(state: dict):
         shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
-        named = [match_done_step(step, shown) for step in dones]
+        named = [match_done_step(step, shown, session_phases(state)) for step in dones]
         change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
         change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
         if len(named) > 1:
@@ -12165,10 +12196,10 @@ def import_summary(plan: list, dry_run: bool) -> str:
     for action, *_ in plan:
         counts[action] += 1
     if dry_run:
-        done = f"would create {counts['create']}, would replace {counts['replace']}"
+        done = f"{counts['create']} would be new, {counts['replace']} would be replaced"
         tail = "; nothing written (--dry-run)"
     else:
-        done = f"created {counts['create']}, replaced {counts['replace']}"
+        done = f"{counts['create']} new, {counts['replace']} replaced"
         tail = " (each old one kept as a hidden .bak)" if counts["replace"] else ""
     total = plural(len(plan), "file")
     return f"import: {total}: {done}, {counts['same']} already the same{tail}"

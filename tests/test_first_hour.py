@@ -85,6 +85,10 @@ def test_a_phase_given_to_done_is_recorded_with_a_warning_naming_session_phase(s
     state = state_of(store, steps)
     assert state["checkpoint"]["last_completed_step"] == "plan"
     assert len(state["checkpoint"]["pending_steps"]) == 3
+    # a phase's name is the phase, even when a step's text holds it
+    run("session", "checkpoint", "--pending", "plan the API", "--pending", "build it")
+    assert "is a phase" in run("session", "checkpoint", "--done", "build").err
+    assert state_of(store, steps)["checkpoint"]["pending_steps"] == ["plan the API", "build it"]
 
 
 def test_repeated_done_records_every_step(store, run, steps):
@@ -395,7 +399,7 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     assert run("export", "-o", archive).code == 0
     dry = run("import", archive, "--dry-run").out.splitlines()
     assert re.fullmatch(
-        r"import: \d+ files: would create 0, would replace 0, \d+ already the same; "
+        r"import: \d+ files: 0 would be new, 0 would be replaced, \d+ already the same; "
         r"nothing written \(--dry-run\)",
         dry[-1],
     )
@@ -403,7 +407,7 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     assert run("export", "-o", archive).code == 0
     (store / ".stacks" / "refs" / "gone.md").unlink()
     last = run("import", archive).out.splitlines()[-1]
-    assert re.fullmatch(r"import: \d+ files: created 1, replaced 0, \d+ already the same", last)
+    assert re.fullmatch(r"import: \d+ files: 1 new, 0 replaced, \d+ already the same", last)
 
 
 # ---- 9. check warns about a section over its compact limit ---------------------------
@@ -502,3 +506,76 @@ def test_the_codex_snippet_names_stm_py_by_its_absolute_path(project):
         text=True,
     )
     assert json.loads(local.stdout)["mcpServers"]["stm"]["args"] == ["stm.py", "mcp"]
+
+
+# ---- 6, 7. the README's first screen, its quick start, and its Changes ---------------
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def first_screen() -> str:
+    return README.split("## The layers", 1)[0]
+
+
+def test_the_first_screen_has_prerequisites_two_commands_and_the_install_route():
+    intro = first_screen()
+    assert "**Prerequisites:** Python 3.9 or newer and `git`" in intro
+    commands = re.findall(r"```sh\n(.*?)```", intro, re.S)
+    assert len(commands) == 2
+    assert "/tmp/stm-scratch" in commands[0] and "pytest" in commands[1]
+    assert "**Install**" in intro and "recommended route" in intro
+    assert "python3 -m pip install --user pipx" in intro and "pipx ensurepath" in intro
+
+
+def test_the_quick_start_runs_in_a_scratch_project_never_in_the_clone(tmp_path):
+    quick_start = re.findall(r"```sh\n(.*?)```", first_screen(), re.S)[0].strip()
+    clone = tmp_path / "stm-clone"  # a copy of stm's clone: nothing may land in it
+    clone.mkdir()
+    (clone / "stm.py").write_bytes((ROOT / "stm.py").read_bytes())
+    before = sorted(os.listdir(clone))
+    command = quick_start.replace("/tmp/", f"{tmp_path}/")
+    env = {**os.environ, **GIT_ENV}
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(clone)) == before  # the script run writes nothing beside it
+    scratch = tmp_path / "stm-scratch"
+    assert (scratch / ".git").is_dir() and (scratch / ".stacks" / "AGENT.md").is_file()
+    assert result.stdout.startswith("created  .stacks/\n")
+    boot = result.stdout.split("# stm memory boot", 1)[1]
+    notices = boot.split("## Notices", 1)[1].split("## Identity", 1)[0]
+    assert notices.count("\n- ") == 1  # one notice, with the commands that fill it in
+    assert "nothing is filled in yet" in notices and 'note --identity Role "…"`' in notices
+
+
+def test_no_readme_command_writes_into_the_checkout():
+    """Every command the README shows runs in a scratch project or a temporary folder:
+    none names stm's own clone as its place (`cd` into it, or `init` right after clone)."""
+    blocks = re.findall(r"```(?:sh|console)\n(.*?)```", README, re.S)
+    commands = [line.lstrip("$ ").strip() for block in blocks for line in block.splitlines()]
+    assert "python3 stm.py init && python3 stm.py boot" not in README
+    init_lines = [c for c in commands if re.search(r"\bstm(\.py)? init\b", c)]
+    assert init_lines and all(c == "stm init" or "stm-scratch" in c for c in init_lines), init_lines
+
+
+def test_boot_over_unfilled_templates_says_so_once(project, run):
+    run("init")
+    notices = run("boot").out.split("## Notices", 1)[1].split("## Identity", 1)[0]
+    assert notices.count("\n- ") == 1
+    assert ".stacks/AGENT.md and .stacks/MEMORY.md hold only their templates" in notices
+    run("note", "--identity", "Role", "keeps the parser green")
+    run("note", "Status", "--replace", "lexer ported")
+    assert "nothing is filled in yet" not in run("boot").out
+
+
+def test_the_version_is_one_in_readme_changes_version_flag_and_pyproject(run):
+    changes = README.split("\n## Changes\n", 1)[1]
+    first = re.search(r"^### (\S+)", changes, re.M).group(1)
+    assert first == stm.__version__
+    assert run("--version").out == f"stm {stm.__version__}\n"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic = \["version"\]$', pyproject, re.M)
+    assert re.search(r'^version = \{ attr = "stm.__version__" \}$', pyproject, re.M)
+    assert not re.search(r"^version = \"", pyproject, re.M)  # never a second, static copy
+    assert README.rstrip().rsplit("\n## ", 1)[1].startswith("Changes")  # the last section
