@@ -1361,6 +1361,10 @@ def load_json(data, *, bounded: bool = True, **options):
             value = json_decoder().decode(data)
     except RecursionError:
         raise ValueError(f"nested deeper than {JSON_DEPTH_MAX} levels") from None
+    if bounded and isinstance(data, (str, bytes)):
+        opening = ("{", "[") if isinstance(data, str) else (b"{", b"[")
+        # No deeper than it has brackets: most files have a few, and skip the walk.
+        bounded = data.count(opening[0]) + data.count(opening[1]) > JSON_DEPTH_MAX
     stack = [(value, 1)] if bounded and isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
@@ -1497,8 +1501,19 @@ class Store:
     def rel(self, path: str) -> str:
         """A path relative to the project root (the folder holding .stacks)."""
         root = os.path.dirname(self.stacks)
+        inner = path[len(root) + 1 :]
+        if path[: len(root) + 1] == root + os.sep and os.path.isabs(root) and plain_path(inner):
+            return inner  # what relpath would say, without its two abspath calls
         rel = os.path.relpath(path, root)
         return path if rel.startswith("..") else rel
+
+
+def plain_path(rel: str) -> bool:
+    """Whether a relative path is already normal: no empty, `.` or `..` component."""
+    if os.altsep and os.altsep in rel:
+        return False
+    parts = rel.split(os.sep)
+    return bool(rel) and "" not in parts and "." not in parts and ".." not in parts
 
 
 def find_stacks(start: str, *, for_init: bool = False) -> str | None:
@@ -2141,6 +2156,17 @@ def dir_entries(path: str, with_links: bool = False) -> list[tuple[str, bool]]:
         for e in entries
         if e.is_dir(follow_symlinks=False) or (with_links and e.is_symlink())
     )
+
+
+def count_dirs(path: str) -> int:
+    """How many sub-folders list_dirs would name (counted, not sorted)."""
+    if os.path.islink(path):
+        return 0
+    try:
+        with os.scandir(path) as entries:
+            return sum(1 for e in entries if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
 
 
 def iter_active_sessions(store: Store):
@@ -7129,6 +7155,24 @@ def dir_facts(folder: str, paths: list[str], now: float) -> dict:
     for path in paths:
         with contextlib.suppress(OSError):  # removed meanwhile
             sizes.append(os.lstat(path))
+    return sizes_facts(folder, sizes, now)
+
+
+def log_facts(store: Store, now: float) -> tuple[dict, list[str]]:
+    """dir_facts of logs/ and log_file_names, from one listing: each log's size from its
+    directory entry, with no path to build and resolve (ten years of logs: 3,650)."""
+    names, sizes = [], []
+    if not os.path.islink(store.logs_dir):
+        with contextlib.suppress(OSError), os.scandir(store.logs_dir) as entries:
+            for entry in entries:
+                if LOG_NAME_RE.match(entry.name):
+                    names.append(entry.name)
+                    with contextlib.suppress(OSError):  # removed meanwhile
+                        sizes.append(entry.stat(follow_symlinks=False))
+    return sizes_facts(store.logs_dir, sizes, now), sorted(names)
+
+
+def sizes_facts(folder: str, sizes: list, now: float) -> dict:
     total = sum(s.st_size for s in sizes)
     newest = max((s.st_mtime for s in sizes), default=None)
     exists = os.path.isdir(folder) and not os.path.islink(folder)
@@ -7195,7 +7239,7 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
     warnings = []
     active = iter_active_sessions(store)
     archived = sum(
-        len(list_dirs(os.path.join(store.history_dir, m))) for m in list_dirs(store.history_dir)
+        count_dirs(os.path.join(store.history_dir, m)) for m in list_dirs(store.history_dir)
     )
     idle, handoffs = [], []
     for sid, path in active:
@@ -7262,12 +7306,14 @@ def unfilled_templates(store: Store) -> list[str]:
 
 def gather_status(store: Store) -> dict:
     now = utc_now()
-    log_names = log_file_names(store)
+    logs, log_names = log_facts(store, now)
     layers = {}
     for layer in LAYERS:
         path = store.layer_path(layer)
         if layer.kind == "file":
             layers[layer.name] = file_facts(path, now)
+        elif layer.name == "logs":
+            layers[layer.name] = logs
         else:
             layers[layer.name] = dir_facts(path, list(layer_files(store, layer)), now)
     layers["logs"]["first"] = log_names[0][:-3] if log_names else None
@@ -9357,7 +9403,9 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
             path = (project,) if rel == "." else (project, "/" + rel.replace(os.sep, "/"))
         cache = (ShellText('"${XDG_CACHE_HOME:-$HOME/.cache}"'), "/stm")
         env = {"PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": path}
-        return shell_command("python3", "-m", "stm", *words, env=env)
+        # -S: no `site` (stm needs only the standard library): a start without what the
+        # environment's site-packages add, under a bare `python3 -c pass`.
+        return shell_command("python3", "-S", "-m", "stm", *words, env=env)
     to = "" if "--boot" in arguments else " >&2"
     missing = shell_command(
         "echo",

@@ -431,7 +431,7 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
     data = json.loads(run("setup", "claude").out)
     command = data["hooks"]["SessionStart"][0]["hooks"][0]["command"]
     # it captures the session that ended, then boots under the hook cut
-    assert command.endswith(" python3 -m stm capture --client claude --boot --max-chars 9500")
+    assert command.endswith(" python3 -S -m stm capture --client claude --boot --max-chars 9500")
     words = shlex.split(command)  # every path is quoted for the shell (shell_command)
     folder = next(w for w in words if w.startswith("PYTHONPATH=")).split("=", 1)[1]
     assert os.path.exists(os.path.join(folder, "stm.py"))  # it names this checkout
