@@ -2027,35 +2027,45 @@ def iter_log_blocks(path: str):
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
-        carry, line = b"", 1
-        while True:
-            chunk = os.read(fd, LOG_BLOCK_BYTES)
-            data = carry + chunk
-            if not chunk:
-                if data:
-                    yield data, line, True
-                return
-            marker = data.rfind(b"<!-- stm:end ")
-            cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
-            if cut <= 0:
-                carry = data  # no end line yet: read on
-                continue
-            block, carry = data[:cut], data[cut:]
-            yield block, line, False
-            line += block.count(b"\n")
+        for block, line, last, _ in log_blocks_of(fd):
+            yield block, line, last
     finally:
         os.close(fd)
 
 
+def log_blocks_of(fd: int):
+    """iter_log_blocks of an open file, read from its start with pread (the file offset
+    is left alone), each block with its offset in the file too."""
+    carry, line, offset = b"", 1, 0
+    while True:
+        chunk = pread(fd, LOG_BLOCK_BYTES, offset + len(carry))
+        data = carry + chunk
+        if not chunk:
+            if data:
+                yield data, line, True, offset
+            return
+        marker = data.rfind(b"<!-- stm:end ")
+        cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
+        if cut <= 0:
+            carry = data  # no end line yet: read on
+            continue
+        block, carry = data[:cut], data[cut:]
+        yield block, line, False, offset
+        line += block.count(b"\n")
+        offset += cut
+
+
 def log_complete_end(fd: int, size: int) -> int | None:
-    """Where the last complete log entry ends; None when the tail is not stm's."""
+    """Where the last complete log entry ends; None when the tail is not stm's. Read a
+    block at a time (as check reads logs): never the whole file at once."""
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
-    for item in parse_log(pread(fd, size, 0)):
-        last = item
-    if last is not None and last[0] == "entry" and not last[1].complete:
-        return last[1].start  # a torn entry of ours: cut it
+    for data, _, _, offset in log_blocks_of(fd):
+        for item in parse_log(data):
+            last = item, offset
+    if last is not None and last[0][0] == "entry" and not last[0][1].complete:
+        return last[1] + last[0][1].start  # a torn entry of ours: cut it
     return None  # a person's text after the last entry: keep it
 
 
@@ -5440,8 +5450,8 @@ class Checker:
         """A log, a block of whole entries at a time (bounded memory). Each block is tried
         against LOG_FILE_RE (one C-level match) only when it ends with an end line: a
         torn tail would make that match quadratic; otherwise it is parsed entry by entry,
-        which is linear."""
-        items = []
+        which is linear, and reported as it is parsed (no list of entries kept)."""
+        held = None  # an entry without its end line: torn, unless more text follows
         for data, first, last in iter_log_blocks(path):
             self.scan_secrets(path, data, first)
             self.compact_moves += compact_moves_in(data)
@@ -5452,52 +5462,52 @@ class Checker:
             if LOG_END_RE.search(data[-64:]) and LOG_FILE_RE.fullmatch(data):
                 continue  # the common case: only complete, well-formed entries
             for item in parse_log(data, first):
-                if item[0] == "entry":
-                    item[1].raw_body = []  # only where it is and whether it ends matter
-                items.append(item)
+                held = self.report_log_item(path, item, held)
             if not last:  # a torn entry inside a block is followed by more: not the tail
-                items.append(("more",))
-        self.report_log_items(path, items)
+                held = self.report_log_item(path, ("more",), held)
+        if held is not None:
+            self.report(
+                "log-torn",
+                path,
+                "the last entry is torn (a writer was killed)",
+                "run `stm check --fix`, or the next `stm log` cuts it",
+                held.line,
+            )
 
-    def report_log_items(self, path: str, items: list) -> None:
-        for index, (kind, *rest) in enumerate(items):
-            if kind == "more":
-                continue
-            if kind == "stray":
-                number, _ = rest
-                self.report(
-                    "log-entry",
-                    path,
-                    "text outside any log entry",
-                    "add entries only with `stm log`; move this text into one",
-                    number,
-                )
-                continue
-            entry = rest[0]
-            if not entry.complete and index < len(items) - 1:
-                self.report(
-                    "log-entry",
-                    path,
-                    f"entry {entry.entry_id} has no end line, and later text follows it",
-                    f"restore it from git, or end it with `<!-- stm:end {entry.entry_id} -->`",
-                    entry.line,
-                )
-            elif not entry.complete:
-                self.report(
-                    "log-torn",
-                    path,
-                    "the last entry is torn (a writer was killed)",
-                    "run `stm check --fix`, or the next `stm log` cuts it",
-                    entry.line,
-                )
-            elif not STAMP_RE.match(entry.stamp) and parse_iso(entry.stamp, True) is None:
-                self.report(
-                    "log-entry",
-                    path,
-                    f"entry timestamp {entry.stamp!r} is not ISO-8601",
-                    "restore the entry from git",
-                    entry.line,
-                )
+    def report_log_item(self, path: str, item: tuple, held):
+        """Report one parse_log item; returns the entry now held (see check_log_file)."""
+        if held is not None:
+            self.report(
+                "log-entry",
+                path,
+                f"entry {held.entry_id} has no end line, and later text follows it",
+                f"restore it from git, or end it with `<!-- stm:end {held.entry_id} -->`",
+                held.line,
+            )
+        kind, *rest = item
+        if kind == "more":
+            return None
+        if kind == "stray":
+            self.report(
+                "log-entry",
+                path,
+                "text outside any log entry",
+                "add entries only with `stm log`; move this text into one",
+                rest[0],
+            )
+            return None
+        entry = rest[0]
+        if not entry.complete:
+            return entry
+        if not STAMP_RE.match(entry.stamp) and parse_iso(entry.stamp, True) is None:
+            self.report(
+                "log-entry",
+                path,
+                f"entry timestamp {entry.stamp!r} is not ISO-8601",
+                "restore the entry from git",
+                entry.line,
+            )
+        return None
 
     def check_compact_duplicates(self) -> None:
         moves = newest_compact_moves(self.compact_moves)
@@ -7947,13 +7957,11 @@ def handoff_receipt(state: dict, session_id: str) -> str:
 def receipt_logged(store: Store, session_id: str) -> bool:
     """Whether a receipt names the session: in the log of the day it was created, or of
     today (where a late receipt goes)."""
+    receipt = f"\n\nsession: {session_id}\n".encode()
     for day in {session_id[:10], iso_now()[:10]}:
-        try:
-            data = read_bytes(store.log_path(day))
-        except OSError:
-            continue
-        if f"\n\nsession: {session_id}\n".encode() in data:
-            return True
+        with contextlib.suppress(OSError):  # a block holds whole entries: never cut there
+            if any(receipt in data for data, _, _ in iter_log_blocks(store.log_path(day))):
+                return True
     return False
 
 
@@ -8584,24 +8592,10 @@ def digest(store: Store, *, since: str | None = None) -> dict:
             break
         path = os.path.join(store.logs_dir, name)
         try:
-            blocks = [data for data, _, _ in iter_log_blocks(path)]
+            found = digest_entries(store, path, start)
         except OSError:
             continue
-        for kind, *rest in (i for b in blocks for i in parse_log(b.replace(b"\r\n", b"\n"))):
-            entry = rest[0] if kind == "entry" else None
-            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
-            if moment is None or moment < start:
-                continue
-            text = "\n".join(entry.body).strip("\n")
-            entries.append(
-                {
-                    "timestamp": entry.stamp,
-                    "author": entry.author,
-                    "path": store.rel(path),
-                    "tokens": estimate_tokens(text),
-                    "text": text,
-                }
-            )
+        entries += found
     entries.sort(key=lambda e: e["timestamp"], reverse=True)
     facts = []
     for path in iter_ref_files(store.refs_dir):
@@ -8620,6 +8614,29 @@ def digest(store: Store, *, since: str | None = None) -> dict:
     facts.sort(key=lambda f: f["timestamp"], reverse=True)
     tokens = sum(e["tokens"] for e in entries) + sum(estimate_tokens(f["value"]) for f in facts)
     return {"since": iso(start), "entries": entries, "facts": facts, "tokens": tokens}
+
+
+def digest_entries(store: Store, path: str, start: float) -> list[dict]:
+    """The complete entries of one day log written from `start` on, read a block at a
+    time (the file is never in memory whole; the entries digest shows are)."""
+    entries = []
+    for data, _, _ in iter_log_blocks(path):
+        for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+            entry = rest[0] if kind == "entry" else None
+            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
+            if moment is None or moment < start:
+                continue
+            text = "\n".join(entry.body).strip("\n")
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "tokens": estimate_tokens(text),
+                    "text": text,
+                }
+            )
+    return entries
 
 
 def cmd_digest(args) -> int:
