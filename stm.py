@@ -1892,13 +1892,13 @@ def layer_files(store: Store, layer: Layer, *, newest_first: bool = False, since
     if layer.kind == "file":
         yield store.layer_path(layer)
     elif layer.name == "logs":
-        names = log_file_names(store)
+        names, logs = log_file_names(store), store.logs_dir
         for name in reversed(names) if newest_first else names:
             if since and name[:10] < since:
                 if newest_first:
                     break
                 continue
-            yield os.path.join(store.logs_dir, name)
+            yield os.path.join(logs, name)
     else:
         yield from iter_ref_files(store.layer_path(layer))
 
@@ -8694,20 +8694,26 @@ def open_blocks(path: str):
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         size = require_regular(fd, path).st_size
+        if size < SEARCH_CHUNK:  # most files: one read, closed at once, no generator
+            data = os.read(fd, size + 1)
+            if len(data) <= size:  # all of it (a short read of a regular file is its end)
+                os.close(fd)
+                return ((1, data if data.endswith(b"\n") else data + b"\n"),) if data else ()
+            return _blocks_of(fd, size, data)
     except BaseException:
         os.close(fd)
         raise
     return _blocks_of(fd, size)
 
 
-def _blocks_of(fd: int, size: int):
+def _blocks_of(fd: int, size: int, first: bytes = b""):
     try:
         number, rest, done = 1, [], 0  # rest: what follows the last newline read
         while True:
             # Ask for what the file holds and one byte more: a short read of a regular
             # file is its end, so a small file costs one read (and no 1 MiB buffer).
             want = min(SEARCH_CHUNK, size - done + 1) if done < size else SEARCH_CHUNK
-            chunk = os.read(fd, want)
+            chunk, first = (first, b"") if first else (os.read(fd, want), b"")
             done += len(chunk)
             if not chunk:
                 break
@@ -8787,7 +8793,10 @@ class LineMatcher:
     def scan(self, block: bytes):
         if self.needle is not None and not may_fold_into(block, *self.folding):
             # bytes.lower() lowers ASCII only; nothing else can fold into an ASCII needle
-            return block, self._found(block, block.lower(), self.needle, b"\n", b"\r")
+            lowered = block.lower()
+            if self.needle not in lowered:
+                return block, ()  # most blocks: nothing more to do
+            return block, self._found(block, lowered, self.needle, b"\n", b"\r")
         text = block.decode("utf-8", "replace")
         if self.block_regex is not None:
             if "\r" in text:  # a line's last \r goes before it is tested, as `$` must see
@@ -8911,6 +8920,8 @@ def log_hits_newest_first(store: Store, path: str, blocks, matcher):
             shown = shown or store.rel(path)
             hits.append((stamp, {"path": shown, "line": number, "text": line, "layer": "logs"}))
         before = text, looked
+    if not hits:
+        return
     # Newest first, a match before a later one of the same entry: a stable sort, reversed,
     # on the stamp with a last character above all others (so "" and any stamp that is
     # the start of another come first, as by _descending, which costs a loop per match).
