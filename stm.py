@@ -1469,6 +1469,10 @@ def load_json(data, *, bounded: bool = True, **options):
             value = json_decoder().decode(data)
     except RecursionError:
         raise ValueError(f"nested deeper than {JSON_DEPTH_MAX} levels") from None
+    if bounded and isinstance(data, (str, bytes)):
+        opening = ("{", "[") if isinstance(data, str) else (b"{", b"[")
+        # No deeper than it has brackets: most files have a few, and skip the walk.
+        bounded = data.count(opening[0]) + data.count(opening[1]) > JSON_DEPTH_MAX
     stack = [(value, 1)] if bounded and isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
@@ -1606,8 +1610,19 @@ class Store:
     def rel(self, path: str) -> str:
         """A path relative to the project root (the folder holding .stacks)."""
         root = os.path.dirname(self.stacks)
+        inner = path[len(root) + 1 :]
+        if path[: len(root) + 1] == root + os.sep and os.path.isabs(root) and plain_path(inner):
+            return inner  # what relpath would say, without its two abspath calls
         rel = os.path.relpath(path, root)
         return path if rel.startswith("..") else rel
+
+
+def plain_path(rel: str) -> bool:
+    """Whether a relative path is already normal: no empty, `.` or `..` component."""
+    if os.altsep and os.altsep in rel:
+        return False
+    parts = rel.split(os.sep)
+    return bool(rel) and "" not in parts and "." not in parts and ".." not in parts
 
 
 def find_stacks(start: str, *, for_init: bool = False) -> str | None:
@@ -2041,13 +2056,13 @@ def layer_files(store: Store, layer: Layer, *, newest_first: bool = False, since
     if layer.kind == "file":
         yield store.layer_path(layer)
     elif layer.name == "logs":
-        names = log_file_names(store)
+        names, logs = log_file_names(store), store.logs_dir
         for name in reversed(names) if newest_first else names:
             if since and name[:10] < since:
                 if newest_first:
                     break
                 continue
-            yield os.path.join(store.logs_dir, name)
+            yield os.path.join(logs, name)
     else:
         yield from iter_ref_files(store.layer_path(layer))
 
@@ -2176,35 +2191,45 @@ def iter_log_blocks(path: str):
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
-        carry, line = b"", 1
-        while True:
-            chunk = os.read(fd, LOG_BLOCK_BYTES)
-            data = carry + chunk
-            if not chunk:
-                if data:
-                    yield data, line, True
-                return
-            marker = data.rfind(b"<!-- stm:end ")
-            cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
-            if cut <= 0:
-                carry = data  # no end line yet: read on
-                continue
-            block, carry = data[:cut], data[cut:]
-            yield block, line, False
-            line += block.count(b"\n")
+        for block, line, last, _ in log_blocks_of(fd):
+            yield block, line, last
     finally:
         os.close(fd)
 
 
+def log_blocks_of(fd: int):
+    """iter_log_blocks of an open file, read from its start with pread (the file offset
+    is left alone), each block with its offset in the file too."""
+    carry, line, offset = b"", 1, 0
+    while True:
+        chunk = pread(fd, LOG_BLOCK_BYTES, offset + len(carry))
+        data = carry + chunk
+        if not chunk:
+            if data:
+                yield data, line, True, offset
+            return
+        marker = data.rfind(b"<!-- stm:end ")
+        cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
+        if cut <= 0:
+            carry = data  # no end line yet: read on
+            continue
+        block, carry = data[:cut], data[cut:]
+        yield block, line, False, offset
+        line += block.count(b"\n")
+        offset += cut
+
+
 def log_complete_end(fd: int, size: int) -> int | None:
-    """Where the last complete log entry ends; None when the tail is not stm's."""
+    """Where the last complete log entry ends; None when the tail is not stm's. Read a
+    block at a time (as check reads logs): never the whole file at once."""
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
-    for item in parse_log(pread(fd, size, 0)):
-        last = item
-    if last is not None and last[0] == "entry" and not last[1].complete:
-        return last[1].start  # a torn entry of ours: cut it
+    for data, _, _, offset in log_blocks_of(fd):
+        for item in parse_log(data):
+            last = item, offset
+    if last is not None and last[0][0] == "entry" and not last[0][1].complete:
+        return last[1] + last[0][1].start  # a torn entry of ours: cut it
     return None  # a person's text after the last entry: keep it
 
 
@@ -2305,6 +2330,17 @@ def dir_entries(path: str, with_links: bool = False) -> list[tuple[str, bool]]:
         for e in entries
         if e.is_dir(follow_symlinks=False) or (with_links and e.is_symlink())
     )
+
+
+def count_dirs(path: str) -> int:
+    """How many sub-folders list_dirs would name (counted, not sorted)."""
+    if os.path.islink(path):
+        return 0
+    try:
+        with os.scandir(path) as entries:
+            return sum(1 for e in entries if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
 
 
 def iter_active_sessions(store: Store):
@@ -6503,8 +6539,8 @@ class Checker:
         """A log, a block of whole entries at a time (bounded memory). Each block is tried
         against LOG_FILE_RE (one C-level match) only when it ends with an end line: a
         torn tail would make that match quadratic; otherwise it is parsed entry by entry,
-        which is linear."""
-        items = []
+        which is linear, and reported as it is parsed (no list of entries kept)."""
+        held = None  # an entry without its end line: torn, unless more text follows
         for data, first, last in iter_log_blocks(path):
             self.scan_secrets(path, data, first)
             self.compact_moves += compact_moves_in(data)
@@ -6515,52 +6551,52 @@ class Checker:
             if LOG_END_RE.search(data[-64:]) and LOG_FILE_RE.fullmatch(data):
                 continue  # the common case: only complete, well-formed entries
             for item in parse_log(data, first):
-                if item[0] == "entry":
-                    item[1].raw_body = []  # only where it is and whether it ends matter
-                items.append(item)
+                held = self.report_log_item(path, item, held)
             if not last:  # a torn entry inside a block is followed by more: not the tail
-                items.append(("more",))
-        self.report_log_items(path, items)
+                held = self.report_log_item(path, ("more",), held)
+        if held is not None:
+            self.report(
+                "log-torn",
+                path,
+                "the last entry is torn (a writer was killed)",
+                "run `stm check --fix`, or the next `stm log` cuts it",
+                held.line,
+            )
 
-    def report_log_items(self, path: str, items: list) -> None:
-        for index, (kind, *rest) in enumerate(items):
-            if kind == "more":
-                continue
-            if kind == "stray":
-                number, _ = rest
-                self.report(
-                    "log-entry",
-                    path,
-                    "text outside any log entry",
-                    "add entries only with `stm log`; move this text into one",
-                    number,
-                )
-                continue
-            entry = rest[0]
-            if not entry.complete and index < len(items) - 1:
-                self.report(
-                    "log-entry",
-                    path,
-                    f"entry {entry.entry_id} has no end line, and later text follows it",
-                    f"restore it from git, or end it with `<!-- stm:end {entry.entry_id} -->`",
-                    entry.line,
-                )
-            elif not entry.complete:
-                self.report(
-                    "log-torn",
-                    path,
-                    "the last entry is torn (a writer was killed)",
-                    "run `stm check --fix`, or the next `stm log` cuts it",
-                    entry.line,
-                )
-            elif not STAMP_RE.match(entry.stamp) and parse_iso(entry.stamp, True) is None:
-                self.report(
-                    "log-entry",
-                    path,
-                    f"entry timestamp {entry.stamp!r} is not ISO-8601",
-                    "restore the entry from git",
-                    entry.line,
-                )
+    def report_log_item(self, path: str, item: tuple, held):
+        """Report one parse_log item; returns the entry now held (see check_log_file)."""
+        if held is not None:
+            self.report(
+                "log-entry",
+                path,
+                f"entry {held.entry_id} has no end line, and later text follows it",
+                f"restore it from git, or end it with `<!-- stm:end {held.entry_id} -->`",
+                held.line,
+            )
+        kind, *rest = item
+        if kind == "more":
+            return None
+        if kind == "stray":
+            self.report(
+                "log-entry",
+                path,
+                "text outside any log entry",
+                "add entries only with `stm log`; move this text into one",
+                rest[0],
+            )
+            return None
+        entry = rest[0]
+        if not entry.complete:
+            return entry
+        if not STAMP_RE.match(entry.stamp) and parse_iso(entry.stamp, True) is None:
+            self.report(
+                "log-entry",
+                path,
+                f"entry timestamp {entry.stamp!r} is not ISO-8601",
+                "restore the entry from git",
+                entry.line,
+            )
+        return None
 
     def check_compact_duplicates(self) -> None:
         moves = newest_compact_moves(self.compact_moves)
@@ -8496,6 +8532,24 @@ def dir_facts(folder: str, paths: list[str], now: float) -> dict:
     for path in paths:
         with contextlib.suppress(OSError):  # removed meanwhile
             sizes.append(os.lstat(path))
+    return sizes_facts(folder, sizes, now)
+
+
+def log_facts(store: Store, now: float) -> tuple[dict, list[str]]:
+    """dir_facts of logs/ and log_file_names, from one listing: each log's size from its
+    directory entry, with no path to build and resolve (ten years of logs: 3,650)."""
+    names, sizes = [], []
+    if not os.path.islink(store.logs_dir):
+        with contextlib.suppress(OSError), os.scandir(store.logs_dir) as entries:
+            for entry in entries:
+                if LOG_NAME_RE.match(entry.name):
+                    names.append(entry.name)
+                    with contextlib.suppress(OSError):  # removed meanwhile
+                        sizes.append(entry.stat(follow_symlinks=False))
+    return sizes_facts(store.logs_dir, sizes, now), sorted(names)
+
+
+def sizes_facts(folder: str, sizes: list, now: float) -> dict:
     total = sum(s.st_size for s in sizes)
     newest = max((s.st_mtime for s in sizes), default=None)
     exists = os.path.isdir(folder) and not os.path.islink(folder)
@@ -8562,7 +8616,7 @@ def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
     warnings = []
     active = iter_active_sessions(store)
     archived = sum(
-        len(list_dirs(os.path.join(store.history_dir, m))) for m in list_dirs(store.history_dir)
+        count_dirs(os.path.join(store.history_dir, m)) for m in list_dirs(store.history_dir)
     )
     idle, handoffs = [], []
     for sid, path in active:
@@ -8629,12 +8683,14 @@ def unfilled_templates(store: Store) -> list[str]:
 
 def gather_status(store: Store) -> dict:
     now = utc_now()
-    log_names = log_file_names(store)
+    logs, log_names = log_facts(store, now)
     layers = {}
     for layer in LAYERS:
         path = store.layer_path(layer)
         if layer.kind == "file":
             layers[layer.name] = file_facts(path, now)
+        elif layer.name == "logs":
+            layers[layer.name] = logs
         else:
             layers[layer.name] = dir_facts(path, list(layer_files(store, layer)), now)
     layers["logs"]["first"] = log_names[0][:-3] if log_names else None
@@ -9494,13 +9550,11 @@ def handoff_receipt(state: dict, session_id: str) -> str:
 def receipt_logged(store: Store, session_id: str) -> bool:
     """Whether a receipt names the session: in the log of the day it was created, or of
     today (where a late receipt goes)."""
+    receipt = f"\n\nsession: {session_id}\n".encode()
     for day in {session_id[:10], iso_now()[:10]}:
-        try:
-            data = read_bytes(store.log_path(day))
-        except OSError:
-            continue
-        if f"\n\nsession: {session_id}\n".encode() in data:
-            return True
+        with contextlib.suppress(OSError):  # a block holds whole entries: never cut there
+            if any(receipt in data for data, _, _ in iter_log_blocks(store.log_path(day))):
+                return True
     return False
 
 
@@ -10318,26 +10372,10 @@ def digest(store: Store, *, since: str | None = None) -> dict:
             break
         path = os.path.join(store.logs_dir, name)
         try:
-            blocks = [data for data, _, _ in iter_log_blocks(path)]
+            found = digest_entries(store, path, start)
         except OSError:
             continue
-        for kind, *rest in (i for b in blocks for i in parse_log(b.replace(b"\r\n", b"\n"))):
-            entry = rest[0] if kind == "entry" else None
-            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
-            if moment is None or moment < start:
-                continue
-            if any(COMPACT_HEADER_RE.match(line) for line in entry.body):
-                continue  # what compact moved out of memory is not new work to fold back
-            text = "\n".join(entry.body).strip("\n")
-            entries.append(
-                {
-                    "timestamp": entry.stamp,
-                    "author": entry.author,
-                    "path": store.rel(path),
-                    "tokens": estimate_tokens(text),
-                    "text": text,
-                }
-            )
+        entries += found
     entries.sort(key=lambda e: e["timestamp"], reverse=True)
     facts = []
     for path in iter_ref_files(store.refs_dir):
@@ -10356,6 +10394,31 @@ def digest(store: Store, *, since: str | None = None) -> dict:
     facts.sort(key=lambda f: f["timestamp"], reverse=True)
     tokens = sum(e["tokens"] for e in entries) + sum(estimate_tokens(f["value"]) for f in facts)
     return {"since": iso(start), "entries": entries, "facts": facts, "tokens": tokens}
+
+
+def digest_entries(store: Store, path: str, start: float) -> list[dict]:
+    """The complete entries of one day log written from `start` on, read a block at a
+    time (the file is never in memory whole; the entries digest shows are)."""
+    entries = []
+    for data, _, _ in iter_log_blocks(path):
+        for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+            entry = rest[0] if kind == "entry" else None
+            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
+            if moment is None or moment < start:
+                continue
+            if any(COMPACT_HEADER_RE.match(line) for line in entry.body):
+                continue  # what compact moved out of memory is not new work to fold back
+            text = "\n".join(entry.body).strip("\n")
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "tokens": estimate_tokens(text),
+                    "text": text,
+                }
+            )
+    return entries
 
 
 def cmd_digest(args) -> int:
@@ -10466,20 +10529,26 @@ def open_blocks(path: str):
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         size = require_regular(fd, path).st_size
+        if size < SEARCH_CHUNK:  # most files: one read, closed at once, no generator
+            data = os.read(fd, size + 1)
+            if len(data) <= size:  # all of it (a short read of a regular file is its end)
+                os.close(fd)
+                return ((1, data if data.endswith(b"\n") else data + b"\n"),) if data else ()
+            return _blocks_of(fd, size, data)
     except BaseException:
         os.close(fd)
         raise
     return _blocks_of(fd, size)
 
 
-def _blocks_of(fd: int, size: int):
+def _blocks_of(fd: int, size: int, first: bytes = b""):
     try:
         number, rest, done = 1, [], 0  # rest: what follows the last newline read
         while True:
             # Ask for what the file holds and one byte more: a short read of a regular
             # file is its end, so a small file costs one read (and no 1 MiB buffer).
             want = min(SEARCH_CHUNK, size - done + 1) if done < size else SEARCH_CHUNK
-            chunk = os.read(fd, want)
+            chunk, first = (first, b"") if first else (os.read(fd, want), b"")
             done += len(chunk)
             if not chunk:
                 break
@@ -10672,7 +10741,10 @@ class LineMatcher:
     def scan(self, block: bytes):
         if self.needle is not None and not may_fold_into(block, *self.folding):
             # bytes.lower() lowers ASCII only; nothing else can fold into an ASCII needle
-            return block, self._found(block, block.lower(), self.needle, b"\n", b"\r")
+            lowered = block.lower()
+            if self.needle not in lowered:
+                return block, ()  # most blocks: nothing more to do
+            return block, self._found(block, lowered, self.needle, b"\n", b"\r")
         text = block.decode("utf-8", "replace")
         if self.block_regex is not None:
             if "\r" in text:  # a line's last \r goes before it is tested, as `$` must see
@@ -10860,6 +10932,8 @@ def log_hits_newest_first(store: Store, path: str, blocks, matcher):
             shown = shown or store.rel(path)
             hits.append((stamp, {"path": shown, "line": number, "text": line, "layer": "logs"}))
         before = text, looked
+    if not hits:
+        return
     # Newest first, a match before a later one of the same entry: a stable sort, reversed,
     # on the stamp with a last character above all others (so "" and any stamp that is
     # the start of another come first, as by _descending, which costs a loop per match).

@@ -8,13 +8,17 @@ Builds two stores in a temporary folder, deterministically (seeded):
 - small: a realistic fresh project: filled AGENT.md (~1,500 chars) and MEMORY.md
   (~3,000 chars), 10 refs, 30 days of logs, 5 active sessions;
 - large: the same boot-visible content, plus 10 years of daily logs (3,650 files,
-  100,000 entries) and 10,000 sessions (2,000 active, 8,000 archived), 20 events each.
+  100,000 entries) and 10,000 sessions (2,000 active, 8,000 archived), 20 events each;
+- medium (for search): the small store with half a year of logs (5,000 entries).
 
-Each command runs as a whole process (`python3 stm.py ...`), alternating with the
-baseline `python3 -c pass` (same interpreter, same environment) and small with large, so
-that ratios are taken pair by pair and machine noise cancels. Reports medians, min-max,
-ratios, peak memory (ru_maxrss of each child) and `-X importtime` totals for boot, checks
-the targets of spec/performance.md, and writes bench/results/latest.json and latest.md.
+Each command runs as a whole process (`python3 -m stm ...`: cached bytecode, as the
+installed `stm` and the hooks run it; one row shows `python3 stm.py`, which compiles the
+whole file on every start), alternating with the baseline `python3 -c pass` (same
+interpreter, same environment) and small with large, so that ratios are taken pair by
+pair and machine noise cancels. Reports medians, min-max, ratios, peak memory (ru_maxrss
+of each child) and `-X importtime` totals for boot, times search in process (per MB
+searched) and against grep, and `check --staged` in two git work trees, checks the
+targets of spec/performance.md, and writes bench/results/latest.json and latest.md.
 Standard library only.
 """
 
@@ -160,8 +164,9 @@ def new_id(rng: random.Random, when: float) -> str:
     return stm.iso(when)[:10] + f"-{rng.getrandbits(32):08x}"
 
 
-def build_store(root: str, large: bool, now: float) -> dict:
-    """One store; returns the ids the commands use."""
+def build_store(root: str, large: bool, now: float, days: int | None = None) -> dict:
+    """One store (`days` of logs instead of the small or large store's); returns the ids
+    the commands use."""
     rng = random.Random(20261122)  # same seed: the same boot-visible content in both
     stacks, state = os.path.join(root, ".stacks"), os.path.join(root, ".state")
     build_layers(stacks, rng, now)
@@ -171,7 +176,7 @@ def build_store(root: str, large: bool, now: float) -> dict:
     for session_id in (current, other):
         build_session(os.path.join(state, "sessions", session_id), session_id, now - 3600)
     extra = random.Random(7)  # history that only the large store has
-    entries = build_logs(stacks, extra, now, LARGE_DAYS if large else SMALL_DAYS)
+    entries = build_logs(stacks, extra, now, days or (LARGE_DAYS if large else SMALL_DAYS))
     active, archived = (2000, 8000) if large else (5, 0)
     for _ in range(active - 2):
         when = now - extra.uniform(0, 30) * DAY
@@ -196,16 +201,43 @@ def build_store(root: str, large: bool, now: float) -> dict:
 # ---- measuring ---------------------------------------------------------------------------
 
 
-def run_once(argv: list[str], cwd: str, env: dict) -> tuple[float, int, int]:
-    """(seconds, peak RSS in KiB, exit code) of one whole process."""
+# Commands are started by a small helper process, not by the bench itself. Linux gives
+# a child started by vfork or fork the peak RSS of the process it was copied from (the
+# bench holds tens of MB after building the stores), so every child of the bench would
+# report at least that much. The helper (python3 -S, about 10 MB) is the floor instead.
+SPAWNER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = subprocess.Popen(job["argv"], cwd=job["cwd"], env=job["env"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return elapsed, usage.ru_maxrss, proc.returncode
+    code = os.waitstatus_to_exitcode(status)
+    sys.stdout.write(json.dumps([elapsed, usage.ru_maxrss, code]) + "\n")
+    sys.stdout.flush()
+"""
+_spawner: list = []
+
+
+def run_once(argv: list[str], cwd: str, env: dict) -> tuple[float, int, int]:
+    """(seconds, peak RSS in KiB, exit code) of one whole process (see SPAWNER)."""
+    if not _spawner or _spawner[0].poll() is not None:
+        _spawner[:] = [
+            subprocess.Popen(
+                [sys.executable, "-S", "-c", SPAWNER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        ]
+    helper = _spawner[0]
+    helper.stdin.write(json.dumps({"argv": argv, "cwd": cwd, "env": env}) + "\n")
+    helper.stdin.flush()
+    elapsed, peak, code = json.loads(helper.stdout.readline())
+    return elapsed, peak, code
 
 
 # How a command is started. `python3 stm.py` compiles the whole file on every run (Python
@@ -215,15 +247,26 @@ SCRIPT = [sys.executable, STM_PY]
 MODULE = [sys.executable, "-m", "stm"]
 # -S: no site module, so nothing the environment installed (site-packages .pth files,
 # editable-install finders) is imported: what stm itself costs over a clean interpreter.
+# The hooks `setup claude` and `setup codex` write run stm this way.
 NO_SITE = [sys.executable, "-S", "-m", "stm"]
+BASELINE = [sys.executable, "-c", "pass"]
+BASELINE_NO_SITE = [sys.executable, "-S", "-c", "pass"]
+# How each row starts stm, and against which bare start it is compared (else MODULE and
+# BASELINE).
+LAUNCHERS = {
+    "boot (python3 stm.py)": (SCRIPT, BASELINE),
+    "boot (python3 -S -m stm)": (NO_SITE, BASELINE_NO_SITE),
+    "boot (hook: python3 -S -m stm)": (NO_SITE, BASELINE),
+}
 
 
 def commands(ids: dict) -> list[tuple[str, object]]:
     """(label, argv or a function of the run number returning argv)."""
     return [
         ("boot", ["boot"]),
-        ("boot (python3 -m stm)", ["boot"]),
+        ("boot (python3 stm.py)", ["boot"]),
         ("boot (python3 -S -m stm)", ["boot"]),
+        ("boot (hook: python3 -S -m stm)", ["boot"]),
         ("boot --no-refs", ["boot", "--no-refs"]),
         ("log", lambda n: ["log", f"bench entry {n}: measured one more time"]),
         ("session new", lambda n: ["session", "new", "--no-switch", "--name", f"bench {n}"]),
@@ -235,6 +278,8 @@ def commands(ids: dict) -> list[tuple[str, object]]:
         ("status", ["status"]),
         ("check", ["check"]),
         ("session list --all", ["session", "list", "--all"]),
+        ("digest", ["digest"]),
+        ("compact --dry-run", ["compact", "--dry-run"]),
         ("compose-handoff --print", ["compose-handoff", "--print", HANDOFF]),
     ]
 
@@ -249,13 +294,11 @@ def summary(values: list[float]) -> dict:
 
 
 def measure(label, argv, small, large, env, runs, warmups) -> dict:
-    no_site = "python3 -S" in label
-    base_argv = [sys.executable, *(["-S"] if no_site else []), "-c", "pass"]
+    launcher, base_argv = LAUNCHERS.get(label, (MODULE, BASELINE))
     base, small_t, large_t, peaks, failures = [], [], [], [], 0
     for n in range(warmups + runs):
         args = argv(n) if callable(argv) else argv
         b = run_once(base_argv, small, env)
-        launcher = NO_SITE if no_site else MODULE if "python3 -m stm" in label else SCRIPT
         s = run_once([*launcher, *args], small, env)
         la = run_once([*launcher, *args], large, env)
         failures += (s[2] != 0) + (la[2] != 0)
@@ -593,6 +636,154 @@ def sync_results(work: str, small: str, env: dict, runs: int) -> dict:
     return {key: summary(values) for key, values in rows.items()}
 
 
+# ---- cost: search per MB, search against grep, the staged check --------------------------
+
+MEDIUM_DAYS = 183  # about 5,000 entries: the store of the comparison in spec/performance.md
+MISS = "zzqxj"  # in no text the bench writes
+DENSE = "rollout"  # one of the prose words: every few lines
+# @modelcontextprotocol/server-memory's search_nodes over the same 5,000 memories, median
+# round-trip in ms, measured once by hand (it is not a dependency of stm, its tests or this
+# bench; spec/performance.md says how and on what). A hit there returns every match.
+REFERENCE_SEARCH_MS = {"miss": 3.6, "hit": 3.6}
+
+
+def searched_mb(store) -> float:
+    """The megabytes search reads: every file search_files names that exists."""
+    paths = (p for _, p in stm.search_files(store, stm.search_layers(), None))
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) / 1e6
+
+
+def search_in_process(root: str, queries: dict, runs: int) -> dict:
+    """Median time of a whole search_memory in this process (every match read), per query,
+    and per MB of text searched."""
+    store = stm.open_store(stacks=os.path.join(root, ".stacks"), state=os.path.join(root, ".state"))
+    mb = searched_mb(store)
+    rows = {"mb": mb}
+    for label, query in queries.items():
+        times, found = [], 0
+        for n in range(runs + 1):
+            start = time.perf_counter()
+            found = sum(1 for _ in stm.search_memory(store, query))
+            if n:  # the first run warms the page cache
+                times.append(time.perf_counter() - start)
+        row = summary(times)
+        row.update(matches=found, ms_per_mb=row["median"] * 1000 / mb, query=query)
+        rows[label] = row
+    return rows
+
+
+def mcp_search(store: str, env: dict, queries: dict, runs: int) -> dict:
+    """Median round-trip of the `search` tool (default limit) through one `stm mcp`."""
+    proc = subprocess.Popen(
+        [*MODULE, "mcp"], cwd=store, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    rows = {}
+    try:
+        for label, query in queries.items():
+            times = []
+            for n in range(runs + 3):
+                message = {"jsonrpc": "2.0", "id": n, "method": "tools/call"}
+                arguments = {"query": query}
+                message["params"] = {"name": "search", "arguments": arguments, "_meta": MCP_META}
+                start = time.perf_counter()
+                proc.stdin.write(json.dumps(message).encode() + b"\n")
+                proc.stdin.flush()
+                answer = json.loads(proc.stdout.readline())
+                if n >= 3:
+                    times.append(time.perf_counter() - start)
+                if answer.get("result", {}).get("isError") is not False:
+                    raise RuntimeError(f"mcp search failed: {answer}")
+            rows[label] = summary(times)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    return rows
+
+
+def pairs(argv_a: list, argv_b: list, cwd: str, env: dict, runs: int) -> dict:
+    """Whole-process times of two commands in turn, and the median of a/b pair by pair."""
+    a_t, b_t = [], []
+    for n in range(runs + 1):
+        a, b = run_once(argv_a, cwd, env)[0], run_once(argv_b, cwd, env)[0]
+        if n:
+            a_t.append(a)
+            b_t.append(b)
+    ratio = statistics.median(x / y for x, y in zip(a_t, b_t))
+    return {"a_s": summary(a_t), "b_s": summary(b_t), "ratio": ratio}
+
+
+def git_env(env: dict, work: str, root: str) -> dict:
+    """A git repository for `root` kept outside it (GIT_DIR): only `check --staged` sees
+    it; boot and the other commands find no .git and run no git."""
+    return dict(
+        env,
+        GIT_DIR=os.path.join(work, os.path.basename(root) + ".git"),
+        GIT_WORK_TREE=root,
+        GIT_AUTHOR_NAME="bench",
+        GIT_AUTHOR_EMAIL="bench@example.com",
+        GIT_COMMITTER_NAME="bench",
+        GIT_COMMITTER_EMAIL="bench@example.com",
+    )
+
+
+def staged_results(work: str, small: str, large: str, ids: dict, env: dict, runs: int) -> dict:
+    """`check --staged` on both stores, each committed whole to git, then the same change
+    staged in both (a log entry, a session's phase)."""
+    envs = {}
+    for root in (small, large):
+        envs[root] = git_env(env, work, root)
+        quiet = {"cwd": root, "check": True, "capture_output": True}
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "history"]):
+            subprocess.run(["git", *args], env=envs[root], **quiet)
+        phase = ["session", "phase", "ship", "--session", ids["other"]]
+        for args in (["log", "staged work"], phase):
+            subprocess.run([*MODULE, *args], env=env, **quiet)
+        subprocess.run(["git", "add", "-A"], env=envs[root], **quiet)
+    small_t, large_t = [], []
+    for n in range(runs + 1):
+        s = run_once([*MODULE, "check", "--staged"], small, envs[small])
+        la = run_once([*MODULE, "check", "--staged"], large, envs[large])
+        if s[2] or la[2]:
+            raise RuntimeError("check --staged failed")
+        if n:
+            small_t.append(s[0])
+            large_t.append(la[0])
+    return {
+        "small_s": summary(small_t),
+        "large_s": summary(large_t),
+        "large_over_small": statistics.median(la / s for la, s in zip(large_t, small_t)),
+    }
+
+
+def cost_results(work: str, small: str, large: str, ids: dict, env: dict, runs: int) -> dict:
+    medium = os.path.join(work, "medium")
+    built = build_store(medium, False, time.time(), days=MEDIUM_DAYS)
+    hit = ids["other"]  # a session id: a match or two, in the sessions layer
+    queries = {"miss": MISS, "hit": hit, "dense": DENSE}
+    grep = ["grep", "-r", "-i", "-F", "-q", MISS]
+    return {
+        "medium_entries": built["log_entries"],
+        "search": {
+            "medium": search_in_process(medium, queries, runs),
+            "large": search_in_process(large, queries, max(3, runs // 3)),
+        },
+        "mcp_medium": mcp_search(medium, env, {"miss": MISS, "hit": DENSE}, runs * 3),
+        "search_cli_vs_grep": {
+            "logs": pairs(
+                [*MODULE, "search", MISS, "--layer", "logs"],
+                [*grep, ".stacks/logs"],
+                large,
+                env,
+                runs,
+            ),
+            "all": pairs([*MODULE, "search", MISS], [*grep, ".stacks", ".state"], large, env, runs),
+        },
+        "check_staged": staged_results(work, small, large, ids, env, runs),
+    }
+
+
 # ---- reporting ---------------------------------------------------------------------------
 
 FLAT = {"boot", "log", "session new", "session switch <id>", "session phase"}
@@ -607,18 +798,27 @@ def targets(results: dict) -> list[dict]:
             {"target": name, "value": value, "limit": limit, "unit": unit, "met": value <= limit}
         )
 
-    target("boot small / python3 -c pass", rows["boot"]["small_over_baseline"], 1.3, "x")
-    cached = rows["boot (python3 -m stm)"]["small_over_baseline"]
-    target("boot (python3 -m stm) small / python3 -c pass", cached, 1.3, "x")
+    boot = rows["boot"]["small_over_baseline"]
+    target("boot (python3 -m stm) small / python3 -c pass", boot, 1.3, "x")
     clean = rows["boot (python3 -S -m stm)"]["small_over_baseline"]
     target("boot (python3 -S -m stm) small / python3 -S -c pass", clean, 1.3, "x")
+    hook = rows["boot (hook: python3 -S -m stm)"]["small_over_baseline"]
+    target("boot as the hook runs it (python3 -S -m stm) / python3 -c pass", hook, 1.0, "x")
     for label in sorted(FLAT):
         target(f"{label}: large / small", rows[label]["large_over_small"], 1.10, "x")
-    target("status on large", rows["status"]["large_s"]["median"], 0.5, "s")
-    target("check on large", rows["check"]["large_s"]["median"], 3.0, "s")
-    target("session list --all on large", rows["session list --all"]["large_s"]["median"], 3.0, "s")
+    for label, limit in (
+        ("status", 0.2),
+        ("check", 1.0),
+        ("session list --all", 0.5),
+        ("digest", 0.5),
+        ("compact --dry-run", 0.5),
+    ):
+        target(f"{label} on large", rows[label]["large_s"]["median"], limit, "s")
     peak = max(r["peak_rss_mib_large"] for r in results["commands"])
     target("peak memory, any command, large", peak, 50.0, "MiB")
+    compiled = "boot (python3 stm.py)"  # compiles stm.py: the compiler's peak, not stm's
+    cached = max(r["peak_rss_mib_large"] for r in results["commands"] if r["command"] != compiled)
+    target("peak memory, any command from cached bytecode, large", cached, 50.0, "MiB")
     mcp = results.get("mcp")
     if mcp:
         boot = mcp["small"]["boot"]["median"] / mcp["baseline_s"]["median"]
@@ -630,6 +830,19 @@ def targets(results: dict) -> list[dict]:
         target("SessionStart hook (capture + boot), 100 MB transcript", hook, 1.0, "s")
     for row in results.get("hostile", []):
         target(row["case"], row["s"]["median"], HOSTILE_LIMITS[row["case"]], "s")
+    cost = results.get("cost")
+    if cost:
+        for store in ("medium", "large"):
+            for query in ("miss", "hit"):
+                row = cost["search"][store][query]
+                target(f"search in process, {store}, {query}: per MB", row["ms_per_mb"], 3.0, "ms")
+        grep = cost["search_cli_vs_grep"]["logs"]["ratio"]
+        target("CLI search miss / grep -r, logs of the large store", grep, 2.0, "x")
+        for query in ("miss", "hit"):
+            mine = cost["mcp_medium"][query]["median"] * 1000
+            target(f"MCP search (5,000 entries), {query}", mine, REFERENCE_SEARCH_MS[query], "ms")
+        staged = cost["check_staged"]["large_over_small"]
+        target("check --staged: large / small", staged, 1.2, "x")
     return found
 
 
@@ -716,6 +929,9 @@ def markdown(results: dict) -> str:
         ):
             median = sync[key]["median"]
             lines.append(f"| {label} | {median * 1000:.0f} ms | {median / push:.1f}x |")
+    cost = results.get("cost")
+    if cost:
+        lines += cost_markdown(cost)
     imp = results["importtime"]
     lines += [
         "",
@@ -723,6 +939,46 @@ def markdown(results: dict) -> str:
         f"baseline {imp['baseline']['total_us'] / 1000:.1f} ms.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def cost_markdown(cost: dict) -> list[str]:
+    lines = [
+        "",
+        "Search in process (`search_memory`, every match read; median), per MB of text "
+        f"searched (medium: {cost['medium_entries']} log entries):",
+        "",
+        "| store | MB | miss | hit (1-2 matches) | dense (every few lines) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for store in ("medium", "large"):
+        row = cost["search"][store]
+        cells = " | ".join(
+            f"{row[q]['median'] * 1000:.1f} ms ({row[q]['ms_per_mb']:.2f} ms/MB, "
+            f"{row[q]['matches']} matches)"
+            for q in ("miss", "hit", "dense")
+        )
+        lines.append(f"| {store} | {row['mb']:.1f} | {cells} |")
+    mcp = cost["mcp_medium"]
+    lines += [
+        "",
+        f"`search` through one `stm mcp` on the medium store (default limit 50): miss "
+        f"{mcp['miss']['median'] * 1000:.2f} ms, hit `{DENSE}` {mcp['hit']['median'] * 1000:.2f} "
+        f"ms; server-memory's search_nodes, measured by hand: {REFERENCE_SEARCH_MS['miss']} ms.",
+    ]
+    for key, what in (("logs", "logs/ only"), ("all", "every layer")):
+        row = cost["search_cli_vs_grep"][key]
+        lines.append(
+            f"CLI `search` of a word found nowhere, {what}, large store: "
+            f"{row['a_s']['median'] * 1000:.0f} ms against `grep -r -i -F` "
+            f"{row['b_s']['median'] * 1000:.0f} ms ({row['ratio']:.2f}x pair by pair)."
+        )
+    staged = cost["check_staged"]
+    lines.append(
+        f"`check --staged` (the same change staged in both stores): small "
+        f"{staged['small_s']['median'] * 1000:.0f} ms, large "
+        f"{staged['large_s']['median'] * 1000:.0f} ms ({staged['large_over_small']:.2f}x)."
+    )
+    return lines
 
 
 def main(argv=None) -> int:
@@ -780,6 +1036,8 @@ def main(argv=None) -> int:
             )
             print(f"  mcp ({name}): {times}", file=sys.stderr)
         results["capture"] = capture_results(work, small, env, max(3, runs // 3))
+        results["cost"] = cost_results(work, small, large, ids, env, max(3, runs // 3))
+        print(f"  cost: {json.dumps(results['cost']['check_staged'])[:200]}", file=sys.stderr)
         print(
             "  capture: "
             + ", ".join(
@@ -799,7 +1057,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         results["importtime"] = {
-            "boot": importtime([STM_PY, "boot"], small, env),
+            "boot": importtime(["-m", "stm", "boot"], small, env),
             "baseline": importtime(["-c", "pass"], small, env),
         }
         results["targets"] = targets(results)

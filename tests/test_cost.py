@@ -267,3 +267,48 @@ def test_staged_check_outside_git_checks_everything_and_says_so(store, run, monk
     result = run("check", "--staged")
     assert result.code == 0
     assert "checking everything" in result.err
+
+
+# ---- nothing reads a whole log into memory ------------------------------------------------
+
+
+def write_big_log(store, entries: int):
+    """Well-formed entries from early today (about 320 bytes each), then a torn entry."""
+    today = stm.iso(stm.utc_now())[:10]
+    stamp = f"{today}T00:00:01Z"
+    text = "x" * 200 + "\nparser work, padded out to size"
+    path = store / ".stacks" / "logs" / f"{today}.md"
+    with open(path, "w", encoding="utf-8") as out:
+        for n in range(entries):
+            out.write(stm.render_log_entry(text, "bob", stamp, f"{n:08x}") + "\n")
+        out.write(f"## {stamp} · bob <!-- stm:entry ffffffff -->\n\ntorn, never ended\n")
+    return path.stat().st_size
+
+
+def peak_of(run, argv) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = run(*argv)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.code in (0, 1), result
+    return peak
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["log", "after the torn one"], ["digest", "--since", "last-boot"], ["check"]],
+    ids=["log repairs the tail", "digest", "check"],
+)
+def test_a_big_log_is_read_a_block_at_a_time(store, run, argv):
+    """Twice the log, the same memory: blocks of about 1 MiB (and the regex stack that
+    checks one), never the file."""
+    peaks = []
+    for entries in (25_000, 50_000):  # about 8 and 16 MB
+        size = write_big_log(store, entries)
+        peaks.append(peak_of(run, argv))
+    assert size > 15 * 2**20
+    assert peaks[1] < 1.25 * peaks[0] and peaks[1] < 16 * 2**20, peaks
