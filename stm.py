@@ -7244,8 +7244,8 @@ def install_driver_for_init(store: Store, report: list) -> None:
     if not inside_git_work_tree(root) or shutil.which("git") is None:
         return
     top = git_output(root, "rev-parse", "--show-toplevel")
-    if top is None:
-        return
+    if top is None or installed_git_driver(top.strip()):
+        return  # one already there (perhaps a --command of the user's own) stays
     try:
         added = install_git_driver(top.strip())
     except StmError as exc:

@@ -1012,3 +1012,12 @@ def test_the_agents_md_block_works_in_every_clone(store, run, monkeypatch, tmp_p
     assert "No `stm` command here? `pip install stm-memory`" in block
     lines = block.strip().splitlines()
     assert len(lines) - 2 <= 10
+
+
+def test_init_keeps_a_driver_already_configured(world):
+    world.seed()
+    seed = world.tmp / "seed"
+    custom = "my-merge %O %A %B"
+    world.git(seed, "config", "--local", "merge.stm.driver", custom)
+    world.stm(seed, "init")
+    assert world.git(seed, "config", "--get", "merge.stm.driver").stdout.strip() == custom
