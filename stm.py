@@ -493,7 +493,7 @@ def require_regular(fd: int, path: str) -> os.stat_result:
 
 
 def fsync_enabled() -> bool:
-    return os.environ.get("STM_FSYNC", "1") != "0"
+    return Settings.durable()
 
 
 def fsync_fd(fd: int) -> None:
@@ -662,7 +662,7 @@ class FileLock:
 
     def __init__(self, path: str, timeout: float | None = None):
         self.path = path
-        self.timeout = lock_timeout() if timeout is None else timeout
+        self.timeout = Settings().lock_timeout if timeout is None else timeout
         self.fd = -1
 
     def __enter__(self) -> FileLock:
@@ -772,10 +772,6 @@ def parse_lock_timeout(raw: str) -> float:
     if value < 0:
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} must not be negative")
     return value
-
-
-def lock_timeout() -> float:
-    return parse_lock_timeout(os.environ.get("STM_LOCK_TIMEOUT", ""))
 
 
 def host_name() -> str:
@@ -1410,20 +1406,6 @@ def refuse_oversized(text: str, what: str) -> str:
     return text
 
 
-def author_name(environ=None) -> str:
-    """STM_USER, else USER / LOGNAME, else the login name: made one line."""
-    env = os.environ if environ is None else environ
-    name = env.get("STM_USER") or env.get("USER") or env.get("LOGNAME")
-    if not name:
-        try:
-            import pwd
-
-            name = pwd.getpwuid(os.getuid()).pw_name
-        except (ImportError, KeyError, AttributeError):
-            name = "unknown"
-    return " ".join(escape_controls(name).split())[:100] or "unknown"
-
-
 def refuse_json_constant(name: str):
     raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
 
@@ -1499,11 +1481,12 @@ def dumps_json(obj, indent: int | None = 2) -> str:
 
 class Settings:
     """The environment, read once when a Store is opened (spec/memory-layers.md,
-    "Environment"). STM_FSYNC is the exception: the write primitives, which know no
-    store, read it themselves. STM_LOCK_TIMEOUT is checked when a lock is first needed,
-    so a bad value fails the commands that write (exit 2), never a read such as boot."""
+    "Environment"); the one reader of stm's variables. STM_FSYNC is read at each write
+    (Settings.durable): the write primitives know no store. STM_LOCK_TIMEOUT is checked
+    when a lock is first needed, so a bad value fails the commands that write (exit 2),
+    never a read such as boot."""
 
-    __slots__ = ("user", "session", "_lock_timeout_raw", "_author")
+    __slots__ = ("user", "session", "ci", "_lock_timeout_raw", "_author")
 
     def __init__(self, environ=None):
         env = os.environ if environ is None else environ
@@ -1512,8 +1495,29 @@ class Settings:
                 raise usage_error(f"{name} is not valid UTF-8; set it to plain text")
         self.user = env.get("STM_USER") or None  # an empty variable means "no namespace"
         self.session = env.get("STM_SESSION", "").strip() or None
+        self.ci = bool(env.get("CI"))  # CI checkouts never merge, and no agent starts there
         self._lock_timeout_raw = env.get("STM_LOCK_TIMEOUT", "")
-        self._author = None if env is os.environ else author_name(env)
+        self._author = None if env is os.environ else self.author_from(env)
+
+    @staticmethod
+    def durable(environ=None) -> bool:
+        """STM_FSYNC=0 skips fsync (consistent, but recent writes may be lost on power
+        loss); anything else is durable."""
+        env = os.environ if environ is None else environ
+        return env.get("STM_FSYNC", "1") != "0"
+
+    @staticmethod
+    def author_from(env) -> str:
+        """STM_USER, else USER / LOGNAME, else the login name: made one line."""
+        name = env.get("STM_USER") or env.get("USER") or env.get("LOGNAME")
+        if not name:
+            try:
+                import pwd
+
+                name = pwd.getpwuid(os.getuid()).pw_name
+            except (ImportError, KeyError, AttributeError):
+                name = "unknown"
+        return " ".join(escape_controls(name).split())[:100] or "unknown"
 
     @property
     def lock_timeout(self) -> float:
@@ -1524,7 +1528,7 @@ class Settings:
         """Who log entries and events name; computed on first use (it may need `pwd`).
         A name that looks like a credential is refused: it would be committed."""
         if self._author is None:
-            self._author = author_name()
+            self._author = self.author_from(os.environ)
         for kind, _, excerpt in find_secrets(self._author):
             raise StmError(
                 f"the author name (STM_USER) looks like {a_kind(kind)} ({excerpt}); memory is "
@@ -1991,6 +1995,9 @@ def iter_ref_files(refs_dir: str, *, skipped: list | None = None, _folders: int 
             skipped.append((entry.path, None))
 
 
+LIST_MARKER_RE = LazyRegex(r"^(?:[-*+]|\d{1,9}[.)])\s+")
+
+
 def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     """(title, summary): title is the first '# ' heading; summary is front matter's
     `summary:` or `description:`, else the first paragraph line after the title.
@@ -1999,6 +2006,8 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     ('Deploy', 'How we deploy')
     >>> parse_ref_head("# API\\n\\nThe public API, versioned.\\n")
     ('API', 'The public API, versioned.')
+    >>> parse_ref_head("# Api\\n\\n- c_to_f(c): Celsius to Fahrenheit\\n")
+    ('Api', 'c_to_f(c): Celsius to Fahrenheit')
     """
     lines = text.splitlines()
     summary = None
@@ -2019,7 +2028,8 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
             title = stripped[2:].strip() or None
             continue
         if summary is None and title is not None and stripped and stripped[0] != "#":
-            summary = stripped
+            # A list's first item: its marker is layout, not part of the summary.
+            summary = LIST_MARKER_RE.sub("", stripped, count=1) or stripped
         if title is not None and summary is not None:
             break
     return title, summary
@@ -5292,7 +5302,7 @@ class BootParts:
     def _driver_notice(self) -> None:
         """A git clone whose attributes name the stm merge driver but whose config lacks
         it: the next merge of memory or of a session's state conflicts. Not on CI."""
-        if self.git is None or os.environ.get("CI"):
+        if self.git is None or self.store.settings.ci:
             return
         root = os.path.dirname(os.path.abspath(self.store.stacks))
         try:
@@ -6344,7 +6354,7 @@ class Checker:
                         fix = f"run `stm setup {client.name} --install` in this clone"
                         self.report("hook-command", path, f"the {event} hook: {problem}", fix)
             installed = [e for e, commands in installed.items() if commands]
-            if not os.environ.get("CI"):
+            if not self.store.settings.ci:
                 for notice in hook_run_notices(self.store, client, installed):
                     self.report("hook-not-run", path, notice)
 
@@ -6380,7 +6390,7 @@ class Checker:
         import shutil
 
         path = self.store.layer(".gitattributes")
-        if os.environ.get("CI") or os.path.islink(path) or shutil.which("git") is None:
+        if self.store.settings.ci or os.path.islink(path) or shutil.which("git") is None:
             return
         try:
             if "merge=stm" not in read_text(path):
@@ -6883,7 +6893,8 @@ class Checker:
         state_path = os.path.join(path, STATE_FILE)
         found = len(self.findings)
         state = self.check_state_file(state_path, name)
-        conflicted = state is None and self.state_has_markers(state_path)
+        markers = self.state_markers(state_path) if state is None else []
+        conflicted = bool(markers)
         if conflicted:  # not "invalid JSON": two clones' states, which --fix can rebuild
             del self.findings[found:]
         history_path = os.path.join(path, HISTORY_FILE)
@@ -6897,7 +6908,15 @@ class Checker:
                 state = load_json(read_bytes(state_path))
             reason = state_conflict_reason(state, events, conflicted)
         if reason:
-            self.report("state-conflict", state_path, reason)
+            if markers:
+                shown = ", ".join(str(n) for n in markers[:6])
+                shown += ", ..." if len(markers) > 6 else ""
+                reason = (
+                    f"state.json holds merge conflict markers (lines {shown}): the session "
+                    "changed in two clones and git merged it without the stm driver"
+                )
+            line = markers[0] if markers else None
+            self.report("state-conflict", state_path, reason, line=line)
             return  # the rebuild settles the version rules below too
         newest = newest_version(events) if events is not None else None
         behind = history_behind(state, newest)
@@ -6972,12 +6991,13 @@ class Checker:
                     "or leads out of the session; boot does not show it",
                 )
 
-    def state_has_markers(self, path: str) -> bool:
+    def state_markers(self, path: str) -> list[int]:
+        """The conflict-marker lines of a state.json git left conflicted."""
         try:
             raw = read_text(path, STATE_WARN_BYTES * 100)
         except OSError:
-            return False
-        return bool(md_has_conflict_markers(raw))
+            return []
+        return md_has_conflict_markers(raw)
 
     def check_state_file(self, path: str, name: str) -> dict | None:
         try:
@@ -8104,8 +8124,8 @@ def install_driver_for_init(store: Store, report: list) -> None:
     if not inside_git_work_tree(root) or shutil.which("git") is None:
         return
     top = git_output(root, "rev-parse", "--show-toplevel")
-    if top is None:
-        return
+    if top is None or installed_git_driver(top.strip()):
+        return  # one already there (perhaps a --command of the user's own) stays
     try:
         added = install_git_driver(top.strip())
     except StmError as exc:
@@ -8502,9 +8522,11 @@ def cmd_check(args) -> int:
     else:
         verb = "would fix" if args.dry_run else "fixed"
         for f, action in fixed:
-            out(f"{verb:9} {f.rule:18} {f.location()}: {action}")
-        for f in findings:
-            out(f"{f.severity:7} {f.rule:18} {f.location()}: {f.message} (fix: {f.fix})")
+            out(as_invoked(f"{verb:9} {f.rule:18} {f.location()}: {action}"))
+        for f in findings:  # hints as the user runs stm (`python3 stm.py compact`)
+            out(
+                as_invoked(f"{f.severity:7} {f.rule:18} {f.location()}: {f.message} (fix: {f.fix})")
+            )
         verdict = "failed" if failed else "ok"
         noticed = f", {plural(notices, 'notice')}" if notices else ""
         out(f"check {verdict}: {errors} error(s), {warnings} warning(s){noticed}")
@@ -8735,7 +8757,7 @@ def gather_status(store: Store) -> dict:
 def installed_hook_notices(store: Store) -> list[str]:
     """The hooks stm installed for agent clients that never ran here, or not for long
     (spec/capture.md): notices, which never change a verdict."""
-    if os.environ.get("CI"):
+    if store.settings.ci:
         return []
     root = os.path.dirname(os.path.abspath(store.stacks))
     notices = []
@@ -8785,9 +8807,9 @@ def cmd_status(args) -> int:
     for handoff in sessions["handoffs"]:
         out(f"handoff: {handoff_names(handoff)} ({handoff['session_id']})")
     for warning in status["warnings"]:
-        out(f"warning: {warning}")
+        out(as_invoked(f"warning: {warning}"))
     for notice in status["notices"]:
-        out(f"notice: {notice}")
+        out(as_invoked(f"notice: {notice}"))
     out(f"verdict: {status['verdict']}")
     return EXIT_OK
 
@@ -10134,8 +10156,9 @@ def set_fact(
     block: str = FACT_BLOCK_DEFAULT,
     allow_secret: bool = False,
 ) -> dict:
-    """The `fact set` operation: a new Current value with a History entry (the --why note
-    goes under the entry it corrects); the same value again changes nothing."""
+    """The `fact set` operation: a new Current value with a History entry, the --why
+    reason under that new entry (a Correction when it replaces a value, a Note on a first
+    set); the same value again changes nothing."""
     key, value = check_fact_key(key), check_fact_value(value)
     why = check_fact_value(why, "--why") if why is not None else None
     if not allow_secret:
@@ -10151,15 +10174,14 @@ def set_fact(
         stamp = iso_now()
         if found is not None and found[1].current == value:
             return {"path": store.rel(path), "key": key, "value": value, "changed": False}
+        # The reason explains the new value: it goes under the new entry.
+        label = "Note" if found is None or not found[1].history else "Correction"
+        notes = [f"  - *{label}: {why}*"] if why else []
         if found is None:
-            notes = [f"  - *Note: {why}*"] if why else []
             sections.append((key, Fact(key, value, [(stamp, value, notes)]), f"## {key}", []))
         else:
             fact = found[1]
-            if why and fact.history:
-                old_stamp, old_value, old_notes = fact.history[0]
-                fact.history[0] = (old_stamp, old_value, [*old_notes, f"  - *Correction: {why}*"])
-            fact.history.insert(0, (stamp, value, []))
+            fact.history.insert(0, (stamp, value, notes))
             fact.current = value
         make_dir(store.refs_dir)
         rendered = in_line_ends_of(text or "", render_fact_block(preamble, sections))
@@ -11408,9 +11430,16 @@ def agents_block(stm: str = "stm") -> str:
     checkpoint = md_code(
         f'{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"'
     )
+    # A clone may lack the command: the block says how to get it (the hooks print it).
+    missing = (
+        "- No `stm` command here? `pip install stm-memory`, or copy stm.py into the "
+        "project and run `python3 stm.py setup agents-md --install`.\n"
+        if stm == "stm"
+        else ""
+    )
     return f"""{AGENTS_BEGIN}
 ## Memory (stm)
-- At the start of every session run {boot} and read all of it.
+{missing}- At the start of every session run {boot} and read all of it.
 - Before you stop, log what you did: {log}.
 - Keep the letter to the next session current: {note}.
 - In multi-step work, leave a resumable state for whoever goes on:
@@ -11452,20 +11481,20 @@ def project_root(args) -> str:
 
 
 def default_stm_command(root: str) -> str:
-    """How agents in the project at `root` run stm: the installed command, else this
-    stm.py by its path from the project root."""
+    """How agents in the project at `root` run stm, in every clone of it: this stm.py by
+    its path from the project root when it is inside the project (every clone has it),
+    else the installed command (the block then says how to get it)."""
     import shutil
 
-    if shutil.which("stm"):
-        return "stm"
     rel = os.path.relpath(os.path.abspath(__file__), root)
-    if rel.startswith(".."):
+    if not rel.startswith(".."):
+        return shell_command("python3", rel.replace(os.sep, "/"))
+    if not shutil.which("stm"):
         warn(
             "the `stm` command is not installed and this stm.py is outside the project; "
             "the block says `stm`: install it, or name the command with --command"
         )
-        return "stm"
-    return shell_command("python3", rel.replace(os.sep, "/"))
+    return "stm"
 
 
 class HookClient:
@@ -11846,7 +11875,7 @@ def mcp_server_entry(root: str, client: str) -> dict:
         command, args = "python3", [path if is_global or rel.startswith("..") else rel, "mcp"]
     entry = {"type": "stdio"} if MCP_CLIENT_FILES[client][2] else {}
     entry.update({"command": command, "args": args})
-    user = os.environ.get("STM_USER")
+    user = Settings().user
     if user:  # clients pass servers few variables: name the author explicitly
         entry["env"] = {"STM_USER": user}
     return entry

@@ -35,8 +35,8 @@ SPEC_FACTS = (
     "\n"
     "**History:**\n"
     "- 2025-01-15T12:00:00Z: Go\n"
-    "- 2025-01-03T00:46:00Z: Python\n"
     "  - *Correction: User clarified they've switched primarily to Go*\n"
+    "- 2025-01-03T00:46:00Z: Python\n"
 )
 WHY = "User clarified they've switched primarily to Go"
 FAKE_TOKEN = "ghp_" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"  # 36 letters: the GitHub pattern
@@ -238,7 +238,7 @@ def test_fact_set_json_and_a_first_set_with_why_is_a_note(store, run, monkeypatc
     )
 
 
-def test_corrections_stack_under_the_entries_they_correct(store, run, monkeypatch):
+def test_each_reason_stays_under_the_value_it_explains(store, run, monkeypatch):
     for stamp, value, why in (
         ("2025-01-01T00:00:00Z", "Python", None),
         ("2025-01-02T00:00:00Z", "Go", "switched"),
@@ -251,10 +251,10 @@ def test_corrections_stack_under_the_entries_they_correct(store, run, monkeypatc
         "# Facts\n\n## primary_language\n**Current:** Go\n\n**History:**\n"
         "- 2025-01-04T00:00:00Z: Go\n"
         "- 2025-01-03T00:00:00Z: Rust\n"
-        "- 2025-01-02T00:00:00Z: Go\n"
         "  - *Correction: switched again*\n"
-        "- 2025-01-01T00:00:00Z: Python\n"
+        "- 2025-01-02T00:00:00Z: Go\n"
         "  - *Correction: switched*\n"
+        "- 2025-01-01T00:00:00Z: Python\n"
     )
     assert findings(run)[0] == 0
 
@@ -301,8 +301,8 @@ def test_fact_get_value_history_and_json(two_facts, run):
     lines = history.splitlines()
     assert lines[0] == "Go"
     assert "2025-01-15T12:00:00Z" in lines[1] and lines[1].endswith("Go")
-    assert "2025-01-03T00:46:00Z" in lines[2] and lines[2].endswith("Python")
-    assert WHY in lines[3]
+    assert WHY in lines[2]  # the reason for Go, under Go
+    assert "2025-01-03T00:46:00Z" in lines[3] and lines[3].endswith("Python")
     data = json.loads(ok(run("fact", "get", "primary_language", "--json")).out)
     assert data == {
         "schema_version": 1,
@@ -316,8 +316,8 @@ def test_fact_get_value_history_and_json(two_facts, run):
         ("2025-01-15T12:00:00Z", "Go"),
         ("2025-01-03T00:46:00Z", "Python"),
     ]
-    assert data["history"][0]["notes"] == []
-    assert len(data["history"][1]["notes"]) == 1 and WHY in data["history"][1]["notes"][0]
+    assert data["history"][1]["notes"] == []
+    assert len(data["history"][0]["notes"]) == 1 and WHY in data["history"][0]["notes"][0]
     missing = run("fact", "get", "nope")
     assert missing.code == 1 and missing.out == "" and "nope" in missing.err
 
@@ -513,7 +513,7 @@ def test_merge_file_merges_fact_blocks_per_key(store, run, aux):
         ("2025-01-15T12:00:00Z", "Go"),
         ("2025-01-03T00:46:00Z", "Python"),
     ]
-    assert lang.history[3][2] == [f"  - *Correction: {WHY}*"]
+    assert lang.history[2][2] == [f"  - *Correction: {WHY}*"]  # under Go, as set
     assert facts["user_name"].current == "Ann"
 
 
@@ -864,9 +864,8 @@ def test_compact_keeps_the_newest_fact_history(store, run, monkeypatch):
     result = json.loads(ok(run("compact", "--json")).out)
     moved_lines = [
         "- 2025-01-02T00:00:00Z: Go",
-        "  - *Correction: switched again*",
-        "- 2025-01-01T00:00:00Z: Python",
         "  - *Correction: switched*",
+        "- 2025-01-01T00:00:00Z: Python",
     ]
     assert result["moved"] == [
         {"path": FACTS_PATH, "section": "primary_language", "lines": moved_lines}

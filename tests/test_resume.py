@@ -929,3 +929,95 @@ def test_mcp_composes_a_handoff_and_archives_stale_sessions(store, run, mcp, mon
     assert tool_text(done) == f"archived {old}"
     assert [r["session_id"] for r in done["structuredContent"]["sessions"]] == [old]
     assert client.close() == 0
+
+
+# ---- f, 8. smaller: as-invoked hints, summaries, facts, Settings, AGENTS.md ----------------
+
+
+def test_check_and_status_hints_name_stm_as_it_was_run(store, run_stm_as):
+    (store / ".stacks" / "config.json").write_text('{"consolidation_threshold": 1}\n')
+    (store / ".stacks" / "MEMORY.md").write_text(memory_with_bullets(3))
+    for command in (("check",), ("status",)):
+        result = run_stm_as(*command)
+        assert "stm.py compact`" in result.stdout, (command, result.stdout)
+        assert "`stm compact`" not in result.stdout, (command, result.stdout)
+
+
+def test_a_ref_summary_that_starts_with_a_list_item_shows_no_marker(store, run):
+    (store / ".stacks" / "refs" / "api.md").write_text(
+        "# Api\n\n- c_to_f(c): Celsius to Fahrenheit\n- f_to_c(f): back\n"
+    )
+    (store / ".stacks" / "refs" / "steps.md").write_text("# Steps\n\n1. build\n2. ship\n")
+    boot = run("boot").out
+    assert "- refs/api.md — Api: c_to_f(c): Celsius to Fahrenheit" in boot
+    assert "- refs/steps.md — Steps: build" in boot
+
+
+def test_fact_why_is_filed_under_the_new_value(store, run):
+    assert run("fact", "set", "lang", "Python").code == 0
+    assert run("fact", "set", "lang", "Go", "--why", "switched this quarter").code == 0
+    history = run("fact", "get", "lang", "--history").out.splitlines()
+    assert history[1].endswith("Go") and "switched this quarter" in history[2], history
+    assert history[3].endswith("Python"), history
+
+
+def test_check_names_the_conflict_marker_lines_of_a_state_json(store, run):
+    sid = run("session", "new", "--name", "x").out.strip()
+    path = store / ".state" / "sessions" / sid / "state.json"
+    text = path.read_text()
+    other = text.replace('"version": 1', '"version": 2')
+    path.write_text(f"<<<<<<< ours\n{text}=======\n{other}>>>>>>> theirs\n")
+    found = [f for f in json.loads(run("check", "--json").out)["findings"]]
+    [conflict] = [f for f in found if f["rule"] == "state-conflict"]
+    lines = len(text.splitlines())
+    assert conflict["line"] == 1, conflict
+    assert f"(lines 1, {lines + 2}, {2 * lines + 3})" in conflict["message"], conflict
+
+
+def test_settings_is_the_one_reader_of_stms_environment():
+    source = STM_PY.read_text()
+    start, end = source.index("\nclass Settings:"), source.index("\nclass Store:")
+    outside = source[:start] + source[end:]
+    for name in ("STM_USER", "STM_LOCK_TIMEOUT", "STM_FSYNC", "STM_SESSION", '"CI"'):
+        reads = re.findall(rf"environ(?:\.get)?[\[(]\s*\"?{name.strip(chr(34))}", outside)
+        assert reads == [], name
+    assert "getenv(" not in source
+
+
+def test_stm_fsync_and_the_lock_timeout_are_still_honoured(store, run, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(stm.os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    monkeypatch.setenv("STM_FSYNC", "1")
+    assert run("log", "durable").code == 0 and calls
+    calls.clear()
+    monkeypatch.setenv("STM_FSYNC", "0")
+    assert run("log", "not durable").code == 0 and not calls
+    monkeypatch.setenv("STM_LOCK_TIMEOUT", "soon")
+    refused = run("log", "x")
+    assert refused.code == 2 and "STM_LOCK_TIMEOUT" in refused.err
+    monkeypatch.setenv("STM_LOCK_TIMEOUT", "2.5")
+    assert stm.FileLock(str(store / "x.lock")).timeout == 2.5  # read through Settings
+
+
+def test_the_agents_md_block_works_in_every_clone(store, run, monkeypatch, tmp_path_factory):
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/bin/{name}")
+    monkeypatch.setattr(stm, "__file__", str(store / "tools" / "stm.py"))  # in the project
+    block = run("setup", "agents-md").out
+    assert block == stm.agents_block("python3 tools/stm.py")  # even with `stm` installed
+    assert "No `stm` command here?" not in block
+    monkeypatch.setattr(stm, "__file__", str(tmp_path_factory.mktemp("elsewhere") / "stm.py"))
+    block = run("setup", "agents-md").out
+    assert "run `stm boot`" in block
+    assert "No `stm` command here? `pip install stm-memory`" in block
+    lines = block.strip().splitlines()
+    assert len(lines) - 2 <= 10
+
+
+def test_init_keeps_a_driver_already_configured(world):
+    world.seed()
+    seed = world.tmp / "seed"
+    custom = "my-merge %O %A %B"
+    world.git(seed, "config", "--local", "merge.stm.driver", custom)
+    world.stm(seed, "init")
+    assert world.git(seed, "config", "--get", "merge.stm.driver").stdout.strip() == custom
