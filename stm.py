@@ -7479,13 +7479,19 @@ def rebuild_state(
         unique.values(),
         key=lambda item: parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,
     )
-    repeated = repeated_values(event_versions([event for _, event in order]))
-    fork = min(repeated) if repeated else None
     try:
         sides = state_sides(read_text(os.path.join(folder, STATE_FILE)))
     except OSError:
         sides = []
     sides = [side for side in sides if side_is_state(side, session_id)]
+    # Versions shared at or below a merge the driver made are merged already: the clones
+    # forked where versions repeat above it.
+    merged = max(
+        (s["merged_version"] for s in [*sides, base or {}] if type(s.get("merged_version")) is int),
+        default=0,
+    )
+    repeated = repeated_values(event_versions([event for _, event in order]))
+    fork = min((v for v in repeated if v > merged), default=None)
     start = rebuilt_start(folder, session_id, sides)
     state, skipped = replay_events(start, order)
     if fork is not None:  # each clone's events on their own, merged as the driver merges

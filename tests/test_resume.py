@@ -1021,3 +1021,31 @@ def test_init_keeps_a_driver_already_configured(world):
     world.git(seed, "config", "--local", "merge.stm.driver", custom)
     world.stm(seed, "init")
     assert world.git(seed, "config", "--get", "merge.stm.driver").stdout.strip() == custom
+
+
+def test_a_rebuild_after_a_driver_merge_forks_where_the_clones_last_split(world):
+    """The driver merged once (versions shared below merged_version); the clones go on
+    without it and conflict: the rebuild starts from the merged state, not the first
+    fork, so nothing the first merge settled comes back."""
+    alice, bob, sid = shared_session(world)
+    both_checkpoint(world, alice, bob, sid)
+    no_conflict(world.pull(bob))
+    world.push(bob)
+    no_conflict(world.pull(alice))
+    for clone in (alice, bob):
+        world.stm(clone, "setup", "git", "--remove")
+    world.checkpoint(alice, sid, "--done", "step2", user="alice")
+    world.commit(alice, "alice goes on")
+    world.push(alice)
+    world.checkpoint(
+        bob, sid, "--pending", "step2", "--pending", "step3", "--pending", "bob extra",
+        user="bob",
+    )  # fmt: skip
+    world.commit(bob, "bob goes on")
+    assert world.pull(bob, ok=False).returncode != 0
+    world.stm(bob, "check", "--fix")
+    state = read_state(bob, sid)
+    assert state["checkpoint"]["pending_steps"] == ["step3", "bob extra"], state
+    assert state["recovery"]["recovery_notes"] == "note from A | note from B", state
+    assert state["checkpoint"]["resume_instruction"] == "resume A | resume B", state
+    assert state["checkpoint"]["last_completed_step"] == "step2", state
