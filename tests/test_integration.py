@@ -566,7 +566,7 @@ def test_export_import_round_trip(store, run, tmp_path_factory):
     again = run("import", str(archive))
     assert again.code == 0  # nothing created the second time; the summary says so
     assert not any(line.startswith("created") for line in again.out.splitlines())
-    assert again.out.splitlines()[-1].startswith("import: ") and "created 0" in again.out
+    assert again.out.splitlines()[-1].startswith("import: ") and " 0 new," in again.out
 
 
 def test_import_never_overwrites_a_different_file_without_force(store, run, tmp_path):
