@@ -312,3 +312,29 @@ def test_a_big_log_is_read_a_block_at_a_time(store, run, argv):
         peaks.append(peak_of(run, argv))
     assert size > 15 * 2**20
     assert peaks[1] < 1.25 * peaks[0] and peaks[1] < 16 * 2**20, peaks
+
+
+# ---- status and session list: one listing, and only the files they show ----------------
+
+
+@needs_git
+def test_status_lists_logs_once_and_reads_no_old_log(repos):
+    (one, _), (two, _) = repos
+    reports = [probe(root, ["status", "--json"]) for root in (one, two)]
+    for report in reports:
+        assert report["code"] == 0
+        assert listed(report).count(".stacks/logs") == 1  # sizes and names from one listing
+    logs = [sorted({p for p in opened(r) if "/logs/" in p}) for r in reports]
+    assert logs[0] == logs[1] and len(logs[0]) <= 2  # the newest (and today's), not history
+
+
+@needs_git
+def test_session_list_reads_each_state_once(repos):
+    (one, _), (two, _) = repos
+    counts = []
+    for root in (one, two):
+        report = probe(root, ["session", "list", "--all", "--json"])
+        states = [p for p in opened(report) if p.endswith("state.json")]
+        assert len(states) == len(set(states))
+        counts.append(len(states))
+    assert 1.5 < counts[1] / counts[0] <= 2.1  # twice the sessions, twice the reads
