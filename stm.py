@@ -5651,26 +5651,40 @@ def arrival_lines(store: Store, record: dict) -> list[str]:
         current = pinned.id if pinned is not None else read_pointer(store)
     except StmError:
         current = None
-    shown = []
-    for key in ("handoffs", "sessions"):
+    seen, more = set(), 0
+    for key in ("handoffs", "sessions"):  # handoffs first
         folders = record.get(key) if isinstance(record.get(key), dict) else {}
         for sid, folder in sorted(folders.items()):
-            if sid in shown or not is_session_id(sid) or not isinstance(folder, str):
+            if sid in seen or not is_session_id(sid) or not isinstance(folder, str):
                 continue
-            parts = folder.split("/")
-            if any(component_problem(part) for part in parts):
+            seen.add(sid)
+            if len(lines) > SYNC_ARRIVED_MAX:
+                more += 1
                 continue
-            ref = SessionRef(sid, os.path.join(store.state, *parts), parts[0] == "history")
-            try:
-                state = load_state(ref)
-            except (StmError, OSError):
-                continue
-            shown.append(sid)
-            lines.append(session_line(sid, state, adopt=sid != current and not ref.archived))
-    if len(shown) > SYNC_ARRIVED_MAX:
-        more = len(shown) - SYNC_ARRIVED_MAX
-        lines = lines[: SYNC_ARRIVED_MAX + 1] + [f"- ... and {more} more: `stm session list`"]
+            line = arrived_session_line(store, sid, folder, current)
+            if line is not None:
+                lines.append(line)
+    if more:
+        lines.append(f"- ... and {more} more: `stm session list`")
     return lines
+
+
+def arrived_session_line(store: Store, sid: str, folder: str, current: str | None):
+    """A session the record names, by its folder below the state folder (the record is
+    a local file, but a hostile repository could ship one: nothing outside, nothing
+    through a link, a session that is not there is left out)."""
+    parts = folder.split("/")
+    if any(component_problem(part) for part in parts) or parts[-1] != sid:
+        return None
+    path = os.path.join(store.state, *parts)
+    if links_on_the_way(store.state, path):
+        return None
+    ref = SessionRef(sid, path, parts[0] == "history")
+    try:
+        state = load_state(ref)
+    except (StmError, OSError):
+        return None
+    return session_line(sid, state, adopt=sid != current and not ref.archived)
 
 
 def count_words(counts: dict) -> str:
@@ -12554,7 +12568,7 @@ def cmd_commit(args) -> int:
 
 SYNC_TIMEOUT_S = 120.0  # STM_SYNC_TIMEOUT: how long sync retries lost push races
 SYNC_HOOK_TIMEOUT_S = 30.0  # the SessionEnd hook's sync: a hook must end
-SYNC_BACKOFF_S = (0.1, 8.0)  # the ceilings of the first and the longest pause
+SYNC_BACKOFF_S = (0.1, 1.6)  # the ceilings of the first and the longest pause
 SYNC_GIT_MIN = (2, 38)  # `git merge-tree --write-tree`
 SYNC_LOCK = "stm-sync.lock"  # in the git directory: one sync at a time per checkout
 # How a push that lost a race reads (`git push --porcelain`): the remote moved since the
@@ -12620,9 +12634,6 @@ class SyncGit:
 
     def ok(self, *args: str) -> bool:
         return self.run(*args)[0] == 0
-
-    def is_ancestor(self, older: str, newer: str) -> bool:
-        return self.ok("merge-base", "--is-ancestor", older, newer)
 
     def tree(self, commit: str) -> str:
         return self.out("rev-parse", f"{commit}^{{tree}}")
@@ -12894,13 +12905,17 @@ def driver_program(repo: SyncRepo) -> str:
 def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     """The commit that holds both `ours` and the upstream `theirs`: one of them when one
     contains the other, else a merge made without a work tree. Refuses on a conflict."""
-    if theirs is None or theirs == ours or repo.git.is_ancestor(theirs, ours):
+    if theirs is None or theirs == ours:
         return ours
-    if repo.git.is_ancestor(ours, theirs):
+    bases = repo.git.out("merge-base", "--all", ours, theirs).split()
+    if theirs in bases:
+        return ours
+    if ours in bases:
         return theirs
+    left, right = premerged(repo, ours, theirs, bases)
     code, stdout, stderr = repo.git.run(
         *sync_driver_options(repo),
-        "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
+        "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
     )  # fmt: skip
     if code not in (0, 1):
         raise StmError(f"`git merge-tree` failed: {last_line(stderr or stdout)}")
@@ -12909,6 +12924,71 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
         raise SyncRefused(conflict_message(repo, sorted({p for p in fields[1:] if p})))
     message = f"stm sync: merge {repo.shown} into {repo.branch}"
     return repo.git.out("commit-tree", fields[0], "-p", ours, "-p", theirs, "-m", message)
+
+
+def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
+    """The two sides to hand to merge-tree. The memory files both changed that git would
+    give the stm driver (attribute merge=stm, one merge base, the file at the same path in
+    all three) are merged here, by the driver's own code, and the merged file put on both
+    sides, which git then takes as is: a driver process costs a Python start for each
+    file at each attempt, and under contention an attempt must be quick to win the race.
+    Anything else, a conflict included, is left to git and the driver as passed."""
+    if len(bases) != 1:
+        return ours, theirs
+    specs = repo.pathspecs()
+    both = set(changed_paths(repo, bases[0], ours, *specs))
+    both &= set(changed_paths(repo, bases[0], theirs, *specs))
+    paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
+    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
+    modes = tree_modes(repo, ours, paths)
+    entries = []
+    for path in paths:
+        texts = [blobs.get(f"{c}:{path}") for c in (bases[0], ours, theirs)]
+        if any(text is None for text in texts):
+            continue
+        decoded = [text.decode("utf-8", "surrogateescape") for text in texts]
+        merged, clean = merge_markdown(*decoded)
+        if not clean:
+            return ours, theirs  # git and the driver say where, with the usual labels
+        data = merged.encode("utf-8", "surrogateescape")
+        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
+        entries.append(f"{modes.get(path, '100644')} {oid}\t{path}\n")
+    if not entries:
+        return ours, theirs
+    return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
+
+
+def merge_attributes(repo: SyncRepo, paths: list[str]) -> list[tuple[str, str]]:
+    """(path, its `merge` attribute), as merge-tree reads them: from the work tree's
+    .gitattributes."""
+    if not paths:
+        return []
+    data = "".join(path + "\0" for path in paths).encode("utf-8", "surrogateescape")
+    fields = repo.git.out("check-attr", "-z", "--stdin", "merge", data=data).split("\0")
+    return [(fields[i], fields[i + 2]) for i in range(0, len(fields) - 2, 3)]
+
+
+def tree_modes(repo: SyncRepo, commit: str, paths: list[str]) -> dict[str, str]:
+    """{path: mode} of files in a commit."""
+    if not paths:
+        return {}
+    specs = [f":(top,literal){path}" for path in paths]
+    found = repo.git.out("ls-tree", "-z", commit, "--", *specs).split("\0")
+    return {line.split("\t", 1)[1]: line.split(" ", 1)[0] for line in found if "\t" in line}
+
+
+def with_entries(repo: SyncRepo, commit: str, entries: list[str]) -> str:
+    """A commit on `commit` with some files replaced (`mode oid\tpath` lines)."""
+    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
+    env = {"GIT_INDEX_FILE": index}
+    try:
+        repo.git.out("read-tree", commit, env=env)
+        repo.git.out("update-index", "--index-info", data="".join(entries).encode(), env=env)
+        tree = repo.git.out("write-tree", env=env)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(index)
+    return repo.git.out("commit-tree", tree, "-p", commit, "-m", "stm sync: memory merged")
 
 
 def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
@@ -12988,8 +13068,9 @@ def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
 
 def sync_backoff(attempt: int) -> float:
     """A pause whose ceiling doubles with each lost race, anywhere between a tenth of it
-    and all of it: clones that lost together spread out instead of retrying together,
-    and the more of them there are, the longer they spread (each retry merges again)."""
+    and all of it: clones that lost together spread out instead of retrying together.
+    The ceiling stays low: a clone that waits long after many losses leaves the race to
+    the clones that just won, and can lose it again and again."""
     first, longest = SYNC_BACKOFF_S
     ceiling = min(longest, first * 2 ** min(attempt, 16))
     return ceiling * (0.1 + 0.9 * os.urandom(1)[0] / 255)

@@ -276,6 +276,26 @@ def test_sync_in_a_clone_that_never_installed_the_merge_driver_merges_memory(tmp
     assert after["files"] == before["files"] and after["index"] == before["index"]
 
 
+def test_sync_merges_memory_exactly_as_git_with_the_stm_driver_would(tmp_path):
+    bare, _ = make_remote(tmp_path)
+    a, b = clone(bare, tmp_path / "a"), clone(bare, tmp_path / "b")
+    for who, where in (("a", a), ("b", b)):
+        for n in range(3):
+            ok(where, "note", "Observations", f"{who} saw {n}")
+            ok(where, "fact", "set", "tool", f"{who} tool {n}")
+        ok(where, "log", f"{who} logged")
+    ok(b, "note", "Status", "b rewrote the status", "--replace")
+    ok(a, "sync")
+    ok(b, "commit", "-m", "b's memory")
+    git(b, "fetch", "-q")
+    driver = f"{sys.executable} {STM_PY} merge-file %O %A %B --marker-size %L --path %P"
+    expected = git(
+        b, "-c", f"merge.stm.driver={driver}", "merge-tree", "--write-tree", "HEAD", "origin/main"
+    )
+    ok(b, "sync")
+    assert head_tree(b) == expected
+
+
 def test_sync_integrates_code_both_sides_changed_when_git_can(tmp_path):
     bare, seed = make_remote(tmp_path)
     a = clone(bare, tmp_path / "a")
