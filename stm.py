@@ -2200,19 +2200,24 @@ def iter_log_blocks(path: str):
     the file grows. A single entry bigger than a block makes its block bigger."""
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
-        require_regular(fd, path)
-        for block, line, last, _ in log_blocks_of(fd):
+        size = require_regular(fd, path).st_size
+        for block, line, last, _ in log_blocks_of(fd, size):
             yield block, line, last
     finally:
         os.close(fd)
 
 
-def log_blocks_of(fd: int):
-    """iter_log_blocks of an open file, read from its start with pread (the file offset
-    is left alone), each block with its offset in the file too."""
-    carry, line, offset = b"", 1, 0
+def log_blocks_of(fd: int, size: int):
+    """iter_log_blocks of an open file of `size` bytes, read from its start with pread
+    (the file offset is left alone), each block with its offset in the file too."""
+    carry, line, offset, ended = b"", 1, 0, False
     while True:
-        chunk = pread(fd, LOG_BLOCK_BYTES, offset + len(carry))
+        # What is left and a byte more, at most a block: a day's log of a few KB must not
+        # cost a 1 MiB buffer (check reads 3,650 of them); a short read there is the end.
+        at = offset + len(carry)
+        want = min(LOG_BLOCK_BYTES, size - at + 1) if at < size else LOG_BLOCK_BYTES
+        chunk = b"" if ended else pread(fd, want, at)
+        ended = len(chunk) < want and at + len(chunk) >= size
         data = carry + chunk
         if not chunk:
             if data:
@@ -2235,7 +2240,7 @@ def log_complete_end(fd: int, size: int) -> int | None:
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
-    for data, _, _, offset in log_blocks_of(fd):
+    for data, _, _, offset in log_blocks_of(fd, size):
         for item in parse_log(data):
             last = item, offset
     if last is not None and last[0][0] == "entry" and not last[0][1].complete:
