@@ -5960,11 +5960,11 @@ def cut_memory(
     removed = bullets_to_leave_out(parsed.counts, bullets) if bullets > 0 else [0] * len(blocks)
     for index, count in enumerate(removed):
         if count:
-            left_out.append(f"{count} older bullet(s) of {blocks[index][0][5:].strip()}")
+            left_out.append(f"{count} older bullet(s) of {blocks[index][0].lstrip('#').strip()}")
     keep = len(blocks)
     if sections:
         keep = len(blocks) - sections if sections > 0 else 0
-        names = [heading[5:].strip() for heading, _ in blocks[keep:]]
+        names = [heading.lstrip("#").strip() for heading, _ in blocks[keep:]]
         if names:
             left_out.append("the section(s) " + ", ".join(names))
     lines = list(parsed.preamble)

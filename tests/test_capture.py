@@ -413,6 +413,7 @@ def repo(store, monkeypatch):
     return store
 
 
+@pytest.mark.file_times  # git stamps commits by the real clock
 def test_boot_says_when_memory_is_behind_the_work_from_git(repo, run):
     (repo / "rankine.py").write_text("K = 1.8\n")
     git(repo, "add", "rankine.py")
@@ -563,6 +564,7 @@ def test_claude_precompact_and_session_end_hooks_print_nothing(copied, run):
     assert "Captured by stm before a compaction" in log_text(project)
 
 
+@pytest.mark.file_times  # the hook runs isolated (-I): no moved clock
 def test_codex_hooks_capture_update_plan_and_check_notices_a_hook_that_never_ran(copied, run):
     project = copied
     folder = project.parent / "transcripts"

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -71,6 +72,7 @@ def stm_command(folder) -> dict:
     return {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
 
 
+@pytest.mark.file_times  # status prints file ages
 def test_readme_console_examples_run_in_order(tmp_path):
     """In a git repository, as most users have one: init installs the merge driver there,
     and `check` then says ok with no merge-driver warning (issue 24, 9)."""
