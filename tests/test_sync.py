@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, STM_PY
+from conftest import ROOT, STM_PY, TODAY
 
 import stm
 
@@ -127,7 +127,7 @@ def make_remote(tmp: Path) -> tuple[Path, Path]:
     ok(seed, "init")
     (seed / ".stacks" / "MEMORY.md").write_text(
         "# Session Memory\n\n## Status\n\nStarted.\n\n## Observations\n\n## Next Steps\n\n"
-        "## Last Updated\n\n2026-01-01\n"
+        f"## Last Updated\n\n{TODAY}\n"
     )
     (seed / "code.py").write_text("def main():\n    return 1\n\n\ndef other():\n    return 2\n")
     (seed / "README.txt").write_text("a project\n")
