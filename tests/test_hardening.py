@@ -1222,7 +1222,7 @@ def test_no_traceback_from_a_zone_offset_of_24_hours_anywhere(store, call, where
     elif where == "phase-history":
         set_state(store, sid, phase_history=[{"phase": "init", "entered_at": bad}])
     elif where == "log-entry":
-        (store / ".stacks" / "logs" / "2026-11-20.md").write_text(
+        (store / ".stacks" / "logs" / "2026-11-20.md").write_text(  # date-safe: pinned clock or id
             f"## {bad} · x <!-- stm:entry 0badf00d -->\n\nhi\n\n<!-- stm:end 0badf00d -->\n"
         )
     else:

@@ -60,7 +60,7 @@ def test_help_example_runs(store, run, monkeypatch, path):
         ):
             subprocess.run([*git, *argv], cwd=store, check=True)
         subprocess.run([*git, "push", "-q", "-u", "o", "HEAD"], cwd=store, check=True)
-    example = example_of(path).replace("2026-11-22-3f9a0c1d", sid)
+    example = example_of(path).replace("2026-11-22-3f9a0c1d", sid)  # date-safe: pinned clock or id
     argv = shlex.split(example)
     assert argv[0] == "stm"
     result = run(*argv[1:], stdin="" if argv[1] == "mcp" else None)  # mcp: ends at EOF

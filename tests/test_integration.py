@@ -205,7 +205,7 @@ def test_search_prints_path_line_text_newest_logs_first(store, run, monkeypatch)
     assert (
         log_lines[0].startswith(".stacks/logs/2026-11-20.md:") and "grammar ported" in log_lines[0]
     )
-    assert log_lines[1].startswith(".stacks/logs/2026-11-01.md:")
+    assert log_lines[1].startswith(".stacks/logs/2026-11-01.md:")  # date-safe: pinned clock or id
     assert re.match(r"^\.stacks/logs/2026-11-20\.md:\d+: grammar ported$", log_lines[0])
 
 
@@ -248,7 +248,7 @@ def test_search_numbers_lines_across_read_chunks(store, run, monkeypatch):
 def test_search_streams_a_big_log_in_bounded_memory(store, run):
     import tracemalloc
 
-    log = store / ".stacks" / "logs" / "2026-11-01.md"
+    log = store / ".stacks" / "logs" / "2026-11-01.md"  # date-safe: pinned clock or id
     with open(log, "w") as f:
         for n in range(400_000):  # about 24 MB in one file
             f.write(f"line {n:07d} of a very large log file, padded out\n")

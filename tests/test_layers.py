@@ -753,7 +753,7 @@ def test_check_fix_restores_the_union_merge_git_sees(store, run):
     assert git, "the merge tests need git"
     subprocess.run([git, "init", "-q", str(store)], check=True)
     (store / ".stacks" / ".gitattributes").write_text("")
-    log = ".stacks/logs/2026-11-22.md"
+    log = ".stacks/logs/2026-11-22.md"  # date-safe: pinned clock or id
 
     def attribute(name):
         out = subprocess.run(

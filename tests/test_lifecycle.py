@@ -879,7 +879,7 @@ def test_compact_keeps_the_newest_fact_history(store, run, monkeypatch):
     ]
     assert facts["user_name"].current == "Ann"
     ((name, entry),) = log_entries(store)
-    assert name == "2026-11-23.md"
+    assert name == "2026-11-23.md"  # date-safe: pinned clock or id
     assert entry_text(entry) == (
         "moved from .stacks/refs/facts.md ## primary_language by stm compact: "
         "<!-- stm:compact refs/facts.md primary_language -->\n\n" + "\n".join(moved_lines)

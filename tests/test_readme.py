@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-DOC_ID = "2026-11-22-3f9a0c1d"
+DOC_ID = "2026-11-22-3f9a0c1d"  # date-safe: pinned clock or id
 QUICK_START = (  # in a new scratch project, never in stm's own clone
     'S="$PWD/stm.py" && mkdir -p /tmp/stm-scratch && cd /tmp/stm-scratch && git init -q && '
     'python3 "$S" init && python3 "$S" boot'

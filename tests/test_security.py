@@ -37,7 +37,7 @@ def assert_untouched(victim):
 
 
 def test_symlinked_session_folder_is_refused(store, run, victim):
-    sid = "2026-11-22-0badf00d"
+    sid = "2026-11-22-0badf00d"  # date-safe: pinned clock or id
     outside = victim.parent / sid
     outside.mkdir()
     (outside / "state.json").write_text(json.dumps({"version": 1, "phase": "x"}))

@@ -140,7 +140,7 @@ def test_switch_by_full_id_prefix_and_suffix(store, run):
 
 
 def test_a_short_hash_shared_by_two_sessions_is_ambiguous(store, run, monkeypatch):
-    ids = iter(["2026-11-22-3f9a0c1d", "2026-11-22-3f9abbbb"])
+    ids = iter(["2026-11-22-3f9a0c1d", "2026-11-22-3f9abbbb"])  # date-safe: pinned clock or id
     monkeypatch.setattr(stm, "new_session_id", lambda now: next(ids))
     a, b = new(run), new(run)
     result = run("session", "switch", "3f9a")
