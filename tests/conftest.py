@@ -109,11 +109,13 @@ def moved_clock(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def quiet_env(monkeypatch):
-    """No fsync (speed), a fixed author, and no user namespace unless a test asks."""
+    """No fsync (speed), a fixed author, and no user namespace unless a test asks. The
+    runner's own environment never leaks in: CI sets `CI`, which silences the notices
+    that only make sense where an agent starts, and a developer may have STM_* set."""
     monkeypatch.setenv("STM_FSYNC", "0")
     monkeypatch.setenv("USER", "tester")
-    monkeypatch.delenv("STM_USER", raising=False)
-    monkeypatch.delenv("STM_LOCK_TIMEOUT", raising=False)
+    for name in ("CI", "STM_USER", "STM_LOCK_TIMEOUT", "STM_SESSION", "STM_SYNC_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
