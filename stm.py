@@ -4988,7 +4988,7 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
         original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
         fixed = in_line_ends_of(original, drop_items(text, dupes))
         atomic_write(finding.target, fixed.encode("utf-8"))
-    return f"removed {len(dupes)} item(s) already in the log"
+    return f"removed {plural(len(dupes), 'item')} already in the log"
 
 
 def drop_items(text: str, dupes: list) -> str:
@@ -5960,13 +5960,17 @@ def cut_memory(
     removed = bullets_to_leave_out(parsed.counts, bullets) if bullets > 0 else [0] * len(blocks)
     for index, count in enumerate(removed):
         if count:
-            left_out.append(f"{count} older bullet(s) of {blocks[index][0].lstrip('#').strip()}")
+            left_out.append(
+                f"{plural(count, 'older bullet')} of {blocks[index][0].lstrip('#').strip()}"
+            )
     keep = len(blocks)
     if sections:
         keep = len(blocks) - sections if sections > 0 else 0
         names = [heading.lstrip("#").strip() for heading, _ in blocks[keep:]]
         if names:
-            left_out.append("the section(s) " + ", ".join(names))
+            left_out.append(
+                ("the section " if len(names) == 1 else "the sections ") + ", ".join(names)
+            )
     lines = list(parsed.preamble)
     for index, (heading, units) in enumerate(blocks[:keep]):
         lines.append(heading)
@@ -6040,7 +6044,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
     elif parts.waiting:
         notices.append(
             as_invoked(
-                f"{len(parts.waiting)} waiting session(s) left out to fit {cut.limit}: "
+                f"{plural(len(parts.waiting), 'waiting session')} left out to fit {cut.limit}: "
                 "run `stm session list`"
             )
         )
@@ -6253,7 +6257,7 @@ def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str
     elif cut.refs == "none" and not no_refs:
         said.append("refs index left out")
     if cut.memory_bullets:
-        said.append(f"{cut.memory_bullets} older memory bullet(s) left out")
+        said.append(f"{plural(cut.memory_bullets, 'older memory bullet')} left out")
     if cut.memory_sections:
         said.append("session memory sections left out")
     if cut.workflow != "full" and (parts.workflow is not None or parts.waiting):
@@ -6634,7 +6638,8 @@ class Checker:
             self.report(
                 "compact-duplicate",
                 path,
-                f"{len(dupes)} item(s) of {', '.join(sections)} are also in a `stm compact` log "
+                f"{plural(len(dupes), 'item')} of {', '.join(sections)} "
+                f"{'is' if len(dupes) == 1 else 'are'} also in a `stm compact` log "
                 "entry: the compact was interrupted after the log was written",
             )
 
@@ -7644,10 +7649,12 @@ def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | N
             atomic_write(state_path, dumps_json(state).encode("utf-8"))
             rollback.add(restorer(history_path))
             atomic_write(history_path, lines.encode("utf-8"))
-    action = f"rebuilt state.json from {len(events)} merged event(s) (version {state['version']})"
+    merged = plural(len(events), "merged event")
+    action = f"rebuilt state.json from {merged} (version {state['version']})"
     if skipped:
         action += (
-            f"; skipped {len(skipped)} event(s) of {HISTORY_FILE} with invalid fields (kept "
+            f"; skipped {plural(len(skipped), 'event')} of {HISTORY_FILE} with invalid fields "
+            "(kept "
             f"in the history, not replayed): {'; '.join(skipped[:5])}"
         )
     return action
@@ -8554,7 +8561,7 @@ def cmd_check(args) -> int:
             )
         verdict = "failed" if failed else "ok"
         noticed = f", {plural(notices, 'notice')}" if notices else ""
-        out(f"check {verdict}: {errors} error(s), {warnings} warning(s){noticed}")
+        out(f"check {verdict}: {plural(errors, 'error')}, {plural(warnings, 'warning')}{noticed}")
     return EXIT_FAIL if failed else EXIT_OK
 
 
@@ -8765,7 +8772,7 @@ def gather_status(store: Store) -> dict:
             )
     sessions, session_warnings = session_status(store, now)
     warnings += memory_warnings + session_warnings
-    verdict = "ok" if not warnings else f"{len(warnings)} warning(s)"
+    verdict = "ok" if not warnings else plural(len(warnings), "warning")
     return {
         "stacks": store.stacks,
         "state": store.state,
@@ -9591,7 +9598,10 @@ def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
 def handoff_receipt(state: dict, session_id: str) -> str:
     """The log entry that records a handoff's arrival (check looks for its last line)."""
     receipt = f"handoff {one_line(state.get('task_id', '?'))} received from "
-    return receipt + f"{one_line(state.get('from_agent', '?'))}\n\nsession: {session_id}"
+    receipt += one_line(state.get("from_agent") or "?")
+    if state.get("to_agent"):  # "from A to B", as every line names a handoff
+        receipt += f" to {one_line(state['to_agent'])}"
+    return receipt + f"\n\nsession: {session_id}"
 
 
 def receipt_logged(store: Store, session_id: str) -> bool:
@@ -10363,7 +10373,8 @@ def cmd_compact(args) -> int:
     verb = "would move" if args.dry_run else "moved"
     for move in result["moved"]:
         count = sum(1 for line in move["lines"] if line.startswith(("- ", "* ")))
-        out(f"{verb} {count} item(s) from {move['path']} ## {move['section']} to today's log")
+        where = f"{move['path']} ## {move['section']}"
+        out(f"{verb} {plural(count, 'item')} from {where} to today's log")
     if not result["moved"]:
         out("nothing to compact: every section and fact history is within its limit")
     return EXIT_OK
@@ -12275,7 +12286,8 @@ def cmd_import(args) -> int:
     if conflicts and not args.force and not args.dry_run:
         more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
         raise StmError(
-            f"import: {len(conflicts)} file(s) differ from the archive: "
+            f"import: {plural(len(conflicts), 'file')} "
+            f"{'differs' if len(conflicts) == 1 else 'differ'} from the archive: "
             f"{', '.join(conflicts[:5])}{more}; nothing written. Pass --force to replace "
             "them (each old file is kept as a .bak)"
         )

@@ -421,7 +421,7 @@ def test_check_warns_when_a_section_is_over_its_limit_naming_compact(store):
     assert len(lines) == 1, check.stdout
     assert 'section "Next Steps" holds 15 bullets, over its limit of 10' in lines[0]
     assert "`python3 " in lines[0] and " compact`" in lines[0]  # as invoked: python3 stm.py
-    assert "check ok: 0 error(s), 1 warning(s)" in check.stdout
+    assert "check ok: 0 errors, 1 warning" in check.stdout
     assert run_stm("compact", cwd=store).returncode == 0
     assert "section-over-limit" not in run_stm("check", cwd=store).stdout
 

@@ -84,7 +84,7 @@ def test_example_handoff_end_to_end(store, run):
     assert (
         json.loads((store / ".state" / "current-session.json").read_text())["active_session"] == sid
     )
-    assert "handoff PARSER-42 received from planner-agent" in log_text(store)
+    assert "handoff PARSER-42 received from planner-agent to builder-agent" in log_text(store)
     assert run("check").code == 0
 
 

@@ -533,7 +533,7 @@ def test_boot_under_a_limit_does_n_log_n_work_in_memory_bullets(store, run, monk
             calls = counted(patch, "is_bullet_unit", "render_boot")
             result = run("boot", "--max-chars", "9500")
         assert result.code == 0 and len(result.out) <= 9500
-        assert "older bullet(s) of Section" in result.out
+        assert "older bullets of Section" in result.out
         steps.append(calls)
     small, big = steps
     assert big["is_bullet_unit"] <= 2.2 * small["is_bullet_unit"], steps  # linear per line
@@ -555,13 +555,17 @@ def reference_cut_memory(text: str, bullets: int, sections: int):
         del units[last]
         removed[index] = removed.get(index, 0) + 1
     for index in sorted(removed):
-        left_out.append(f"{removed[index]} older bullet(s) of {blocks[index][0][5:].strip()}")
+        left_out.append(
+            f"{stm.plural(removed[index], 'older bullet')} of {blocks[index][0][5:].strip()}"
+        )
     if sections:
         keep = len(blocks) - sections if sections > 0 else 0
         names = [heading[5:].strip() for heading, _ in blocks[keep:]]
         blocks = blocks[:keep]
         if names:
-            left_out.append("the section(s) " + ", ".join(names))
+            left_out.append(
+                ("the section " if len(names) == 1 else "the sections ") + ", ".join(names)
+            )
     lines = list(preamble)
     for heading, units in blocks:
         lines.append(heading)

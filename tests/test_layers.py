@@ -589,7 +589,7 @@ def check(run, *extra):
 def test_check_passes_on_a_filled_store(store, run):
     result = run("check")
     assert result.code == 0
-    assert "check ok: 0 error(s), 0 warning(s)" in result.out
+    assert "check ok: 0 errors, 0 warnings" in result.out
 
 
 def test_a_fresh_template_store_warns_and_strict_fails(project, run):
@@ -819,7 +819,7 @@ def test_status_warns_about_layers_that_hold_only_their_templates(project, run):
         ".stacks/AGENT.md holds only its template; write who the agent is into it",
         ".stacks/MEMORY.md holds only its template; write where work stands into it",
     ]
-    assert data["verdict"] == "2 warning(s)"
+    assert data["verdict"] == "2 warnings"
     (project / ".stacks" / "AGENT.md").write_text("# Agent Identity\n\n## Role\n\nParser porter.\n")
     assert len(json.loads(run("status", "--json").out)["warnings"]) == 1
 
@@ -848,7 +848,7 @@ def test_status_warns_when_memory_is_older_than_seven_days(store, run, monkeypat
     at(monkeypatch, days_after_memory(13))
     data = json.loads(run("status", "--json").out)
     assert any("not updated for 13 days" in w for w in data["warnings"])
-    assert data["verdict"] == "1 warning(s)"
+    assert data["verdict"] == "1 warning"
 
 
 def test_status_warns_when_the_log_is_newer_than_memory(store, run, monkeypatch):

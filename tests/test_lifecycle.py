@@ -696,7 +696,7 @@ def test_compact_moves_the_bottom_bullets_into_one_log_entry(store, run, monkeyp
     before = memory_text(13, extra="## Decisions\n\n- keep ruff\n- keep pytest\n\n")
     write_memory(store, before)
     result = ok(run("compact"))
-    assert "3 item(s)" in result.out and "Next Steps" in result.out
+    assert "3 items" in result.out and "Next Steps" in result.out
     after = read(store, MEMORY_PATH)
     assert after == before.replace("- step 3\n- step 2\n- step 1\n", "")
     assert section_items(after)["Next Steps"] == [(f"- step {n}",) for n in range(13, 3, -1)]
@@ -910,7 +910,7 @@ def test_dry_run_reports_and_changes_nothing(store, run, monkeypatch):
     write_memory(store, memory_text(12))
     before = snapshot(store)
     result = ok(run("compact", "--dry-run"))
-    assert "would move 2 item(s)" in result.out and "Next Steps" in result.out
+    assert "would move 2 items" in result.out and "Next Steps" in result.out
     assert snapshot(store) == before
     data = json.loads(ok(run("compact", "--dry-run", "--json")).out)
     assert data == {
