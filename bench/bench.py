@@ -1038,7 +1038,13 @@ def main(argv=None) -> int:
             print(f"  mcp ({name}): {times}", file=sys.stderr)
         results["capture"] = capture_results(work, small, env, max(3, runs // 3))
         results["cost"] = cost_results(work, small, large, ids, env, max(3, runs // 3))
-        print(f"  cost: {json.dumps(results['cost']['check_staged'])[:200]}", file=sys.stderr)
+        cost = results["cost"]
+        print(
+            f"  cost: search miss medium {cost['search']['medium']['miss']['median'] * 1000:.1f}"
+            f" ms, large {cost['search']['large']['miss']['median'] * 1000:.0f} ms; check "
+            f"--staged {cost['check_staged']['large_over_small']:.2f}x large/small",
+            file=sys.stderr,
+        )
         print(
             "  capture: "
             + ", ".join(

@@ -338,3 +338,17 @@ def test_session_list_reads_each_state_once(repos):
         assert len(states) == len(set(states))
         counts.append(len(states))
     assert 1.5 < counts[1] / counts[0] <= 2.1  # twice the sessions, twice the reads
+
+
+@needs_git
+def test_search_since_opens_no_older_file(repos):
+    (one, _), _ = repos
+    since = stm.iso(stm.utc_now() - 10 * 86400)[:10]
+    report = probe(one, ["search", "zzqxj", "--since", since])
+    assert report["code"] == 1  # nothing found
+    logs = [p for p in opened(report) if "/logs/" in p]
+    assert logs and all(p.rsplit("/", 1)[1][:10] >= since for p in logs)
+    sessions = [p for p in opened(report) if p.startswith(".state/")]
+    assert all(p.split("/")[-2][:10] >= since for p in sessions)
+    listed_months = [p for p in listed(report) if p.startswith(".state/history/")]
+    assert all(p.rsplit("/", 1)[1] >= since[:7] for p in listed_months)
