@@ -13734,9 +13734,19 @@ def mcp_update_result(store, ref, state, changed: bool, what: str):
     return f"{ref.id}: {said} (version {state['version']})", summary
 
 
-# (name, description, required arguments, optional arguments, handler, output schema)
+class McpTool:
+    """One MCP tool: its name, description, required and optional arguments (name ->
+    JSON schema), the `mcp_tool_<name>` that runs it, and its output schema (or None)."""
+
+    __slots__ = ("name", "description", "required", "optional", "handler", "output")
+
+    def __init__(self, name, description, required, optional, handler, output) -> None:
+        self.name, self.description, self.handler = name, description, handler
+        self.required, self.optional, self.output = required, optional, output
+
+
 MCP_TOOLS = (
-    (
+    McpTool(
         "boot",
         "The project memory to start from: identity, workflow, session memory, refs index.",
         {},
@@ -13744,8 +13754,8 @@ MCP_TOOLS = (
         mcp_tool_boot,
         None,
     ),
-    ("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
-    (
+    McpTool("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
+    McpTool(
         "note",
         "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
         {"section": _STR, "text": _STR},
@@ -13753,7 +13763,7 @@ MCP_TOOLS = (
         mcp_tool_note,
         None,
     ),
-    (
+    McpTool(
         "search",
         "Search memory, newest logs first.",
         {"query": _STR},
@@ -13766,8 +13776,8 @@ MCP_TOOLS = (
         mcp_tool_search,
         MCP_SEARCH_OUTPUT,
     ),
-    ("status", "Sizes, staleness, sessions and warnings.", {}, {}, mcp_tool_status, None),
-    (
+    McpTool("status", "Sizes, staleness, sessions and warnings.", {}, {}, mcp_tool_status, None),
+    McpTool(
         "read_ref",
         "Read one file under .stacks/refs/ (e.g. guide.md).",
         {"path": _STR},
@@ -13775,7 +13785,7 @@ MCP_TOOLS = (
         mcp_tool_read_ref,
         None,
     ),
-    (
+    McpTool(
         "session_new",
         "Start a workflow session and make it current.",
         {"name": _STR},
@@ -13783,7 +13793,7 @@ MCP_TOOLS = (
         mcp_tool_session_new,
         None,
     ),
-    (
+    McpTool(
         "session_phase",
         "Move a session to another phase.",
         {"phase": _STR},
@@ -13791,7 +13801,7 @@ MCP_TOOLS = (
         mcp_tool_session_phase,
         None,
     ),
-    (
+    McpTool(
         "session_checkpoint",
         "Record progress so another agent can resume.",
         {},
@@ -13822,7 +13832,7 @@ def mcp_fact_get(store: Store, args: dict):
 
 
 MCP_TOOLS += (  # the fact tools, after the nine every client relies on
-    (
+    McpTool(
         "fact_set",
         "Set a fact (refs/facts.md); the old value stays in its history.",
         {"key": _STR, "value": _STR},
@@ -13830,7 +13840,7 @@ MCP_TOOLS += (  # the fact tools, after the nine every client relies on
         mcp_fact_set,
         None,
     ),
-    (
+    McpTool(
         "fact_get",
         "Read a fact's current value and history.",
         {"key": _STR},
@@ -13840,7 +13850,7 @@ MCP_TOOLS += (  # the fact tools, after the nine every client relies on
     ),
 )
 MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
-    (
+    McpTool(
         "session_switch",
         "Make a session this checkout's current one (adopt it).",
         {"session": _STR},
@@ -13848,7 +13858,7 @@ MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
         mcp_tool_session_switch,
         None,
     ),
-    (
+    McpTool(
         "session_archive",
         "Archive a session (stale: every one untouched for 14 days).",
         {},
@@ -13856,7 +13866,7 @@ MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
         mcp_tool_session_archive,
         None,
     ),
-    (
+    McpTool(
         "compose_handoff",
         "Hand a task over: a session from a handoff object (spec/handoff.md).",
         {"handoff": {"type": "object"}},
@@ -13865,30 +13875,33 @@ MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
         None,
     ),
 )
-MCP_TOOL_BY_NAME = {tool[0]: tool for tool in MCP_TOOLS}
+MCP_TOOL_BY_NAME = {tool.name: tool for tool in MCP_TOOLS}
 # How hints name each tool's arguments (with_hint_voice): name -> (argument -> JSON type,
 # the required ones in order).
 MCP_TOOL_ARGUMENTS = {
-    name: ({k: v["type"] for k, v in {**required, **optional}.items()}, list(required))
-    for name, _, required, optional, _, _ in MCP_TOOLS
+    tool.name: (
+        {k: v["type"] for k, v in {**tool.required, **tool.optional}.items()},
+        list(tool.required),
+    )
+    for tool in MCP_TOOLS
 }
 
 
 def mcp_tool_list() -> list[dict]:
     tools = []
-    for name, description, required, optional, _, output in MCP_TOOLS:
-        tool = {"name": name, "description": description}
-        tool["inputSchema"] = mcp_schema(required, optional)
-        if output is not None:
-            tool["outputSchema"] = output
-        tools.append(tool)
+    for tool in MCP_TOOLS:
+        listed = {"name": tool.name, "description": tool.description}
+        listed["inputSchema"] = mcp_schema(tool.required, tool.optional)
+        if tool.output is not None:
+            listed["outputSchema"] = tool.output
+        tools.append(listed)
     return tools
 
 
 def mcp_check_arguments(name: str, arguments: dict) -> None:
     """Arguments against the tool's schema: a wrong one is a tool error (isError)."""
-    _, _, required, optional, _, _ = MCP_TOOL_BY_NAME[name]
-    schemas = {**required, **optional}
+    tool = MCP_TOOL_BY_NAME[name]
+    required, schemas = tool.required, {**tool.required, **tool.optional}
     for key in required:
         if key not in arguments:
             raise usage_error(f"{name}: argument {key!r} is required")
@@ -14123,7 +14136,7 @@ class McpServer:
         try:
             with voice:
                 mcp_check_arguments(name, arguments)
-                text, structured = MCP_TOOL_BY_NAME[name][4](self.store(client), arguments)
+                text, structured = MCP_TOOL_BY_NAME[name].handler(self.store(client), arguments)
         except StmError as exc:  # the CLI's own message, as a tool error
             with with_hint_voice(**arguments_voice):
                 line = exc.line()
@@ -14183,6 +14196,19 @@ def cmd_mcp(args) -> int:
 
 
 # ==== Command line ===========================================================
+
+
+class Command:
+    """One row of a command table (COMMANDS, and a verb table for a command that takes
+    verbs): its name, the `cmd_<verb>` that runs it, the one-line help, an example, and
+    the function that adds its options (None: it has verbs of its own, in VERBS)."""
+
+    __slots__ = ("name", "handler", "help", "example", "options")
+
+    def __init__(self, name: str, handler, help_text: str, example: str, options) -> None:
+        self.name, self.handler, self.help, self.example = name, handler, help_text, example
+        self.options = options
+
 
 EXIT_CODES_HELP = """\
 exit codes: 0 ok, 1 failure, 2 usage, 3 version conflict, 75 lock timeout,
@@ -14724,150 +14750,150 @@ def options_update(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-# (name, handler, help, example, options). The parser of a command is built only when that
-# command runs (or for --help): argparse costs about half a millisecond per subparser.
+# The parser of a command is built only when that command runs (or for --help): argparse
+# costs about half a millisecond per subparser.
 COMMANDS = (
-    (
+    Command(
         "init",
         cmd_init,
         "create .stacks/ and .state/ from the templates",
         "stm init",
         options_init,
     ),
-    (
+    Command(
         "boot",
         cmd_boot,
         "print identity, session memory, active workflow and refs index",
         "stm boot --max-tokens 1500",
         options_boot,
     ),
-    (
+    Command(
         "log",
         cmd_log,
         "append an entry to today's log",
         'stm log "fixed the parser; see refs/parser.md"',
         options_log,
     ),
-    (
+    Command(
         "check",
         cmd_check,
         "validate the memory; exit 1 on errors",
         "stm check --strict",
         options_check,
     ),
-    (
+    Command(
         "status",
         cmd_status,
         "sizes, ages, budget, sessions and staleness",
         "stm status --json",
         options_json,
     ),
-    (
+    Command(
         "session",
         None,
         "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
         "stm session new --name 'port parser' --phases plan,build,ship",
         None,
     ),
-    (
+    Command(
         "compose-handoff",
         cmd_compose_handoff,
         "turn a handoff JSON into a resumable session with a Session.md",
         "stm compose-handoff handoff.json",
         options_compose_handoff,
     ),
-    (
+    Command(
         "note",
         cmd_note,
         "add a bullet to a MEMORY.md section (or replace it), safely",
         'stm note "Next Steps" "port the expression grammar"',
         options_note,
     ),
-    (
+    Command(
         "search",
         cmd_search,
         "search memory, newest logs first (exit 1 when nothing matched)",
         "stm search parser --layer logs --since 2026-11-01",
         options_search,
     ),
-    (
+    Command(
         "compact",
         cmd_compact,
         "move MEMORY.md's oldest bullets (and old fact history) over their limits to the log",
         "stm compact --dry-run",
         options_compact,
     ),
-    (
+    Command(
         "digest",
         cmd_digest,
         "what happened since MEMORY.md was last updated: log entries and fact changes",
         "stm digest --json",
         options_digest,
     ),
-    (
+    Command(
         "fact",
         None,
         "facts with history in refs/facts.md: set, get, list, rm",
         'stm fact set primary_language Go --why "switched from Python"',
         None,
     ),
-    (
+    Command(
         "refs",
         None,
         "read the reference layer: list, show",
         "stm refs list",
         None,
     ),
-    (
+    Command(
         "setup",
         None,
         "wire stm into agent tools and git: claude, agents-md, mcp, git",
         "stm setup claude --install",
         None,
     ),
-    (
+    Command(
         "capture",
         cmd_capture,
         "record what an agent session did, from its client's hook payload (exit 0 always)",
         "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
         options_capture,
     ),
-    (
+    Command(
         "merge-file",
         cmd_merge_file,
         "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
         "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
         options_merge_file,
     ),
-    (
+    Command(
         "mcp",
         cmd_mcp,
         "serve memory as MCP tools over stdio (revisions 2026-07-28 and 2024-11-05..2025-11-25)",
         "stm mcp --dir .stacks   (run by an agent client; see `stm setup mcp`)",
         options_mcp,
     ),
-    (
+    Command(
         "export",
         cmd_export,
         "write the memory to one zip file",
         "stm export -o memory.zip --include-state",
         options_export,
     ),
-    (
+    Command(
         "import",
         cmd_import,
         "restore memory from a zip made by stm export",
         "stm import memory.zip --dry-run",
         options_import,
     ),
-    (
+    Command(
         "commit",
         cmd_commit,
         "commit the memory directories, and only them, with git",
         'stm commit -m "memory: parser work"',
         options_commit,
     ),
-    (
+    Command(
         "sync",
         cmd_sync,
         "commit memory, merge the upstream's, push; your other changes stay as they are",
@@ -14877,56 +14903,56 @@ COMMANDS = (
 )
 
 SESSION_VERBS = (
-    (
+    Command(
         "new",
         cmd_session_new,
         "start a session and make it current",
         "stm session new --name 'port parser' --phases plan,build,ship",
         options_session_new,
     ),
-    (
+    Command(
         "switch",
         cmd_session_switch,
         "make a session current",
         "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
         options_session_switch,
     ),
-    (
+    Command(
         "archive",
         cmd_session_archive,
         "move a session to history/YYYY-MM/ (read-only from then on)",
         "stm session archive            (the current session)",
         options_session_archive,
     ),
-    (
+    Command(
         "list",
         cmd_session_list,
         "list sessions (* marks the current one)",
         "stm session list --all",
         options_session_list,
     ),
-    (
+    Command(
         "show",
         cmd_session_show,
         "show a session's state and recent events",
         "stm session show --json",
         options_session_show,
     ),
-    (
+    Command(
         "phase",
         cmd_session_phase,
         "move the session to another phase",
         "stm session phase build",
         options_session_phase,
     ),
-    (
+    Command(
         "checkpoint",
         cmd_session_checkpoint,
         "record progress so a crashed or replaced agent can resume",
         "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
         options_session_checkpoint,
     ),
-    (
+    Command(
         "handoff",
         cmd_session_handoff,
         "write a handoff (the JSON compose-handoff reads) from the current session",
@@ -14994,7 +15020,7 @@ def help_formatter():
 
 
 SETUP_VERBS = (
-    (
+    Command(
         "claude",
         cmd_setup_claude,
         "Claude Code: hooks that capture each session and boot at every start "
@@ -15002,28 +15028,28 @@ SETUP_VERBS = (
         "stm setup claude --install",
         options_setup_claude,
     ),
-    (
+    Command(
         "codex",
         cmd_setup_codex,
         "Codex: hooks that capture each session and boot at every start (.codex/hooks.json)",
         "stm setup codex --install",
         options_setup_codex,
     ),
-    (
+    Command(
         "agents-md",
         cmd_setup_agents_md,
         "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
         "stm setup agents-md --install --file CLAUDE.md",
         options_setup_agents_md,
     ),
-    (
+    Command(
         "mcp",
         cmd_setup_mcp,
         "MCP clients (Claude Code, Cursor, VS Code, Codex): run `stm mcp` as a server",
         "stm setup mcp --install --client cursor",
         options_setup_mcp,
     ),
-    (
+    Command(
         "git",
         cmd_setup_git,
         "git: the merge driver that merges MEMORY.md, AGENT.md and refs section by section",
@@ -15033,22 +15059,28 @@ SETUP_VERBS = (
 )
 
 FACT_VERBS = (
-    (
+    Command(
         "set",
         cmd_fact_set,
         "set a fact's current value; the old one stays in its history",
         'stm fact set primary_language Go --why "switched from Python"',
         options_fact_set,
     ),
-    (
+    Command(
         "get",
         cmd_fact_get,
         "print a fact's current value (--history: every value)",
         "stm fact get primary_language --history",
         options_fact_get,
     ),
-    ("list", cmd_fact_list, "list the facts of a block", "stm fact list --json", options_fact_list),
-    (
+    Command(
+        "list",
+        cmd_fact_list,
+        "list the facts of a block",
+        "stm fact list --json",
+        options_fact_list,
+    ),
+    Command(
         "rm",
         cmd_fact_rm,
         "remove a fact; its history goes to today's log",
@@ -15058,14 +15090,14 @@ FACT_VERBS = (
 )
 
 REFS_VERBS = (
-    (
+    Command(
         "list",
         cmd_refs_list,
         "list the refs as boot's index does: path, title, summary",
         "stm refs list",
         options_json,
     ),
-    (
+    Command(
         "show",
         cmd_refs_show,
         "print one ref (deploy, deploy.md or refs/deploy.md)",
@@ -15079,24 +15111,24 @@ VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS, "re
 
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:
     formatter = help_formatter()
-    for name, handler, help_text, example, options in table:
-        if only is not None and name != only:
+    for command in table:
+        if only is not None and command.name != only:
             continue
         parser = sub.add_parser(
-            name,
+            command.name,
             parents=common,
-            help=help_text,
-            description=help_text,
-            epilog=f"example:\n  {example}\n\n{SUBCOMMAND_HELP_TAIL}",
+            help=command.help,
+            description=command.help,
+            epilog=f"example:\n  {command.example}\n\n{SUBCOMMAND_HELP_TAIL}",
             formatter_class=formatter,
             allow_abbrev=False,
         )
-        if options is not None:
-            parser.set_defaults(handler=handler)
-            options(parser)
+        if command.options is not None:
+            parser.set_defaults(handler=command.handler)
+            command.options(parser)
         else:  # session, setup: a second level of verbs
-            verbs = parser.add_subparsers(dest=f"{name}_command", metavar="VERB")
-            add_commands(verbs, VERBS[name], common, only_verb)
+            verbs = parser.add_subparsers(dest=f"{command.name}_command", metavar="VERB")
+            add_commands(verbs, VERBS[command.name], common, only_verb)
 
 
 def build_parser(only: str | None = None, only_verb: str | None = None):
@@ -15134,11 +15166,11 @@ def command_of(argv: list[str]) -> tuple[str | None, str | None]:
             words.append(arg)
             if len(words) == 2 or words[0] not in VERBS:
                 break
-    names = {c[0] for c in COMMANDS}
+    names = {command.name for command in COMMANDS}
     if not words or words[0] not in names:
         return None, None
     if words[0] in VERBS:
-        verbs = {v[0] for v in VERBS[words[0]]}
+        verbs = {verb.name for verb in VERBS[words[0]]}
         return (words[0], words[1]) if len(words) == 2 and words[1] in verbs else (None, None)
     return words[0], None
 

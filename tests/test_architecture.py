@@ -112,5 +112,5 @@ def test_the_declared_api_exists_and_works_in_process(store):
 
 def test_handlers_are_referenced_directly_in_the_command_table():
     for table in (stm.COMMANDS, *stm.VERBS.values()):
-        for _, handler, _, _, _ in table:
-            assert handler is None or callable(handler)
+        for command in table:
+            assert command.handler is None or callable(command.handler)
