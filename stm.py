@@ -6481,7 +6481,7 @@ class Checker:
             ):
                 self.report("layer-symlink", path, f"is not a regular {kind}", "remove it")
             elif not os.path.lexists(path):
-                self.report("layer-missing", path, f"layer {kind} is missing", "run `stm init`")
+                self.report("layer-missing", path, f"layer {kind} is missing")
         for layer in TEMPLATE_LAYERS:
             path, template = store.layer_path(layer), layer.template
             if not os.path.isfile(path) or os.path.islink(path):
@@ -6500,7 +6500,6 @@ class Checker:
                     "heading-missing",
                     path,
                     f"required heading '## {heading}' is missing (renamed or deleted?)",
-                    "run `stm check --fix` to add it back",
                 )
             self.scan_secrets(path, text)
 
@@ -6515,13 +6514,13 @@ class Checker:
                 continue
             text = read_text(path)
             if not text.strip():
-                self.report("ref-empty", path, "ref is empty", "write it, or delete it")
+                self.report("ref-empty", path, "ref is empty")
                 continue
             self.check_conflict_markers(path, text)
             self.check_facts(path, text)
             title, _ = parse_ref_head(text)
             if not title:
-                self.report("ref-title", path, "ref has no '# ' title", "add a '# Title' line")
+                self.report("ref-title", path, "ref has no '# ' title")
             self.scan_secrets(path, text)
         for path, error in skipped:
             if error is not None:
@@ -6554,7 +6553,6 @@ class Checker:
                 "log-name",
                 path,
                 "log files are named YYYY-MM-DD.md",
-                "rename it to the UTC date of its entries",
             )
             if LOG_NAME_RE.match(name):  # compact still reads it (log_file_names)
                 with contextlib.suppress(OSError):
@@ -6592,8 +6590,7 @@ class Checker:
                 "log-torn",
                 path,
                 "the last entry is torn (a writer was killed)",
-                "run `stm check --fix`, or the next `stm log` cuts it",
-                held.line,
+                line=held.line,
             )
 
     def report_log_item(self, path: str, item: tuple, held):
@@ -6706,8 +6703,7 @@ class Checker:
                 path,
                 f"unresolved merge conflict markers (lines {shown}): boot shows it as is, and "
                 "stm will not edit it",
-                "resolve the conflict (keep what both sides meant), then `git add` the file",
-                lines[0],
+                line=lines[0],
             )
 
     def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
@@ -6721,8 +6717,7 @@ class Checker:
                 "secret",
                 path,
                 f"looks like {a_kind(kind)} ({excerpt})",
-                "remove it and rotate the credential (git history keeps it)",
-                line,
+                line=line,
             )
 
     def check_budget(self) -> None:
@@ -6736,7 +6731,6 @@ class Checker:
                 "boot-budget",
                 self.store.stacks,
                 f"boot is ~{tokens} tokens, over the {budget} budget",
-                "shorten MEMORY.md; move stable knowledge into refs/",
             )
         if len(text) > HOOK_MAX_CHARS:
             self.report(
@@ -6756,7 +6750,6 @@ class Checker:
                 "temp-file",
                 os.path.join(directory, name),
                 "leftover temp file from an interrupted write",
-                "run `stm check --fix` to remove it",
             )
 
     def check_building_folders(self, directory: str) -> None:
@@ -6766,7 +6759,6 @@ class Checker:
                     "temp-file",
                     os.path.join(directory, name),
                     "leftover half-built session folder",
-                    "run `stm check --fix` to remove it",
                 )
 
     # State ------------------------------------------------------------------
@@ -6865,14 +6857,12 @@ class Checker:
                 "pointer-invalid",
                 store.pointer_path,
                 f"points to {active}, which does not exist",
-                "run `stm session switch ID` or `stm session new`",
             )
         elif active and ref.archived:
             self.report(
                 "pointer-invalid",
                 store.pointer_path,
                 f"points to {active}, which is archived",
-                "run `stm session switch ID` or `stm session new`",
             )
 
     def check_lock_file(self, tree: str, rule: str) -> None:
@@ -6890,7 +6880,6 @@ class Checker:
                 "session-id",
                 path,
                 "folder name is not a session id (YYYY-MM-DD-xxxxxxxx)",
-                "move it out of .state/sessions/",
             )
             return
         if link:
@@ -6950,7 +6939,6 @@ class Checker:
                 history_path,
                 f"state.json is at version {behind[0]}, its newest event at version "
                 f"{behind[1]}: an update was interrupted between its two writes",
-                "run `stm check --fix` to record a `recovered` event",
             )
         self.check_session_links(path, state, entries)
         self.check_interrupted_steps(path, name, month, state, context)
@@ -7029,7 +7017,7 @@ class Checker:
             size = len(raw)
             state = load_json(raw.decode("utf-8"))
         except FileNotFoundError:
-            self.report("state-invalid", path, "state.json is missing", "restore it from git")
+            self.report("state-invalid", path, "state.json is missing")
             return None
         except OSError as exc:
             if os.path.islink(path):
@@ -7038,14 +7026,13 @@ class Checker:
                 self.report("state-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
             return None
         except (UnicodeDecodeError, ValueError) as exc:
-            self.report("state-invalid", path, f"not valid JSON ({exc})", "restore it from git")
+            self.report("state-invalid", path, f"not valid JSON ({exc})")
             return None
         if not isinstance(state, dict):
             self.report(
                 "state-invalid",
                 path,
                 "state.json is not a JSON object",
-                "restore it from git",
             )
             return None
         if size > STATE_WARN_BYTES:
@@ -7053,7 +7040,6 @@ class Checker:
                 "state-size",
                 path,
                 f"state.json is {size} bytes (over 10 KB)",
-                "keep big inputs in context/ and reference them by path",
             )
         for problem in state_problems(state, name):
             rule, message = problem
@@ -7098,16 +7084,14 @@ class Checker:
                     "history-invalid",
                     path,
                     "line is not a JSON object with timestamp and event",
-                    "restore the file from git",
-                    number,
+                    line=number,
                 )
         if torn_tail:
             self.report(
                 "history-torn",
                 path,
                 "last line is torn (a writer was killed)",
-                "run `stm check --fix`, or the next update cuts it",
-                len(lines) + 1,
+                line=len(lines) + 1,
             )
         return events
 
@@ -7125,9 +7109,7 @@ class Checker:
             parse_handoff(read_bytes(handoff_path, HANDOFF_MAX_BYTES + 1), "")
         except (StmError, OSError) as exc:
             message = getattr(exc, "message", str(exc)).replace("handoff  ", "handoff ")
-            self.report(
-                "handoff-invalid", handoff_path, message, "restore the original handoff from git"
-            )
+            self.report("handoff-invalid", handoff_path, message)
 
 
 def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
