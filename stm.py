@@ -431,625 +431,6 @@ class LazyRegex:
         return getattr(self._compiled, name)
 
 
-# ==== Errors =================================================================
-
-
-class StmError(Exception):
-    """An expected failure: one line for stderr and the exit code to return."""
-
-    def __init__(self, message: str, code: int = EXIT_FAIL):
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.prog = None  # for a usage error: the command it concerns (`stm session new`)
-
-    def line(self) -> str:
-        """The one line for stderr, `stm: error: …` for every error; a usage error also
-        names its command's --help, so every usage error reads alike wherever found."""
-        message = escape_controls(as_invoked(self.message))
-        if self.code == EXIT_USAGE and self.prog:
-            return f"stm: error: {message}; see `{self.prog} --help`"
-        return f"stm: error: {message}"
-
-
-class Terminated(BaseException):
-    """SIGTERM, turned into an exception so that cleanup (temp files, locks) runs."""
-
-
-def usage_error(message: str) -> StmError:
-    return StmError(message, EXIT_USAGE)
-
-
-# ==== Filesystem primitives ==================================================
-#
-# The write protocol (spec/reliability.md):
-# - Every mutation holds the tree's lock (.stacks/.stm.lock, .state/.stm.lock), taken
-#   in that order when a command needs both. Readers never lock.
-# - A whole file is replaced atomically: temp file in the same directory, write all,
-#   fsync, os.replace, fsync the directory. The temp file is removed on any exception.
-# - Appends happen under the lock, in one write loop, after repairing a torn tail that
-#   a killed writer may have left; then fsync.
-# - STM_FSYNC=0 skips fsync (bulk work, test suites): consistency stays, durability
-#   against power loss goes.
-
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-
-
-def require_regular(fd: int, path: str) -> os.stat_result:
-    """Refuse a FIFO, socket or device where stm expects a regular file. An OSError, so
-    every reader that copes with an unreadable file (boot, check, search) copes here.
-    Returns the file's status (its size tells a reader how much to ask for)."""
-    import stat
-
-    status = os.fstat(fd)
-    if not stat.S_ISREG(status.st_mode):
-        import errno
-
-        message = "not a regular file (a FIFO, socket or device?): remove it"
-        raise OSError(errno.EINVAL, message, path)
-    return status
-
-
-def fsync_enabled() -> bool:
-    return Settings.durable()
-
-
-def fsync_fd(fd: int) -> None:
-    if fsync_enabled():
-        os.fsync(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename or a new file in `path` durable (a power cut can forget it)."""
-    if not fsync_enabled() or os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """os.write may write less than asked; loop until every byte is out."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def pread(fd: int, count: int, offset: int) -> bytes:
-    """os.pread where it exists (POSIX); seek and read elsewhere (Windows)."""
-    if hasattr(os, "pread"):
-        return os.pread(fd, count, offset)
-    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - Windows
-    return os.read(fd, count)  # pragma: no cover
-
-
-def pwrite(fd: int, data: bytes, offset: int) -> None:
-    if hasattr(os, "pwrite"):
-        os.pwrite(fd, data, offset)
-    else:  # pragma: no cover - Windows
-        os.lseek(fd, offset, os.SEEK_SET)
-        write_all(fd, data)
-
-
-def random_hex(nbytes: int) -> str:
-    return os.urandom(nbytes).hex()
-
-
-def default_file_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace `path` with `data`: readers see the old or the new bytes, never a mix."""
-    directory, name = os.path.split(os.path.abspath(path))
-    try:
-        mode = os.lstat(path).st_mode & 0o777
-    except FileNotFoundError:
-        mode = default_file_mode()
-    tmp = os.path.join(directory, f".{name}.{random_hex(4)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
-    fd = None
-    # os.open sits inside the try: a signal handler may raise (Ctrl-C, SIGTERM) right
-    # after the file is created and before `fd` is bound, and the temp file must still go.
-    try:
-        fd = os.open(tmp, flags, 0o600)
-        write_all(fd, data)
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, mode)
-        fsync_fd(fd)
-        closing, fd = fd, None
-        os.close(closing)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if not isinstance(exc, FileExistsError):  # else the name is not ours to remove
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        name_the_file(exc, path, tmp)
-        raise
-    try:
-        fsync_dir(directory)
-    except OSError as exc:
-        name_the_file(exc, path, directory)
-        raise
-
-
-def name_the_file(exc: BaseException, path: str, *aliases: str) -> None:
-    """Make `exc` name `path` when it is an OSError that names no file (os.write,
-    os.fsync) or only our temp file or folder: the user's one line says which file the
-    disk refused."""
-    if isinstance(exc, OSError) and exc.filename in (None, *aliases):
-        exc.filename = path
-
-
-def read_bytes(path: str, limit: int | None = None) -> bytes:
-    """Read a regular file without following a symlink in its last component. O_NONBLOCK:
-    a FIFO planted where a file should be must not hang the command; it is refused."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    try:
-        size = require_regular(fd, path).st_size
-        chunks, total = [], 0
-        while limit is None or total < limit:
-            # The size and one byte more: a short read once the size is reached is the
-            # end, so a file costs one read (check reads 20,000 of them).
-            want = size - total + 1 if total < size else 65536
-            chunk = os.read(fd, want if limit is None else min(want, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if len(chunk) < want and total >= size:
-                break
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def read_text(path: str, limit: int | None = None) -> str:
-    return read_bytes(path, limit).decode("utf-8", errors="replace")
-
-
-def read_text_to_edit(path: str, shown: str) -> str:
-    """The text of a file stm is about to rewrite: strict UTF-8, since a lenient read
-    would write U+FFFD over every byte it could not decode."""
-    data = read_bytes(path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise StmError(
-            f"{shown} is not valid UTF-8 (byte {exc.start}); stm will not rewrite it and lose "
-            "those bytes: convert it to UTF-8 first; nothing written"
-        ) from None
-
-
-def make_dir(path: str) -> bool:
-    """Create a directory (and its parents); True when it was created now."""
-    refuse_symlink(path, "folder")
-    if os.path.isdir(path):
-        return False
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
-        make_dir(parent)
-    os.mkdir(path)
-    try:
-        fsync_dir(parent or ".")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
-        raise
-    return True
-
-
-class FileLock:
-    """An exclusive lock on one lock file per tree, polled until LOCK_TIMEOUT_S.
-
-    flock is used because the kernel drops it when the holder dies, even by SIGKILL,
-    so a lock can never go stale. The lock file is never deleted: deleting it would let
-    two processes lock two different inodes. `held` counts the locks this process holds:
-    work that takes the locks itself after a write (a checkpoint) waits until it is 0.
-    """
-
-    held = 0
-
-    def __init__(self, path: str, timeout: float | None = None):
-        self.path = path
-        self.timeout = Settings().lock_timeout if timeout is None else timeout
-        self.fd = -1
-
-    def __enter__(self) -> FileLock:
-        # Never truncated, never written through a hard link: a lock file planted as a
-        # hard link to someone's file must not damage it.
-        flags = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-        try:
-            self.fd = os.open(self.path, flags, 0o644)
-        except OSError as exc:
-            raise StmError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
-        try:
-            require_regular(self.fd, self.path)
-            if os.fstat(self.fd).st_nlink > 1:
-                raise StmError(
-                    f"lock file {self.path} has other hard links; stm will not write to it: "
-                    "delete it (stm recreates it)"
-                )
-            self._acquire()
-            stamp = f"{os.getpid()} {host_name()} {iso_now()}".ljust(LOCK_STAMP_BYTES)
-            pwrite(self.fd, stamp.encode()[:LOCK_STAMP_BYTES], 0)
-        except BaseException:
-            os.close(self.fd)
-            self.fd = -1
-            raise
-        FileLock.held += 1
-        return self
-
-    def _acquire(self) -> None:
-        deadline = time.monotonic() + self.timeout
-        delay = 0.001
-        while True:
-            try:
-                _try_lock(self.fd)
-                return
-            except BlockingIOError:
-                pass
-            except OSError as exc:
-                raise StmError(
-                    f"cannot lock {self.path}: {exc.strerror}; stm needs a filesystem "
-                    "with flock support (not all network filesystems have it)"
-                ) from exc
-            if time.monotonic() >= deadline:
-                raise StmError(self._timeout_message(), EXIT_LOCKED)
-            jitter = 0.5 + os.urandom(1)[0] / 255
-            time.sleep(min(delay * jitter, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 1.0)
-
-    def _timeout_message(self) -> str:
-        try:
-            holder = pread(self.fd, 200, 0).decode("utf-8", "replace").split()
-        except OSError:
-            holder = []
-        who = f"pid {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "another process"
-        return (
-            f"{self.path} is locked by {who}; gave up after {self.timeout:g} s. "
-            "Wait for it to finish, or raise STM_LOCK_TIMEOUT"
-        )
-
-    def __exit__(self, *exc_info) -> None:
-        if self.fd >= 0:
-            FileLock.held -= 1
-            try:
-                _unlock(self.fd)
-            finally:
-                os.close(self.fd)
-                self.fd = -1
-
-
-# The platform's lock calls, imported on first use (readers such as boot never lock).
-def _try_lock(fd: int) -> None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: byte 0 via msvcrt (untested)
-        import msvcrt
-
-        os.lseek(fd, 0, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError as exc:
-            raise BlockingIOError(str(exc)) from exc
-        return
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
-def _unlock(fd: int) -> None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-        return
-    fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def parse_lock_timeout(raw: str) -> float:
-    """STM_LOCK_TIMEOUT's seconds; anything but a finite number >= 0 is a usage error."""
-    if not raw:
-        return LOCK_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a finite number of seconds")
-    if value < 0:
-        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} must not be negative")
-    return value
-
-
-def host_name() -> str:
-    try:
-        return os.uname().nodename or "unknown-host"
-    except AttributeError:  # pragma: no cover - Windows
-        return os.environ.get("COMPUTERNAME", "unknown-host")
-
-
-def append_record(path: str, data: bytes, complete_end):
-    """Append `data` to `path` in one write loop, repairing a torn tail first.
-
-    Call with the tree's lock held. `complete_end(fd, size)` returns the offset where
-    the last complete record ends, or None when the tail is foreign text that must be
-    kept. A cut torn tail is reported on stderr. On failure the file is left as it was
-    (a file this call created is removed). Returns a function that undoes the append,
-    for a later step of the same command that fails (see Rollback).
-    """
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-    existed = os.path.lexists(path)
-    try:
-        fd = os.open(path, flags, default_file_mode())
-    except BaseException as exc:
-        if not existed:  # we hold the lock: a new file here can only be our own
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        if isinstance(exc, OSError):
-            raise StmError(f"cannot append to {path}: {exc.strerror}") from exc
-        raise
-    try:
-        require_regular(fd, path)
-        if os.fstat(fd).st_nlink > 1:
-            raise StmError(
-                f"{path} has other hard links; stm appends to its own files only: copy it "
-                "(cp --no-preserve=links) to break the link"
-            )
-        size = os.fstat(fd).st_size
-        end = complete_end(fd, size) if size else 0
-        if end is not None and end < size:
-            os.ftruncate(fd, end)
-            cut = size - end
-            warn(f"{path}: removed a torn record of {cut} bytes left by an interrupted writer")
-            size = end
-        elif end is None and size and pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data
-        try:
-            write_all(fd, data)
-            fsync_fd(fd)
-            if not existed:
-                fsync_dir(os.path.dirname(os.path.abspath(path)))
-        except BaseException as exc:
-            # Leave the file exactly as it was: no partial record behind us.
-            undo_append(path, size, existed, fd)
-            name_the_file(exc, path)
-            raise
-    finally:
-        os.close(fd)
-    return lambda: undo_append(path, size, existed)
-
-
-def undo_append(path: str, size: int, existed: bool, fd: int | None = None) -> None:
-    if not existed:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    elif fd is not None:
-        os.ftruncate(fd, size)
-    else:
-        fd = os.open(path, os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC)
-        try:
-            os.ftruncate(fd, size)
-        finally:
-            os.close(fd)
-
-
-class Rollback:
-    """Undo the finished steps of a multi-file change when a later step fails.
-
-    Commands that touch several files (a new session and the pointer; state.json and
-    history.jsonl; a handoff's session, pointer and log entry) register an undo for each
-    step; on any exception, Ctrl-C and SIGTERM included, the undos run newest first, so
-    the tree is left as it was. Run with the lock(s) held: nobody else wrote meanwhile.
-    """
-
-    def __init__(self):
-        self.undos: list = []
-
-    def add(self, undo) -> None:
-        self.undos.append(undo)
-
-    def __enter__(self) -> Rollback:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None:
-            for undo in reversed(self.undos):
-                with contextlib.suppress(Exception):  # report the first error, not these
-                    undo()
-        return False
-
-
-def restorer(path: str):
-    """A function that puts `path` back the way it is now: same bytes, or absent."""
-    try:
-        old = read_bytes(path)
-    except FileNotFoundError:
-        old = None
-
-    def restore() -> None:
-        if old is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        else:
-            atomic_write(path, old)
-
-    return restore
-
-
-def make_dir_undoable(path: str, rollback: Rollback) -> None:
-    if make_dir(path):
-        rollback.add(lambda: os.rmdir(path))
-
-
-def tail_bytes(fd: int, size: int, count: int) -> bytes:
-    start = max(0, size - count)
-    return pread(fd, size - start, start)
-
-
-def jsonl_complete_end(fd: int, size: int) -> int:
-    """history.jsonl: a record is a line; anything after the last newline is torn."""
-    if tail_bytes(fd, size, 1) == b"\n":
-        return size
-    pos = size
-    while pos > 0:
-        start = max(0, pos - 65536)
-        chunk = pread(fd, pos - start, start)
-        index = chunk.rfind(b"\n")
-        if index >= 0:
-            return start + index + 1
-        pos = start
-    return 0
-
-
-def sweep_temp_files(directory: str) -> list[str]:
-    """Names of leftover `.*.tmp` files from killed writers in `directory` (none listed
-    through a link: check --fix deletes what this returns)."""
-    if os.path.islink(directory):
-        return []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return sorted(n for n in names if n.startswith(".") and n.endswith(".tmp"))
-
-
-# ==== Path and name safety ===================================================
-
-SESSION_ID_RE = LazyRegex(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}$")
-ID_FRAGMENT_RE = LazyRegex(r"^[0-9a-f-]{4,19}$")
-PHASE_RE = LazyRegex(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-LOG_NAME_RE = LazyRegex(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
-
-
-def component_problem(name: str) -> str | None:
-    """Why a path component could escape or confuse the tree, or None."""
-    if not name:
-        return "is empty"
-    if "\x00" in name:
-        return "contains a NUL byte"
-    if "/" in name or "\\" in name:
-        return "contains a path separator"
-    if name in (".", ".."):
-        return "is '.' or '..'"
-    if name.lower() == ".git":
-        return "is .git"
-    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
-        return f"is longer than {NAME_MAX_BYTES} bytes"
-    if name.endswith((".tmp", ".lock")):
-        return "ends in .tmp or .lock, which stm reserves"
-    return None
-
-
-def check_component(name: str, what: str) -> str:
-    """Refuse a path component that could escape or confuse the tree."""
-    problem = component_problem(name)
-    if problem:
-        raise usage_error(f"{what} {name!r} {problem}")
-    return name
-
-
-def context_path_problem(value) -> str | None:
-    """Why a state.json `context` entry is not a relative path inside its session, or None.
-
-    Boot tells an agent to read these files: a hostile or careless entry such as
-    `../../.ssh/id_rsa` must never be passed on as something to read.
-    """
-    if not isinstance(value, str) or not value.strip():
-        return "is not a non-empty string"
-    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
-        return "is an absolute path"
-    if "\\" in value or any(ord(c) < 32 for c in value):
-        return "contains a backslash or a control character"
-    if any(part in ("", ".", "..") for part in value.split("/")):
-        return "has an empty, '.' or '..' component"
-    return None
-
-
-def first_link_below(root: str, path: str) -> str | None:
-    """The first of `path` and the folders between `root` and it that is a symbolic link
-    (`root` itself may be one: the trees' roots are allowed to be links)."""
-    walk = root
-    for part in os.path.relpath(path, root).split(os.sep):
-        walk = os.path.join(walk, part)
-        if os.path.islink(walk):
-            return walk
-    return None
-
-
-def links_on_the_way(root: str, path: str) -> bool:
-    """Whether `path` is outside `root`, or it or a folder on the way is a link."""
-    return os.path.relpath(path, root).startswith("..") or first_link_below(root, path) is not None
-
-
-def refuse_links_below(root: str, path: str) -> None:
-    """Refuse `path` when it, or any folder between `root` and it, is a symbolic link: stm
-    writes and deletes there, and a cloned repository chooses what links point to. A path
-    the user named outside `root` has only its last part checked."""
-    if os.path.relpath(path, root).startswith(".."):
-        refuse_symlink(path, "path")
-        return
-    link = first_link_below(root, path)
-    if link is not None:
-        refuse_symlink(link, "path")
-
-
-def require_inside(path: str, root: str, what: str) -> str:
-    """Refuse `path` unless it resolves inside `root` (no symlink may lead out)."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real != real_root and not real.startswith(real_root + os.sep):
-        raise StmError(
-            f"{what} {path} leads outside {root} (a symbolic link?); "
-            "stm does not follow links out of its tree: remove the link"
-        )
-    return path
-
-
-def refuse_symlink(path: str, what: str) -> None:
-    if os.path.islink(path):
-        raise StmError(
-            f"{what} {path} is a symbolic link; stm does not follow links inside its "
-            "tree: replace it with a real file or folder"
-        )
-
-
-def user_slug(name: str) -> str:
-    """The user's namespace folder name (`user-<slug>`); the author stays verbatim.
-
-    'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'. A
-    name with no ASCII letter or digit ('Юрий', '李', an emoji) gets 'u-' and 8 hex of
-    the SHA-256 of its NFC, case-folded form: stable on every machine, one per name,
-    and a plain ASCII path component on every filesystem (no normalisation surprises).
-    A name that is only spaces or ASCII punctuation is refused.
-    """
-    import unicodedata
-
-    name = unicodedata.normalize("NFC", name.strip())
-    slug = re.sub(r"[^a-z0-9_-]", "-", name.lower())[:64]
-    if re.search(r"[a-z0-9]", slug):
-        return slug
-    if name.isascii():
-        raise usage_error(
-            f"user name {name!r} has no letter or digit; pass --user NAME or set STM_USER"
-        )
-    import hashlib
-
-    return "u-" + hashlib.sha256(name.casefold().encode("utf-8", "surrogatepass")).hexdigest()[:8]
-
-
 # ==== Time and text helpers ==================================================
 
 # stm's own timestamps; checked first because it is far cheaper than parse_iso.
@@ -1393,19 +774,6 @@ def not_utf8(text: str) -> bool:
     return False
 
 
-def refuse_oversized(text: str, what: str) -> str:
-    """`text` when it fits the 1 MiB every text stm stores is held to (log entries,
-    notes, any MCP argument); else a usage error naming `what`. Checked in the operations,
-    so every front end gets the same refusal."""
-    size = len(text.encode("utf-8", "surrogateescape"))
-    if size > MESSAGE_MAX_BYTES:
-        raise usage_error(
-            f"{what} is larger than 1 MiB ({size} bytes); put big text in refs/ instead; "
-            "nothing written"
-        )
-    return text
-
-
 def refuse_json_constant(name: str):
     raise ValueError(f"{name} is not a JSON value (RFC 8259); send a number or a string")
 
@@ -1476,7 +844,79 @@ def dumps_json(obj, indent: int | None = 2) -> str:
     )
 
 
-# ==== Store locations ========================================================
+def find_secrets(text: str):
+    """Yield (kind, line_no, excerpt) for everything that looks like a credential.
+
+    >>> list(find_secrets("ok\\nkey AKIAABCDEFGHIJKLMNOP"))
+    [('AWS access key id', 2, 'AKIAAB…')]
+    """
+    for kind, pattern, hints in SECRET_PATTERNS:
+        if not any(hint in text for hint in hints):
+            continue
+        for match in re.finditer(pattern, text):
+            line = text.count("\n", 0, match.start()) + 1
+            found = match.group()
+            yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
+
+
+# ==== Errors =================================================================
+
+
+class StmError(Exception):
+    """An expected failure: one line for stderr and the exit code to return."""
+
+    def __init__(self, message: str, code: int = EXIT_FAIL):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.prog = None  # for a usage error: the command it concerns (`stm session new`)
+
+    def line(self) -> str:
+        """The one line for stderr, `stm: error: …` for every error; a usage error also
+        names its command's --help, so every usage error reads alike wherever found."""
+        message = escape_controls(as_invoked(self.message))
+        if self.code == EXIT_USAGE and self.prog:
+            return f"stm: error: {message}; see `{self.prog} --help`"
+        return f"stm: error: {message}"
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so that cleanup (temp files, locks) runs."""
+
+
+def usage_error(message: str) -> StmError:
+    return StmError(message, EXIT_USAGE)
+
+
+def refuse_oversized(text: str, what: str) -> str:
+    """`text` when it fits the 1 MiB every text stm stores is held to (log entries,
+    notes, any MCP argument); else a usage error naming `what`. Checked in the operations,
+    so every front end gets the same refusal."""
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MESSAGE_MAX_BYTES:
+        raise usage_error(
+            f"{what} is larger than 1 MiB ({size} bytes); put big text in refs/ instead; "
+            "nothing written"
+        )
+    return text
+
+
+# ==== Settings: the environment =============================================
+
+
+def parse_lock_timeout(raw: str) -> float:
+    """STM_LOCK_TIMEOUT's seconds; anything but a finite number >= 0 is a usage error."""
+    if not raw:
+        return LOCK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a finite number of seconds")
+    if value < 0:
+        raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} must not be negative")
+    return value
 
 
 class Settings:
@@ -1547,6 +987,584 @@ class Settings:
     @author.setter
     def author(self, name: str) -> None:
         self._author = " ".join(escape_controls(name).split())[:100] or "unknown"
+
+
+# ==== Path and name safety ===================================================
+
+SESSION_ID_RE = LazyRegex(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}$")
+ID_FRAGMENT_RE = LazyRegex(r"^[0-9a-f-]{4,19}$")
+PHASE_RE = LazyRegex(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LOG_NAME_RE = LazyRegex(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
+
+
+def component_problem(name: str) -> str | None:
+    """Why a path component could escape or confuse the tree, or None."""
+    if not name:
+        return "is empty"
+    if "\x00" in name:
+        return "contains a NUL byte"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if name in (".", ".."):
+        return "is '.' or '..'"
+    if name.lower() == ".git":
+        return "is .git"
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        return f"is longer than {NAME_MAX_BYTES} bytes"
+    if name.endswith((".tmp", ".lock")):
+        return "ends in .tmp or .lock, which stm reserves"
+    return None
+
+
+def check_component(name: str, what: str) -> str:
+    """Refuse a path component that could escape or confuse the tree."""
+    problem = component_problem(name)
+    if problem:
+        raise usage_error(f"{what} {name!r} {problem}")
+    return name
+
+
+def context_path_problem(value) -> str | None:
+    """Why a state.json `context` entry is not a relative path inside its session, or None.
+
+    Boot tells an agent to read these files: a hostile or careless entry such as
+    `../../.ssh/id_rsa` must never be passed on as something to read.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return "is not a non-empty string"
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
+        return "is an absolute path"
+    if "\\" in value or any(ord(c) < 32 for c in value):
+        return "contains a backslash or a control character"
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        return "has an empty, '.' or '..' component"
+    return None
+
+
+def first_link_below(root: str, path: str) -> str | None:
+    """The first of `path` and the folders between `root` and it that is a symbolic link
+    (`root` itself may be one: the trees' roots are allowed to be links)."""
+    walk = root
+    for part in os.path.relpath(path, root).split(os.sep):
+        walk = os.path.join(walk, part)
+        if os.path.islink(walk):
+            return walk
+    return None
+
+
+def links_on_the_way(root: str, path: str) -> bool:
+    """Whether `path` is outside `root`, or it or a folder on the way is a link."""
+    return os.path.relpath(path, root).startswith("..") or first_link_below(root, path) is not None
+
+
+def refuse_links_below(root: str, path: str) -> None:
+    """Refuse `path` when it, or any folder between `root` and it, is a symbolic link: stm
+    writes and deletes there, and a cloned repository chooses what links point to. A path
+    the user named outside `root` has only its last part checked."""
+    if os.path.relpath(path, root).startswith(".."):
+        refuse_symlink(path, "path")
+        return
+    link = first_link_below(root, path)
+    if link is not None:
+        refuse_symlink(link, "path")
+
+
+def require_inside(path: str, root: str, what: str) -> str:
+    """Refuse `path` unless it resolves inside `root` (no symlink may lead out)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root + os.sep):
+        raise StmError(
+            f"{what} {path} leads outside {root} (a symbolic link?); "
+            "stm does not follow links out of its tree: remove the link"
+        )
+    return path
+
+
+def refuse_symlink(path: str, what: str) -> None:
+    if os.path.islink(path):
+        raise StmError(
+            f"{what} {path} is a symbolic link; stm does not follow links inside its "
+            "tree: replace it with a real file or folder"
+        )
+
+
+def user_slug(name: str) -> str:
+    """The user's namespace folder name (`user-<slug>`); the author stays verbatim.
+
+    'Alice Smith' -> 'alice-smith': lowercase, anything but [a-z0-9_-] becomes '-'. A
+    name with no ASCII letter or digit ('Юрий', '李', an emoji) gets 'u-' and 8 hex of
+    the SHA-256 of its NFC, case-folded form: stable on every machine, one per name,
+    and a plain ASCII path component on every filesystem (no normalisation surprises).
+    A name that is only spaces or ASCII punctuation is refused.
+    """
+    import unicodedata
+
+    name = unicodedata.normalize("NFC", name.strip())
+    slug = re.sub(r"[^a-z0-9_-]", "-", name.lower())[:64]
+    if re.search(r"[a-z0-9]", slug):
+        return slug
+    if name.isascii():
+        raise usage_error(
+            f"user name {name!r} has no letter or digit; pass --user NAME or set STM_USER"
+        )
+    import hashlib
+
+    return "u-" + hashlib.sha256(name.casefold().encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+# ==== Filesystem primitives ==================================================
+#
+# The write protocol (spec/reliability.md):
+# - Every mutation holds the tree's lock (.stacks/.stm.lock, .state/.stm.lock), taken
+#   in that order when a command needs both. Readers never lock.
+# - A whole file is replaced atomically: temp file in the same directory, write all,
+#   fsync, os.replace, fsync the directory. The temp file is removed on any exception.
+# - Appends happen under the lock, in one write loop, after repairing a torn tail that
+#   a killed writer may have left; then fsync.
+# - STM_FSYNC=0 skips fsync (bulk work, test suites): consistency stays, durability
+#   against power loss goes.
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def require_regular(fd: int, path: str) -> os.stat_result:
+    """Refuse a FIFO, socket or device where stm expects a regular file. An OSError, so
+    every reader that copes with an unreadable file (boot, check, search) copes here.
+    Returns the file's status (its size tells a reader how much to ask for)."""
+    import stat
+
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        import errno
+
+        message = "not a regular file (a FIFO, socket or device?): remove it"
+        raise OSError(errno.EINVAL, message, path)
+    return status
+
+
+def fsync_enabled() -> bool:
+    return Settings.durable()
+
+
+def fsync_fd(fd: int) -> None:
+    if fsync_enabled():
+        os.fsync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new file in `path` durable (a power cut can forget it)."""
+    if not fsync_enabled() or os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write may write less than asked; loop until every byte is out."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def pread(fd: int, count: int, offset: int) -> bytes:
+    """os.pread where it exists (POSIX); seek and read elsewhere (Windows)."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, count, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.read(fd, count)  # pragma: no cover
+
+
+def pwrite(fd: int, data: bytes, offset: int) -> None:
+    if hasattr(os, "pwrite"):
+        os.pwrite(fd, data, offset)
+    else:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        write_all(fd, data)
+
+
+def random_hex(nbytes: int) -> str:
+    return os.urandom(nbytes).hex()
+
+
+def default_file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace `path` with `data`: readers see the old or the new bytes, never a mix."""
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        mode = os.lstat(path).st_mode & 0o777
+    except FileNotFoundError:
+        mode = default_file_mode()
+    tmp = os.path.join(directory, f".{name}.{random_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+    fd = None
+    # os.open sits inside the try: a signal handler may raise (Ctrl-C, SIGTERM) right
+    # after the file is created and before `fd` is bound, and the temp file must still go.
+    try:
+        fd = os.open(tmp, flags, 0o600)
+        write_all(fd, data)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, mode)
+        fsync_fd(fd)
+        closing, fd = fd, None
+        os.close(closing)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if not isinstance(exc, FileExistsError):  # else the name is not ours to remove
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        name_the_file(exc, path, tmp)
+        raise
+    try:
+        fsync_dir(directory)
+    except OSError as exc:
+        name_the_file(exc, path, directory)
+        raise
+
+
+def name_the_file(exc: BaseException, path: str, *aliases: str) -> None:
+    """Make `exc` name `path` when it is an OSError that names no file (os.write,
+    os.fsync) or only our temp file or folder: the user's one line says which file the
+    disk refused."""
+    if isinstance(exc, OSError) and exc.filename in (None, *aliases):
+        exc.filename = path
+
+
+def read_bytes(path: str, limit: int | None = None) -> bytes:
+    """Read a regular file without following a symlink in its last component. O_NONBLOCK:
+    a FIFO planted where a file should be must not hang the command; it is refused."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        size = require_regular(fd, path).st_size
+        chunks, total = [], 0
+        while limit is None or total < limit:
+            # The size and one byte more: a short read once the size is reached is the
+            # end, so a file costs one read (check reads 20,000 of them).
+            want = size - total + 1 if total < size else 65536
+            chunk = os.read(fd, want if limit is None else min(want, limit - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if len(chunk) < want and total >= size:
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str, limit: int | None = None) -> str:
+    return read_bytes(path, limit).decode("utf-8", errors="replace")
+
+
+def read_text_to_edit(path: str, shown: str) -> str:
+    """The text of a file stm is about to rewrite: strict UTF-8, since a lenient read
+    would write U+FFFD over every byte it could not decode."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StmError(
+            f"{shown} is not valid UTF-8 (byte {exc.start}); stm will not rewrite it and lose "
+            "those bytes: convert it to UTF-8 first; nothing written"
+        ) from None
+
+
+def make_dir(path: str) -> bool:
+    """Create a directory (and its parents); True when it was created now."""
+    refuse_symlink(path, "folder")
+    if os.path.isdir(path):
+        return False
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        make_dir(parent)
+    os.mkdir(path)
+    try:
+        fsync_dir(parent or ".")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        raise
+    return True
+
+
+class FileLock:
+    """An exclusive lock on one lock file per tree, polled until LOCK_TIMEOUT_S.
+
+    flock is used because the kernel drops it when the holder dies, even by SIGKILL,
+    so a lock can never go stale. The lock file is never deleted: deleting it would let
+    two processes lock two different inodes. `held` counts the locks this process holds:
+    work that takes the locks itself after a write (a checkpoint) waits until it is 0.
+    """
+
+    held = 0
+
+    def __init__(self, path: str, timeout: float | None = None):
+        self.path = path
+        self.timeout = Settings().lock_timeout if timeout is None else timeout
+        self.fd = -1
+
+    def __enter__(self) -> FileLock:
+        # Never truncated, never written through a hard link: a lock file planted as a
+        # hard link to someone's file must not damage it.
+        flags = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+        try:
+            self.fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise StmError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
+        try:
+            require_regular(self.fd, self.path)
+            if os.fstat(self.fd).st_nlink > 1:
+                raise StmError(
+                    f"lock file {self.path} has other hard links; stm will not write to it: "
+                    "delete it (stm recreates it)"
+                )
+            self._acquire()
+            stamp = f"{os.getpid()} {host_name()} {iso_now()}".ljust(LOCK_STAMP_BYTES)
+            pwrite(self.fd, stamp.encode()[:LOCK_STAMP_BYTES], 0)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            raise
+        FileLock.held += 1
+        return self
+
+    def _acquire(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.001
+        while True:
+            try:
+                _try_lock(self.fd)
+                return
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise StmError(
+                    f"cannot lock {self.path}: {exc.strerror}; stm needs a filesystem "
+                    "with flock support (not all network filesystems have it)"
+                ) from exc
+            if time.monotonic() >= deadline:
+                raise StmError(self._timeout_message(), EXIT_LOCKED)
+            jitter = 0.5 + os.urandom(1)[0] / 255
+            time.sleep(min(delay * jitter, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+
+    def _timeout_message(self) -> str:
+        try:
+            holder = pread(self.fd, 200, 0).decode("utf-8", "replace").split()
+        except OSError:
+            holder = []
+        who = f"pid {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "another process"
+        return (
+            f"{self.path} is locked by {who}; gave up after {self.timeout:g} s. "
+            "Wait for it to finish, or raise STM_LOCK_TIMEOUT"
+        )
+
+    def __exit__(self, *exc_info) -> None:
+        if self.fd >= 0:
+            FileLock.held -= 1
+            try:
+                _unlock(self.fd)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+# The platform's lock calls, imported on first use (readers such as boot never lock).
+def _try_lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: byte 0 via msvcrt (untested)
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError as exc:
+            raise BlockingIOError(str(exc)) from exc
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _unlock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        return
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def host_name() -> str:
+    try:
+        return os.uname().nodename or "unknown-host"
+    except AttributeError:  # pragma: no cover - Windows
+        return os.environ.get("COMPUTERNAME", "unknown-host")
+
+
+def append_record(path: str, data: bytes, complete_end):
+    """Append `data` to `path` in one write loop, repairing a torn tail first.
+
+    Call with the tree's lock held. `complete_end(fd, size)` returns the offset where
+    the last complete record ends, or None when the tail is foreign text that must be
+    kept. A cut torn tail is reported on stderr. On failure the file is left as it was
+    (a file this call created is removed). Returns a function that undoes the append,
+    for a later step of the same command that fails (see Rollback).
+    """
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, flags, default_file_mode())
+    except BaseException as exc:
+        if not existed:  # we hold the lock: a new file here can only be our own
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(exc, OSError):
+            raise StmError(f"cannot append to {path}: {exc.strerror}") from exc
+        raise
+    try:
+        require_regular(fd, path)
+        if os.fstat(fd).st_nlink > 1:
+            raise StmError(
+                f"{path} has other hard links; stm appends to its own files only: copy it "
+                "(cp --no-preserve=links) to break the link"
+            )
+        size = os.fstat(fd).st_size
+        end = complete_end(fd, size) if size else 0
+        if end is not None and end < size:
+            os.ftruncate(fd, end)
+            cut = size - end
+            warn(f"{path}: removed a torn record of {cut} bytes left by an interrupted writer")
+            size = end
+        elif end is None and size and pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            write_all(fd, data)
+            fsync_fd(fd)
+            if not existed:
+                fsync_dir(os.path.dirname(os.path.abspath(path)))
+        except BaseException as exc:
+            # Leave the file exactly as it was: no partial record behind us.
+            undo_append(path, size, existed, fd)
+            name_the_file(exc, path)
+            raise
+    finally:
+        os.close(fd)
+    return lambda: undo_append(path, size, existed)
+
+
+def undo_append(path: str, size: int, existed: bool, fd: int | None = None) -> None:
+    if not existed:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    elif fd is not None:
+        os.ftruncate(fd, size)
+    else:
+        fd = os.open(path, os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
+
+class Rollback:
+    """Undo the finished steps of a multi-file change when a later step fails.
+
+    Commands that touch several files (a new session and the pointer; state.json and
+    history.jsonl; a handoff's session, pointer and log entry) register an undo for each
+    step; on any exception, Ctrl-C and SIGTERM included, the undos run newest first, so
+    the tree is left as it was. Run with the lock(s) held: nobody else wrote meanwhile.
+    """
+
+    def __init__(self):
+        self.undos: list = []
+
+    def add(self, undo) -> None:
+        self.undos.append(undo)
+
+    def __enter__(self) -> Rollback:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            for undo in reversed(self.undos):
+                with contextlib.suppress(Exception):  # report the first error, not these
+                    undo()
+        return False
+
+
+def restorer(path: str):
+    """A function that puts `path` back the way it is now: same bytes, or absent."""
+    try:
+        old = read_bytes(path)
+    except FileNotFoundError:
+        old = None
+
+    def restore() -> None:
+        if old is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        else:
+            atomic_write(path, old)
+
+    return restore
+
+
+def make_dir_undoable(path: str, rollback: Rollback) -> None:
+    if make_dir(path):
+        rollback.add(lambda: os.rmdir(path))
+
+
+def tail_bytes(fd: int, size: int, count: int) -> bytes:
+    start = max(0, size - count)
+    return pread(fd, size - start, start)
+
+
+def jsonl_complete_end(fd: int, size: int) -> int:
+    """history.jsonl: a record is a line; anything after the last newline is torn."""
+    if tail_bytes(fd, size, 1) == b"\n":
+        return size
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        chunk = pread(fd, pos - start, start)
+        index = chunk.rfind(b"\n")
+        if index >= 0:
+            return start + index + 1
+        pos = start
+    return 0
+
+
+def sweep_temp_files(directory: str) -> list[str]:
+    """Names of leftover `.*.tmp` files from killed writers in `directory` (none listed
+    through a link: check --fix deletes what this returns)."""
+    if os.path.islink(directory):
+        return []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(".") and n.endswith(".tmp"))
+
+
+# ==== Store locations ========================================================
 
 
 class Store:
@@ -2276,21 +2294,6 @@ def may_hold_secret(data: bytes) -> bool:
         if byte in data and any(hint in data for hint in hints):
             return True
     return False
-
-
-def find_secrets(text: str):
-    """Yield (kind, line_no, excerpt) for everything that looks like a credential.
-
-    >>> list(find_secrets("ok\\nkey AKIAABCDEFGHIJKLMNOP"))
-    [('AWS access key id', 2, 'AKIAAB…')]
-    """
-    for kind, pattern, hints in SECRET_PATTERNS:
-        if not any(hint in text for hint in hints):
-            continue
-        for match in re.finditer(pattern, text):
-            line = text.count("\n", 0, match.start()) + 1
-            found = match.group()
-            yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
 
 
 # ==== Formats: sessions ======================================================
