@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 
 from conftest import MEMORY, snapshot
+from helpers import write_config
 
 import stm
-
-
-def write_config(store, **config):
-    (store / ".stacks" / "config.json").write_text(json.dumps(config))
 
 
 def test_a_four_backtick_fence_holding_a_three_backtick_line_hides_no_heading(store, run):

@@ -13,8 +13,8 @@ clones that compact independently) run stm in real processes; the rest run in-pr
 from __future__ import annotations
 
 import collections
+import functools
 import json
-import os
 import random
 import re
 import shutil
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, ROOT, STM_PY, TODAY, snapshot
+from helpers import PROC_ENV, check_findings, isolated_git_env, ok, read, rules, write_config
+from helpers import git as shared_git
 
 import stm
 
@@ -42,9 +44,6 @@ WHY = "User clarified they've switched primarily to Go"
 FAKE_TOKEN = "ghp_" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"  # 36 letters: the GitHub pattern
 MEMORY_PATH = ".stacks/MEMORY.md"
 FACTS_PATH = ".stacks/refs/facts.md"
-PROC_ENV = {**os.environ, "STM_FSYNC": "0", "PYTHONDONTWRITEBYTECODE": "1", "USER": "tester"}
-for _name in ("STM_USER", "STM_SESSION", "STM_LOCK_TIMEOUT"):
-    PROC_ENV.pop(_name, None)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -56,11 +55,6 @@ def pin(monkeypatch, stamp: str) -> float:
     assert moment is not None, stamp
     monkeypatch.setattr(stm, "utc_now", lambda: moment)
     return moment
-
-
-def ok(result):
-    assert result.code == 0, result
-    return result
 
 
 def memory_text(n_next: int, *, last_updated: str = "2026-11-22", extra: str = "") -> str:
@@ -84,15 +78,6 @@ def write_memory(store: Path, text: str) -> None:
     (store / ".stacks" / "MEMORY.md").write_text(text)
 
 
-def write_config(store: Path, config) -> None:
-    text = config if isinstance(config, str) else json.dumps(config)
-    (store / ".stacks" / "config.json").write_text(text)
-
-
-def read(store: Path, rel: str) -> str:
-    return (store / rel).read_text()
-
-
 def log_entries(store: Path) -> list:
     """Every log entry of every day file, in file order: (file name, LogEntry)."""
     entries = []
@@ -105,16 +90,6 @@ def log_entries(store: Path) -> list:
 
 def entry_text(entry) -> str:
     return "\n".join(entry.body).strip("\n")
-
-
-def findings(run, *args) -> tuple[int, list[dict]]:
-    result = run("check", "--json", *args)
-    assert result.code in (0, 1), result
-    return result.code, json.loads(result.out)["findings"]
-
-
-def rules(found: list[dict]) -> list[str]:
-    return [f["rule"] for f in found]
 
 
 def fact_block(store: Path, block: str = "facts"):
@@ -256,7 +231,7 @@ def test_each_reason_stays_under_the_value_it_explains(store, run, monkeypatch):
         "  - *Correction: switched*\n"
         "- 2025-01-01T00:00:00Z: Python\n"
     )
-    assert findings(run)[0] == 0
+    assert check_findings(run)[0] == 0
 
 
 def test_setting_the_current_value_again_changes_nothing(store, run, monkeypatch):
@@ -355,7 +330,7 @@ def test_fact_rm_moves_the_history_into_todays_log_with_the_reason(two_facts, ru
     ):
         assert line in text.split("\n"), (line, text)
     assert ok(run("fact", "list")).out == "user_name: Ann\n"
-    assert findings(run)[0] == 0  # the entry (which quotes the section) is a valid log entry
+    assert check_findings(run)[0] == 0  # the entry (which quotes the section) is a valid log entry
     # An unknown key, or no reason, is refused and changes nothing.
     before = snapshot(two_facts)
     assert run("fact", "rm", "primary_language", "--why", "again").code == 1
@@ -469,11 +444,11 @@ def test_search_finds_a_fact_value(two_facts, run):
 
 
 def test_check_reports_a_hand_edited_current_value(two_facts, run):
-    code, found = findings(run)
+    code, found = check_findings(run)
     assert code == 0 and "fact-current" not in rules(found)
     path = two_facts / FACTS_PATH
     path.write_text(path.read_text().replace("**Current:** Go", "**Current:** Rust"))
-    code, found = findings(run)
+    code, found = check_findings(run)
     assert code == 1
     hits = [f for f in found if f["rule"] == "fact-current"]
     assert len(hits) == 1, found
@@ -481,7 +456,7 @@ def test_check_reports_a_hand_edited_current_value(two_facts, run):
     assert "primary_language" in hits[0]["message"]
     # `fact set` brings them back together.
     ok(run("fact", "set", "primary_language", "Zig"))
-    assert "fact-current" not in rules(findings(run)[1])
+    assert "fact-current" not in rules(check_findings(run)[1])
 
 
 def test_merge_file_merges_fact_blocks_per_key(store, run, aux):
@@ -585,9 +560,9 @@ def test_no_config_file_means_the_defaults(store, run, monkeypatch):
     assert moved == [{"path": MEMORY_PATH, "section": "Next Steps", "lines": ["- step 1"]}]
     # consolidation_threshold 50: 50 bullets are fine, 51 are over.
     write_memory(store, memory_text(50))
-    assert "memory-over-threshold" not in rules(findings(run)[1])
+    assert "memory-over-threshold" not in rules(check_findings(run)[1])
     write_memory(store, memory_text(51))
-    assert "memory-over-threshold" in rules(findings(run)[1])
+    assert "memory-over-threshold" in rules(check_findings(run)[1])
     # fact_history_limit 10: an 11th entry is the first one compact moves.
     for n in range(11):
         pin(monkeypatch, f"2025-01-{n + 1:02d}T00:00:00Z")
@@ -621,7 +596,7 @@ def test_an_invalid_config_is_reported_and_compact_refuses(store, run, monkeypat
     pin(monkeypatch, "2026-11-23T10:00:00Z")
     write_memory(store, memory_text(30))
     write_config(store, config)
-    code, found = findings(run)
+    code, found = check_findings(run)
     assert code == 1
     hits = [f for f in found if f["rule"] == "config-invalid"]
     assert hits, found
@@ -648,21 +623,21 @@ def test_a_valid_config_is_not_reported(store, run):
             "boot_budget_tokens": 3000,
         },
     )
-    code, found = findings(run)
+    code, found = check_findings(run)
     assert code == 0 and "config-invalid" not in rules(found)
     write_config(store, {})
-    assert "config-invalid" not in rules(findings(run)[1])
+    assert "config-invalid" not in rules(check_findings(run)[1])
 
 
 def test_consolidation_threshold_warns_in_check_and_status(store, run, monkeypatch):
     pin(monkeypatch, "2026-11-23T10:00:00Z")
     write_config(store, {"consolidation_threshold": 4})
     write_memory(store, memory_text(4))
-    assert "memory-over-threshold" not in rules(findings(run)[1])
+    assert "memory-over-threshold" not in rules(check_findings(run)[1])
     status = json.loads(ok(run("status", "--json")).out)
     assert not any("stm compact" in w for w in status["warnings"])
     write_memory(store, memory_text(5))
-    code, found = findings(run)
+    code, found = check_findings(run)
     hits = [f for f in found if f["rule"] == "memory-over-threshold"]
     assert code == 0 and len(hits) == 1  # a warning: check still passes
     assert hits[0]["severity"] == "warning" and hits[0]["path"] == MEMORY_PATH
@@ -685,7 +660,7 @@ def test_boot_budget_tokens_sets_the_budget(store, run, monkeypatch):
     assert status["boot"]["budget"] == 20
     assert status["boot"]["tokens"] > 20
     assert any("budget" in w for w in status["warnings"]), status["warnings"]
-    assert "boot-budget" in rules(findings(run)[1])
+    assert "boot-budget" in rules(check_findings(run)[1])
 
 
 # ---- compaction -----------------------------------------------------------------------------
@@ -714,7 +689,7 @@ def test_compact_moves_the_bottom_bullets_into_one_log_entry(store, run, monkeyp
     result = ok(run("compact"))
     assert "nothing to compact" in result.out
     assert snapshot(store) == state
-    assert findings(run)[0] == 0
+    assert check_findings(run)[0] == 0
 
 
 def test_compact_moves_continuation_lines_with_their_bullet(store, run, monkeypatch):
@@ -826,7 +801,7 @@ def test_a_completed_compact_is_not_a_compact_duplicate_with_a_repeated_bullet(
         ("- step 1",),
     ]
     assert all_items_memory_and_log(store) == original
-    assert "compact-duplicate" not in rules(findings(run)[1])
+    assert "compact-duplicate" not in rules(check_findings(run)[1])
     before = read(store, MEMORY_PATH)
     run("check", "--fix")
     assert read(store, MEMORY_PATH) == before
@@ -841,7 +816,7 @@ def test_a_bullet_noted_again_after_a_compact_is_not_a_compact_duplicate(store, 
     ok(run("compact"))  # moves step 2 and step 1
     pin(monkeypatch, "2026-11-24T10:00:00Z")
     ok(run("note", "Next Steps", "step 1"))
-    assert "compact-duplicate" not in rules(findings(run)[1])
+    assert "compact-duplicate" not in rules(check_findings(run)[1])
     before = read(store, MEMORY_PATH)
     run("check", "--fix")
     assert read(store, MEMORY_PATH) == before
@@ -884,7 +859,7 @@ def test_compact_keeps_the_newest_fact_history(store, run, monkeypatch):
         "moved from .stacks/refs/facts.md ## primary_language by stm compact: "
         "<!-- stm:compact refs/facts.md primary_language -->\n\n" + "\n".join(moved_lines)
     )
-    assert findings(run)[0] == 0
+    assert check_findings(run)[0] == 0
 
 
 def test_memory_and_facts_compact_into_one_entry(store, run, monkeypatch):
@@ -961,7 +936,7 @@ def test_compact_refuses_a_fact_block_with_conflict_markers(store, run, monkeypa
         )
     )
     write_memory(store, memory_text(12))
-    assert "conflict-markers" in rules(findings(run)[1])
+    assert "conflict-markers" in rules(check_findings(run)[1])
     before = snapshot(store)
     result = run("compact")
     assert result.code == 1 and "conflict" in result.err, result
@@ -1064,7 +1039,7 @@ def test_compact_property_nothing_lost_nothing_duplicated(tmp_path, run, monkeyp
             assert logged.get(name, []) == items[limit:], (seed, name)
         # Headings, prose and comments are all still there, in order.
         assert other_lines(after) == other_lines(before), seed
-        code, found = findings(run)
+        code, found = check_findings(run)
         assert "compact-duplicate" not in rules(found), (seed, found)
 
 
@@ -1161,7 +1136,7 @@ def test_a_compact_killed_after_its_log_append_is_found_and_fixed(over_limits, r
     doubled = all_items(store)
     assert set(doubled) == set(original)
     assert all(doubled[item] >= 1 for item in original)
-    code, found = findings(run)
+    code, found = check_findings(run)
     hits = [f for f in found if f["rule"] == "compact-duplicate"]
     assert hits and all(f["severity"] == "warning" for f in hits), found
     expected_paths = {MEMORY_PATH, FACTS_PATH} if step == "after-write-1" else {FACTS_PATH}
@@ -1174,12 +1149,12 @@ def test_a_compact_killed_after_its_log_append_is_found_and_fixed(over_limits, r
     assert snapshot(store) == state
     fixed = json.loads(run("check", "--fix", "--json").out)
     assert any(f["rule"] == "compact-duplicate" and f["applied"] for f in fixed["fixed"]), fixed
-    assert "compact-duplicate" not in rules(findings(run)[1])
+    assert "compact-duplicate" not in rules(check_findings(run)[1])
     assert all_items(store) == original  # each item exactly once, in a file or in the log
     assert read(store, MEMORY_PATH) == read(reference, MEMORY_PATH)
     assert fact_block(store)[0][1].history == fact_block(reference)[0][1].history
     assert ok(run("compact")).out.startswith("nothing to compact")
-    assert findings(run)[0] == 0
+    assert check_findings(run)[0] == 0
 
 
 def test_a_compact_killed_before_its_log_append_changed_nothing(over_limits, run, aux):
@@ -1197,60 +1172,29 @@ def test_a_compact_killed_before_its_log_append_changed_nothing(over_limits, run
     )
     assert killed.returncode == 137, killed.stderr
     assert snapshot(store) == before
-    code, found = findings(run)
+    code, found = check_findings(run)
     assert "compact-duplicate" not in rules(found)
     # A later compact does the whole job.
     done = stm_process(store, "compact")
     assert done.returncode == 0, done.stderr
     assert len(log_entries(store)) == 1
-    assert "compact-duplicate" not in rules(findings(run)[1])
+    assert "compact-duplicate" not in rules(check_findings(run)[1])
 
 
 # ---- compaction: two clones ----------------------------------------------------------------
-
-GIT = shutil.which("git")
 
 
 @pytest.fixture
 def git_env(tmp_path_factory):
     """git and python3 on a PATH without any `stm` command, so that `stm setup git
     --install` writes this checkout's stm.py as the driver; a private git config."""
-    assert GIT, "git is needed for the merge test"
-    bin_dir = tmp_path_factory.mktemp("bin")
-    (bin_dir / "python3").symlink_to(sys.executable)
-    (bin_dir / "git").symlink_to(GIT)
-    folders = [str(bin_dir)] + [
-        folder
-        for folder in os.environ.get("PATH", "").split(os.pathsep)
-        if folder and not os.access(os.path.join(folder, "stm"), os.X_OK)
-    ]
-    env = {k: v for k, v in PROC_ENV.items() if not k.startswith("GIT_") and k != "CI"}
-    env.update(
-        {
-            "PATH": os.pathsep.join(folders),
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@example.invalid",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@example.invalid",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CEILING_DIRECTORIES": str(tmp_path_factory.getbasetemp()),
-            "GIT_EDITOR": ":",
-            "GIT_MERGE_AUTOEDIT": "no",
-            "GIT_TERMINAL_PROMPT": "0",
-        }
-    )
-    return env
+    base = {k: v for k, v in PROC_ENV.items() if not k.startswith("GIT_") and k != "CI"}
+    bin_dir, ceiling = tmp_path_factory.mktemp("bin"), tmp_path_factory.getbasetemp()
+    return isolated_git_env(bin_dir, base, ceiling)
 
 
 def test_two_clones_that_compact_independently_still_merge(tmp_path, git_env):
-    def git(cwd, *args, check=True):
-        result = subprocess.run(
-            [GIT, *args], cwd=cwd, env=git_env, capture_output=True, text=True, timeout=60
-        )
-        if check:
-            assert result.returncode == 0, (args, result.stdout, result.stderr)
-        return result
+    git = functools.partial(shared_git, full_env=git_env, timeout=60)
 
     def stm_ok(cwd, *args):
         result = subprocess.run(
@@ -1520,7 +1464,7 @@ def test_note_ref_creates_a_titled_ref_and_leaves_memory_alone(store, run, monke
     assert read(store, ".stacks/AGENT.md") == agent_before
     boot = ok(run("boot")).out
     assert any(line.startswith("- refs/deploy.md — Deploy") for line in boot.splitlines())
-    assert findings(run)[0] == 0
+    assert check_findings(run)[0] == 0
 
 
 def test_note_ref_into_a_sub_folder_and_an_existing_ref(store, run, monkeypatch):
