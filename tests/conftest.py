@@ -180,6 +180,12 @@ def call(capsys):
 
 
 @pytest.fixture
+def aux(tmp_path_factory):
+    """A folder outside the project, for scripts and reference copies."""
+    return tmp_path_factory.mktemp("aux")
+
+
+@pytest.fixture
 def store(project, run):
     """An initialised project whose identity and session layers are filled in."""
     assert run("init").code == 0

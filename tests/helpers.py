@@ -21,8 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+import stm
+
 # The handoff of spec/handoff-example.json.
 EXAMPLE = json.loads((ROOT / "spec" / "handoff-example.json").read_text())
 
@@ -303,3 +305,58 @@ def read_state(repo: Path, sid: str) -> dict:
 def read_jsonl(path: Path) -> list[dict]:
     """The records of a JSON-lines file (a session's history.jsonl), blank lines skipped."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---- the lifecycle: facts, compaction, digest (a pinned clock, MEMORY.md, the log) ----
+
+
+def pin(monkeypatch, stamp: str) -> float:
+    """Stop the clock at `stamp` (YYYY-MM-DDTHH:MM:SSZ); returns its epoch seconds."""
+    moment = stm.parse_iso(stamp)
+    assert moment is not None, stamp
+    monkeypatch.setattr(stm, "utc_now", lambda: moment)
+    return moment
+
+
+def memory_text(n_next: int, *, last_updated: str = "2026-11-22", extra: str = "") -> str:
+    """A MEMORY.md whose Next Steps holds `n_next` bullets, `- step N` newest (highest) on
+    top, as `stm note` writes them."""
+    steps = "\n".join(f"- step {n}" for n in range(n_next, 0, -1))
+    return (
+        "# Session Memory\n\n"
+        "## Status\n\nParser port half done.\n\n"
+        "## Observations\n\nThe old grammar has two precedence bugs.\n\n"
+        "## Open Questions\n\nNone yet.\n\n"
+        f"{extra}"
+        "## Next Steps\n\n"
+        f"{steps}\n\n"
+        "## Last Updated\n\n"
+        f"{last_updated}\n"
+    )
+
+
+def write_memory(store: Path, text: str) -> None:
+    (store / ".stacks" / "MEMORY.md").write_text(text)
+
+
+def log_entries(store: Path) -> list:
+    """Every log entry of every day file, in file order: (file name, LogEntry)."""
+    entries = []
+    for path in sorted((store / ".stacks" / "logs").glob("*.md")):
+        for kind, *rest in stm.parse_log(path.read_bytes()):
+            assert kind == "entry", (path, rest)
+            entries.append((path.name, rest[0]))
+    return entries
+
+
+def entry_text(entry) -> str:
+    return "\n".join(entry.body).strip("\n")
+
+
+def fact_block(store: Path, block: str = "facts"):
+    """The parsed block: [(key, Fact)], every section in the fact format."""
+    text = read(store, f".stacks/refs/{block}.md")
+    _, sections = stm.parse_fact_block(text)
+    parsed = [(key, fact) for key, fact, _, _ in sections]
+    assert all(fact is not None for _, fact in parsed), text
+    return parsed

@@ -121,12 +121,6 @@ def restore(copy: Path, root: Path) -> None:
     os.chdir(root)
 
 
-@pytest.fixture
-def aux(tmp_path_factory):
-    """A folder outside the project, for scripts and reference copies."""
-    return tmp_path_factory.mktemp("aux")
-
-
 # ---- 1, 2. compaction's bookkeeping cannot be forged ----------------------------------------
 
 PRINCIPLE = "- never force-push to main"
