@@ -135,6 +135,13 @@ def marker_lines(text: str, size: int = 7, *, start: int = 1, bare: bool = False
     return [n for n, line in enumerate(text.splitlines(), start) if pattern.match(line)]
 
 
+def added_lines(base: str, side: str) -> list[str]:
+    """The lines of `side` that `base` does not have (what that side wrote, which a merge
+    must keep)."""
+    had = set(base.splitlines())
+    return [line for line in side.splitlines() if line.strip() and line not in had]
+
+
 class Clock:
     """stm's clock in a test (monkeypatched over stm.utc_now): stands at `start` until
     `tick` moves it."""
