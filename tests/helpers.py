@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
+import string
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -276,6 +278,17 @@ def boot_section(text: str, title: str) -> str:
     assert f"## {title}" in text, (title, text)
     body = text.split(f"## {title}", 1)[1]
     return re.split(r"\n## |\n---\n", body, maxsplit=1)[0]
+
+
+# ---- test data ----------------------------------------------------------------------
+
+ALNUM = string.ascii_letters + string.digits
+
+
+def fake_token(prefix: str, length: int, alphabet: str = ALNUM) -> str:
+    """A realistic-looking but random (never real) credential, the same on every run."""
+    rng = random.Random(prefix + str(length))
+    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
 
 
 # ---- reading and writing a store ------------------------------------------------------

@@ -8,12 +8,11 @@ import base64
 import functools
 import json
 import os
-import random
 import string
 import time
 
 import pytest
-from helpers import git_out, needs_git
+from helpers import fake_token, git_out, needs_git
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -492,13 +491,6 @@ def test_entries_of_unexpected_shapes_never_raise(cwd):
 
 
 # ---- redaction ------------------------------------------------------------------------------
-
-
-def fake_token(prefix: str, length: int, alphabet: str = ALNUM) -> str:
-    """A realistic-looking but random (never real) credential."""
-    rng = random.Random(prefix + str(length))
-    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
-
 
 JWT = ".".join(
     [

@@ -16,7 +16,6 @@ import hashlib
 import io
 import json
 import os
-import random
 import re
 import shutil
 import socket
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, MEMORY, ROOT, STM_PY, TODAY, Result, snapshot
-from helpers import findings
+from helpers import fake_token, findings
 
 import stm
 
@@ -127,12 +126,6 @@ def assert_clean_refusal(result: Result, code: int, *names: str) -> None:
 
 # The findings of a `check --json` Result, which must hold no traceback.
 findings = functools.partial(findings, no_traceback=True)
-
-
-def fake_token(prefix: str, length: int, alphabet: str = string.ascii_letters + string.digits):
-    """A realistic-looking but random (never real) credential."""
-    rng = random.Random(prefix + str(length))
-    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
 
 
 def handoff_json(**changes) -> dict:
