@@ -1,4 +1,4 @@
-"""Helpers shared by the test files: git, stm's check findings, reading a store back.
+"""Helpers shared by the test files: git and clones, check's findings, reading a store.
 
 Imported as `from helpers import ...` (pytest puts tests/ on sys.path, as it does for
 conftest, mcp_client, transcripts and workers). Fixtures live in conftest.py. Where test
