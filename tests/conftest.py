@@ -150,6 +150,42 @@ def run(capsys):
 
 
 @pytest.fixture
+def call(capsys):
+    """stm.main in-process, like `run`, but an exception escaping main (a traceback for a
+    user) is returned as code None with the exception in `err`, so a test can report
+    every command that failed, not just the first."""
+
+    def runner(*argv: str, stdin: str | bytes | None = None) -> Result:
+        import io
+        import traceback
+
+        old = sys.stdin
+        if stdin is not None:
+            data = stdin.encode() if isinstance(stdin, str) else stdin
+            sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+        crash = ""
+        try:
+            code = stm.main(list(argv))
+        except BaseException as exc:
+            code = None
+            crash = "Traceback (in-process): " + "".join(
+                traceback.format_exception_only(type(exc), exc)
+            )
+        finally:
+            sys.stdin = old
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err + crash)
+
+    return runner
+
+
+@pytest.fixture
+def aux(tmp_path_factory):
+    """A folder outside the project, for scripts and reference copies."""
+    return tmp_path_factory.mktemp("aux")
+
+
+@pytest.fixture
 def store(project, run):
     """An initialised project whose identity and session layers are filled in."""
     assert run("init").code == 0

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from conftest import IDENTITY, MEMORY, snapshot
+from helpers import git, log_text
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -69,10 +70,6 @@ def sessions(project):
 
 def state_of(folder) -> dict:
     return json.loads((folder / "state.json").read_text())
-
-
-def log_text(project) -> str:
-    return "".join(p.read_text() for p in sorted((project / ".stacks" / "logs").glob("*.md")))
 
 
 # ---- stm capture on one hook ------------------------------------------------------------------
@@ -396,10 +393,6 @@ def test_a_transcript_with_no_plan_still_gives_request_files_and_failures(agent,
 
 
 # ---- boot without any capture: git says when memory is behind the work ---------------------
-
-
-def git(cwd, *args):
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
 
 
 @pytest.fixture

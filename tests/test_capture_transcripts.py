@@ -5,15 +5,14 @@ the state of a git work tree. Fixtures are built from the clients' documented fo
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
-import random
-import shutil
 import string
-import subprocess
 import time
 
 import pytest
+from helpers import fake_token, git_out, needs_git
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -493,13 +492,6 @@ def test_entries_of_unexpected_shapes_never_raise(cwd):
 
 # ---- redaction ------------------------------------------------------------------------------
 
-
-def fake_token(prefix: str, length: int, alphabet: str = ALNUM) -> str:
-    """A realistic-looking but random (never real) credential."""
-    rng = random.Random(prefix + str(length))
-    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
-
-
 JWT = ".".join(
     [
         base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=").decode(),
@@ -653,13 +645,11 @@ def test_find_project_transcript_looks_at_both_ends_of_a_long_file(tmp_path, cwd
 
 # ---- git_state --------------------------------------------------------------------------------
 
-needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
-
-
-def git(root, *args: str) -> str:
-    identity = ["-c", "user.name=Tester", "-c", "user.email=t@example.com"]
-    command = ["git", *identity, "-c", "commit.gpgsign=false", *args]
-    return subprocess.run(command, cwd=root, check=True, capture_output=True, text=True).stdout
+# git with an identity and no signing of its own, whatever the runner's git config says: stdout.
+git = functools.partial(
+    git_out,
+    config={"user.name": "Tester", "user.email": "t@example.com", "commit.gpgsign": "false"},
+)
 
 
 @pytest.fixture

@@ -11,95 +11,34 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, all_command_paths
-from test_merge import EXAMPLE, GIT_ENV
+from conftest import all_command_paths
+from helpers import (
+    EXAMPLE,
+    GIT,
+    Clock,
+    World,
+    boot_section,
+    findings,
+    marker_lines,
+    read_jsonl,
+    read_state,
+    state_path,
+    use_private_git,
+)
 
 import stm
 
-GIT = shutil.which("git")
 T0 = "2026-11-22T09:00:00Z"
 WAITING = "## Sessions waiting (no session is current in this clone)"
-MARKER_RE = re.compile(r"^(<{7} |={7}$|>{7} )")
-
-
 # ---- helpers ------------------------------------------------------------------------------
-
-
-class Clock:
-    """stm's clock: starts at T0 and moves one minute before every stm command."""
-
-    def __init__(self) -> None:
-        self.now = stm.parse_iso(T0, need_zone=True)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: int = 60) -> None:
-        self.now += seconds
-
-
-class World:
-    """A bare origin seeded with a filled-in store, and clones of it."""
-
-    def __init__(self, tmp_path: Path, run, monkeypatch, clock: Clock) -> None:
-        self.tmp, self.run, self.monkeypatch, self.clock = tmp_path, run, monkeypatch, clock
-        self.origin = tmp_path / "origin.git"
-
-    # git -----------------------------------------------------------------------------
-    def git(self, repo: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([GIT, *args], cwd=repo, capture_output=True, text=True, timeout=60)
-        if ok:
-            assert result.returncode == 0, (args, result.stdout, result.stderr)
-        return result
-
-    def commit(self, repo: Path, message: str) -> None:
-        self.git(repo, "add", "-A")
-        self.git(repo, "commit", "-q", "-m", message)
-
-    def push(self, repo: Path) -> None:
-        self.git(repo, "push", "-q", "origin", "main")
-
-    def pull(self, repo: Path, ok: bool = True) -> subprocess.CompletedProcess:
-        return self.git(repo, "pull", "--no-rebase", "--no-edit", "-q", "origin", "main", ok=ok)
-
-    def seed(self, *setup) -> None:
-        seed = self.tmp / "seed"
-        seed.mkdir()
-        self.git(seed, "-c", "init.defaultBranch=main", "init", "-q", "-b", "main")
-        self.stm(seed, "init")
-        (seed / ".stacks" / "AGENT.md").write_text(IDENTITY)
-        (seed / ".stacks" / "MEMORY.md").write_text(MEMORY)
-        for step in setup:
-            step(seed)
-        self.commit(seed, "base")
-        self.git(self.tmp, "clone", "-q", "--bare", str(seed), str(self.origin))
-
-    def clone(self, name: str) -> Path:
-        path = self.tmp / name
-        self.git(self.tmp, "clone", "-q", str(self.origin), str(path))
-        return path
-
-    # stm -----------------------------------------------------------------------------
-    def stm(self, repo: Path, *args: str, user: str | None = None, stdin=None, code=0):
-        self.clock.tick()
-        if user is None:
-            self.monkeypatch.delenv("STM_USER", raising=False)
-        else:
-            self.monkeypatch.setenv("STM_USER", user)
-        result = self.run("--dir", str(repo / ".stacks"), *args, stdin=stdin)
-        if code is not None:
-            assert result.code == code, (args, result)
-        return result
 
 
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
-    clock = Clock()
+    clock = Clock(stm.parse_iso(T0, need_zone=True))  # moves one minute per stm command
     monkeypatch.setattr(stm, "utc_now", clock)
     return clock
 
@@ -107,53 +46,16 @@ def clock(monkeypatch) -> Clock:
 @pytest.fixture
 def world(tmp_path, run, monkeypatch, clock) -> World:
     assert GIT, "git is needed for the continuity tests"
-    for key, value in GIT_ENV.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    monkeypatch.setenv("GIT_EDITOR", ":")
-    monkeypatch.setenv("GIT_MERGE_AUTOEDIT", "no")
-    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
-    for key in ("STM_SESSION", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        monkeypatch.delenv(key, raising=False)
+    use_private_git(monkeypatch, tmp_path)
     return World(tmp_path, run, monkeypatch, clock)
-
-
-def section(text: str, title: str) -> str:
-    """The body of boot's `## title` section (up to the next `## ` or the closing rule)."""
-    assert f"## {title}" in text, (title, text)
-    body = text.split(f"## {title}", 1)[1]
-    return re.split(r"\n## |\n---\n", body, maxsplit=1)[0]
 
 
 def bullets(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("- ")]
 
 
-def marker_lines(text: str) -> list[int]:
-    """1-based numbers of the conflict-marker lines of a file git left conflicted."""
-    return [n for n, line in enumerate(text.splitlines(), 1) if MARKER_RE.match(line)]
-
-
 def names_lines(message: str, numbers: list[int]) -> bool:
     return all(re.search(rf"\b{n}\b", message) for n in numbers)
-
-
-def state_path(repo: Path, sid: str) -> Path:
-    found = [p for p in (repo / ".state" / "sessions").rglob("state.json") if p.parent.name == sid]
-    assert len(found) == 1, (sid, found)
-    return found[0]
-
-
-def read_state(repo: Path, sid: str) -> dict:
-    return json.loads(state_path(repo, sid).read_text())
-
-
-def read_events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def findings(result) -> list[dict]:
-    return json.loads(result.out)["findings"]
 
 
 def handoff(task_id: str, to_agent: str) -> str:
@@ -216,7 +118,7 @@ def test_fresh_clone_lists_waiting_sessions_and_adopts_one(world):
     assert "## Active workflow" not in boot.out
     # The one addressed to this user (STM_USER=bob) comes first, whole (issue 24, 2); the
     # others one line each.
-    full, _, others = section(boot.out, WAITING[3:]).partition("Also waiting:")
+    full, _, others = boot_section(boot.out, WAITING[3:]).partition("Also waiting:")
     assert f"adopt it with `stm session switch {for_bob}`" in full, full
     assert "- Handoff: task PARSER-42 from planner-agent" in full
     assert f"- Phase: {EXAMPLE['phase']}" in full  # the handoff's own phase
@@ -250,7 +152,7 @@ def test_fresh_clone_lists_waiting_sessions_and_adopts_one(world):
     world.stm(bob, "session", "switch", plain, user="bob")
     boot = world.stm(bob, "boot", user="bob").out
     assert WAITING not in boot
-    workflow = section(boot, "Active workflow")
+    workflow = boot_section(boot, "Active workflow")
     assert plain in workflow
     assert "  1. port binary operators" in workflow
     assert "  2. port unary operators" in workflow
@@ -280,7 +182,7 @@ def test_pointer_to_a_session_archived_in_another_clone(world):
 
     boot = world.stm(bob, "boot")
     assert "## Active workflow" not in boot.out, boot.out
-    waiting = section(boot.out, WAITING[3:])
+    waiting = boot_section(boot.out, WAITING[3:])
     assert still in waiting and gone not in waiting
     assert gone in boot.err and "archived" in boot.err, boot.err
 
@@ -495,7 +397,7 @@ def diverged(request, world):
     originals = {
         without_version(e)
         for clone in (alice, bob)
-        for e in read_events(state_path(clone, sid).parent / "history.jsonl")
+        for e in read_jsonl(state_path(clone, sid).parent / "history.jsonl")
     }
     pulled = world.pull(bob, ok=False)
     assert pulled.returncode != 0, pulled
@@ -520,7 +422,7 @@ def test_check_finds_and_fix_rebuilds_a_state_changed_in_two_clones(diverged):
     fixed = world.stm(bob, "check", "--fix", code=0)
     assert "state-conflict" in fixed.out, fixed
 
-    events = read_events(history)
+    events = read_jsonl(history)
     kept = [without_version(e) for e in events]
     assert originals <= set(kept), (originals - set(kept), events)
     assert len(kept) == len(set(kept)), events  # nothing doubled
@@ -538,7 +440,7 @@ def test_check_finds_and_fix_rebuilds_a_state_changed_in_two_clones(diverged):
     after = world.stm(bob, "check", "--json", code=0)
     assert [f for f in findings(after) if f["severity"] == "error"] == [], findings(after)
     world.stm(bob, "session", "switch", sid)
-    workflow = section(world.stm(bob, "boot").out, "Active workflow")
+    workflow = boot_section(world.stm(bob, "boot").out, "Active workflow")
     assert "- Last completed step: step1" in workflow
     assert "  1. p1" in workflow and "  2. p2" in workflow
     assert "note from A" in workflow and "note from B" in workflow
@@ -650,7 +552,7 @@ def new_session(run, *pending: str) -> str:
 
 def test_checkpoint_done_by_number_or_text_and_a_warning_for_no_match(store, run):
     sid = new_session(run, "a", "b", "c")
-    assert "  2. b" in section(run("boot").out, "Active workflow")
+    assert "  2. b" in boot_section(run("boot").out, "Active workflow")
     result = run("session", "checkpoint", "--done", "2")
     assert result.code == 0, result
     checkpoint = read_state(store, sid)["checkpoint"]
@@ -690,7 +592,7 @@ def test_checkpoint_finish_marks_the_session_finished_without_archiving(store, r
     assert "archived_at" not in state
     assert (store / ".state" / "sessions" / sid / "state.json").is_file()
     assert not list((store / ".state" / "history").rglob(sid))
-    workflow = section(run("boot").out, "Active workflow")
+    workflow = boot_section(run("boot").out, "Active workflow")
     assert "Finished at" in workflow, workflow
     assert "- Resume:" not in workflow
 

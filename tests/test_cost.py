@@ -8,14 +8,12 @@ counted (files opened, folders listed), small store against a bigger one.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import shutil
-import subprocess
 import unicodedata
 
 import pytest
+from helpers import GIT, GIT_IDENTITY, git, needs_git
 from test_performance import bench, listed, opened, probe
 
 import stm
@@ -158,17 +156,6 @@ def test_a_needle_with_no_folding_letters_skips_the_folding_scan():
 
 # ---- check: each file's work once; the staged check follows the commit ----------------
 
-GIT = shutil.which("git")
-needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
-
-
-def git(repo, *args):
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
-    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
-    done = subprocess.run([GIT, *args], cwd=repo, capture_output=True, text=True, env=env)
-    assert done.returncode == 0, (args, done.stderr)
-    return done.stdout
-
 
 def grow(store, rng, logs: int, sessions: int) -> None:
     """More history, none of it shown by boot: old logs, sessions active and archived."""
@@ -195,9 +182,9 @@ def repos(tmp_path_factory):
         root = tmp_path_factory.mktemp(name)
         ids = bench.build_store(str(root), False, now)
         grow(root, bench.random.Random(11), 60 * scale, 60 * scale)
-        git(root, "init", "-q")
-        git(root, "add", "-A")
-        git(root, "commit", "-q", "-m", "history")
+        git(root, "init", "-q", env=GIT_IDENTITY)
+        git(root, "add", "-A", env=GIT_IDENTITY)
+        git(root, "commit", "-q", "-m", "history", env=GIT_IDENTITY)
         made.append((root, ids))
     for root, ids in made:
         for argv in (
@@ -205,7 +192,7 @@ def repos(tmp_path_factory):
             ["session", "phase", "ship", "--session", ids["other"]],
         ):
             assert probe(root, argv)["code"] == 0
-        git(root, "add", "-A")
+        git(root, "add", "-A", env=GIT_IDENTITY)
     return made
 
 
@@ -244,15 +231,15 @@ def test_staged_check_reads_the_same_files_whatever_the_history(repos):
 
 @needs_git
 def test_staged_check_reports_what_is_staged_and_only_that(store, run):
-    git(store, "init", "-q")
+    git(store, "init", "-q", env=GIT_IDENTITY)
     run("session", "new", "--name", "first")
-    git(store, "add", "-A")
-    git(store, "commit", "-q", "-m", "start")
+    git(store, "add", "-A", env=GIT_IDENTITY)
+    git(store, "commit", "-q", "-m", "start", env=GIT_IDENTITY)
     [old] = (store / ".state" / "sessions").glob("*/state.json")
     old.write_text("{not json")  # broken, and not staged
     log = store / ".stacks" / "logs" / "2026-01-02.md"
     log.write_text("stray text before any entry\n")
-    git(store, "add", str(log))
+    git(store, "add", str(log), env=GIT_IDENTITY)
     staged = run("check", "--staged", "--json")
     rules = {(f["rule"], f["path"]) for f in json.loads(staged.out)["findings"]}
     assert ("log-entry", ".stacks/logs/2026-01-02.md") in rules

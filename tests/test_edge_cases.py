@@ -9,10 +9,6 @@ from conftest import MEMORY, snapshot
 import stm
 
 
-def write_config(store, **config):
-    (store / ".stacks" / "config.json").write_text(json.dumps(config))
-
-
 def test_a_four_backtick_fence_holding_a_three_backtick_line_hides_no_heading(store, run):
     """One fence rule everywhere (CommonMark's closing rule): note, check and boot agree
     with the merge driver."""
@@ -27,46 +23,6 @@ def test_a_four_backtick_fence_holding_a_three_backtick_line_hides_no_heading(st
     assert not [f for f in found if f["rule"] == "heading-missing"]
     assert run("check", "--fix").code == 0
     assert memory.read_text().count("## Last Updated") == 1
-
-
-def test_a_bullet_noted_again_after_two_compacts_is_no_leftover(store, run):
-    write_config(store, section_limits={"Notes": 1})
-    assert run("note", "--create", "Notes", "b").code == 0
-    assert run("note", "Notes", "a").code == 0
-    assert run("compact").code == 0
-    assert run("note", "Notes", "b").code == 0
-    assert run("compact").code == 0
-    found = json.loads(run("check", "--json").out)["findings"]
-    assert not [f for f in found if f["rule"] == "compact-duplicate"]
-    run("check", "--fix")
-    assert "- b" in (store / ".stacks" / "MEMORY.md").read_text()
-
-
-def test_compact_moves_a_loose_bullet_whole(store, run):
-    write_config(store, section_limits={"Ideas": 1})
-    memory = store / ".stacks" / "MEMORY.md"
-    loose = "- loose item\n  cont\n\n  second paragraph\n  - nested"
-    memory.write_text(
-        MEMORY.replace("## Last Updated", f"## Ideas\n\n- newest\n{loose}\n\n## Last Updated")
-    )
-    assert run("compact").code == 0
-    text = memory.read_text()
-    assert "second paragraph" not in text and "nested" not in text
-    log = "".join(p.read_text() for p in (store / ".stacks" / "logs").glob("*.md"))
-    assert "  second paragraph\n  - nested" in log
-
-
-def test_compact_and_fact_set_keep_crlf(store, run):
-    write_config(store, default_section_limit=1)
-    memory = store / ".stacks" / "MEMORY.md"
-    crlf = MEMORY.replace("Port the expression grammar.", "- one\n- two").replace("\n", "\r\n")
-    memory.write_bytes(crlf.encode())
-    assert run("compact").code == 0
-    assert b"\r\n" in memory.read_bytes() and b"\n" not in memory.read_bytes().replace(b"\r\n", b"")
-    facts = store / ".stacks" / "refs" / "facts.md"
-    facts.write_bytes(b"# Facts\r\n")
-    assert run("fact", "set", "lang", "Go").code == 0
-    assert b"\n" not in facts.read_bytes().replace(b"\r\n", b"")
 
 
 def test_a_fact_block_that_is_not_utf8_is_never_rewritten(store, run):

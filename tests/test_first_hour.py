@@ -3,6 +3,7 @@ each test runs stm as a new user would and fails if the rough edge comes back.""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -11,23 +12,12 @@ import sys
 
 import pytest
 from conftest import ROOT, run_stm, snapshot
+from helpers import GIT_IDENTITY, git
 
 import stm
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def git(cwd, *args):
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
-    )
+GIT_ENV = {**GIT_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1"}
+git = functools.partial(git, env=GIT_ENV)
 
 
 def session_dir(store, sid):

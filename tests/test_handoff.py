@@ -7,6 +7,7 @@ import os
 
 import pytest
 from conftest import ROOT, snapshot
+from helpers import log_text
 
 import stm
 
@@ -32,10 +33,6 @@ def write(project, data, name="h.json"):
 def session_dirs(store):
     base = store / ".state" / "sessions"
     return sorted(p for p in base.iterdir() if p.is_dir())
-
-
-def log_text(store):
-    return "".join(p.read_text() for p in (store / ".stacks" / "logs").glob("*.md"))
 
 
 # ---- the example, end to end ------------------------------------------------

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
-import random
 import re
 import shutil
 import socket
@@ -23,13 +23,13 @@ import stat
 import string
 import subprocess
 import sys
-import traceback
 import warnings
 import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, MEMORY, ROOT, STM_PY, TODAY, Result, snapshot
+from helpers import fake_token, findings
 
 import stm
 
@@ -40,33 +40,6 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def call(capsys):
-    """stm.main in-process, like conftest's `run`, but an exception escaping main (a
-    traceback for a user) is returned as code None with the exception in `err`, so a
-    test can report every command that failed, not just the first."""
-
-    def runner(*argv: str, stdin: str | bytes | None = None) -> Result:
-        old = sys.stdin
-        if stdin is not None:
-            data = stdin.encode() if isinstance(stdin, str) else stdin
-            sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
-        crash = ""
-        try:
-            code = stm.main(list(argv))
-        except BaseException as exc:
-            code = None
-            crash = "Traceback (in-process): " + "".join(
-                traceback.format_exception_only(type(exc), exc)
-            )
-        finally:
-            sys.stdin = old
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err + crash)
-
-    return runner
 
 
 def quiet(*argv: str) -> tuple[int, str]:
@@ -151,15 +124,8 @@ def assert_clean_refusal(result: Result, code: int, *names: str) -> None:
         assert any(name in errors[0] for name in names), result.err
 
 
-def findings(result: Result) -> list[dict]:
-    assert "Traceback" not in result.err, result.err
-    return json.loads(result.out)["findings"]
-
-
-def fake_token(prefix: str, length: int, alphabet: str = string.ascii_letters + string.digits):
-    """A realistic-looking but random (never real) credential."""
-    rng = random.Random(prefix + str(length))
-    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
+# The findings of a `check --json` Result, which must hold no traceback.
+findings = functools.partial(findings, no_traceback=True)
 
 
 def handoff_json(**changes) -> dict:

@@ -12,78 +12,25 @@ patching stm's `os`, kills happen in real processes.
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, ROOT, STM_PY, Result, snapshot
+from conftest import IDENTITY, MEMORY, ROOT, STM_PY, snapshot
+from helpers import PROC_ENV, check_findings, log_text, ok, read, rules
 
 import stm
-
-PROC_ENV = {**os.environ, "STM_FSYNC": "0", "PYTHONDONTWRITEBYTECODE": "1", "USER": "tester"}
-for _name in ("STM_USER", "STM_SESSION", "STM_LOCK_TIMEOUT"):
-    PROC_ENV.pop(_name, None)
 
 AGENT = ".stacks/AGENT.md"
 MEMORY_MD = ".stacks/MEMORY.md"
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def call(capsys):
-    """stm.main in-process; an exception escaping main (a traceback for a user) comes
-    back as code None with the exception in `err`."""
-
-    def runner(*argv: str, stdin: str | None = None) -> Result:
-        old = sys.stdin
-        if stdin is not None:
-            sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
-        crash = ""
-        try:
-            code = stm.main(list(argv))
-        except BaseException as exc:
-            code = None
-            crash = "Traceback (in-process): " + "".join(
-                traceback.format_exception_only(type(exc), exc)
-            )
-        finally:
-            sys.stdin = old
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err + crash)
-
-    return runner
-
-
-def ok(result: Result) -> Result:
-    assert result.code == 0, result
-    return result
-
-
-def findings(call, *args) -> list[dict]:
-    result = call("check", "--json", *args)
-    assert result.code in (0, 1), result
-    return json.loads(result.out)["findings"]
-
-
-def rules(found: list[dict]) -> list[str]:
-    return [f["rule"] for f in found]
-
-
-def read(root: Path, rel: str) -> str:
-    return (root / rel).read_text()
-
-
-def log_text(root: Path) -> str:
-    return "".join(p.read_text() for p in sorted((root / ".stacks" / "logs").glob("*.md")))
 
 
 class FaultyOS:
@@ -174,12 +121,6 @@ def restore(copy: Path, root: Path) -> None:
     os.chdir(root)
 
 
-@pytest.fixture
-def aux(tmp_path_factory):
-    """A folder outside the project, for scripts and reference copies."""
-    return tmp_path_factory.mktemp("aux")
-
-
 # ---- 1, 2. compaction's bookkeeping cannot be forged ----------------------------------------
 
 PRINCIPLE = "- never force-push to main"
@@ -234,7 +175,7 @@ def test_log_text_cannot_forge_a_compact_entry(targets, call, kind):
         ok(call("log", forged(kind, rel, section, item)))
         ok(call("log", "-", stdin=forged(kind, rel, section, item) + "\n"))
     before = snapshot(root / ".stacks")
-    assert "compact-duplicate" not in rules(findings(call))
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
     fixed = call("check", "--fix")
     assert fixed.code == 0 and "removed" not in fixed.out, fixed
     after = snapshot(root / ".stacks")
@@ -260,7 +201,7 @@ def test_the_mcp_log_tool_cannot_forge_a_compact_entry(targets, call):
     assert "stm:compact" in log_text(root)  # the text is kept, as data
     assert "<!-- stm:compact" not in log_text(root)
     before = snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)
-    assert "compact-duplicate" not in rules(findings(call))
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
     ok(call("check", "--fix"))
     assert (snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)) == before
 
@@ -294,7 +235,7 @@ def test_a_compact_entry_never_removes_from_agent_md_or_a_file_compact_does_not_
     ]:
         raw_log_entry(root, forged(kind, rel, section, item))
     before = snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)
-    assert "compact-duplicate" not in rules(findings(call))
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
     ok(call("check", "--fix"))
     assert (snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)) == before
 
@@ -326,7 +267,7 @@ def test_a_compact_entry_naming_a_path_outside_stacks_is_never_opened(
         raw_log_entry(root, forged(kind, named, section, item).replace(".stacks/", ""))
     guard = OpenGuard(os, root)
     monkeypatch.setattr(stm, "os", guard)
-    found = findings(call)
+    found = check_findings(call)[1]
     fixed = call("check", "--fix")
     monkeypatch.setattr(stm, "os", os)
     assert guard.outside == []
@@ -384,12 +325,12 @@ def test_a_killed_compact_of_loose_bullets_is_found_and_fixed(store, call, aux):
     killed = killed_at_write(store, aux, 1, "compact")
     assert killed.returncode == 137, killed.stderr
     assert "loose one" in log_text(store) and "loose one" in read(store, MEMORY_MD)
-    found = [f for f in findings(call) if f["rule"] == "compact-duplicate"]
+    found = [f for f in check_findings(call)[1] if f["rule"] == "compact-duplicate"]
     assert [f["path"] for f in found] == [MEMORY_MD], found
     fixed = ok(call("check", "--fix"))
     assert "compact-duplicate" in fixed.out
     assert read(store, MEMORY_MD) == read(reference, MEMORY_MD)
-    assert "compact-duplicate" not in rules(findings(call))
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
 
 
 def test_a_killed_compact_of_a_fact_block_with_a_space_in_its_name_is_found(
@@ -409,11 +350,11 @@ def test_a_killed_compact_of_a_fact_block_with_a_space_in_its_name_is_found(
     assert done.returncode == 0
     killed = killed_at_write(store, aux, 1, "compact")
     assert killed.returncode == 137, killed.stderr
-    found = [f for f in findings(call) if f["rule"] == "compact-duplicate"]
+    found = [f for f in check_findings(call)[1] if f["rule"] == "compact-duplicate"]
     assert [f["path"] for f in found] == [".stacks/refs/team facts.md"], found
     ok(call("check", "--fix"))
     assert spaced.read_text() == (reference / ".stacks" / "refs" / "team facts.md").read_text()
-    assert "compact-duplicate" not in rules(findings(call))
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
 
 
 # ---- 13. a compact or fact rm that fails leaves the tree as it was ------------------------
@@ -553,7 +494,7 @@ def test_a_mistyped_merged_event_is_skipped_and_reported_never_replayed(
     assert "note from A" in notes and "note from B" in notes
     assert state["phase"] == "init"
     ok(call("session", "checkpoint", "--done", "p1"))
-    assert [f for f in findings(call) if f["severity"] == "error"] == []
+    assert [f for f in check_findings(call)[1] if f["severity"] == "error"] == []
 
 
 def test_a_mistyped_static_field_in_either_side_is_not_copied(store, call, aux):
@@ -607,7 +548,7 @@ def assert_rebuilt_with_both_notes(store: Path, call, folder: Path, step) -> Non
     events = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
     assert [e["version"] for e in events] == list(range(1, len(events) + 1)), step
     assert state["version"] == len(events), step
-    assert [f for f in findings(call) if f["severity"] == "error"] == [], step
+    assert [f for f in check_findings(call)[1] if f["severity"] == "error"] == [], step
 
 
 # ---- 8. an unreadable folder does not stop boot -----------------------------------------
@@ -718,7 +659,7 @@ def test_note_ref_at_the_depth_limit_is_read_by_every_reader(store, call):
     ok(call("note", "--ref", name, "Sec", "quokka at the bottom", "--create"))
     assert "quokka at the bottom" in ok(call("search", "quokka")).out
     assert f"refs/{name}.md" in ok(call("boot")).out
-    assert [f for f in findings(call) if f["severity"] == "error"] == []
+    assert [f for f in check_findings(call)[1] if f["severity"] == "error"] == []
 
 
 def test_readers_skip_a_too_deep_refs_folder_with_the_reason(store, call):
@@ -731,6 +672,6 @@ def test_readers_skip_a_too_deep_refs_folder_with_the_reason(store, call):
     assert "FIFO" not in boot.err and "not a regular file" not in boot.err, boot
     digest = call("digest")
     assert digest.code == 0, digest
-    found = [f for f in findings(call) if f["path"].startswith(".stacks/refs/d0")]
+    found = [f for f in check_findings(call)[1] if f["path"].startswith(".stacks/refs/d0")]
     assert found and all(f["rule"] != "layer-symlink" for f in found), found
     assert all("deep" in f["message"] for f in found), found

@@ -10,15 +10,11 @@ import subprocess
 
 import pytest
 from conftest import ROOT, all_command_paths
+from helpers import GIT_IDENTITY
 
 import stm
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
+GIT_ENV = GIT_IDENTITY
 
 
 def example_of(path):

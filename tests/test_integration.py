@@ -13,6 +13,7 @@ import zipfile
 
 import pytest
 from conftest import ROOT, snapshot
+from helpers import GIT_IDENTITY, GIT_PRIVATE_CONFIG, git_out
 
 import stm
 
@@ -658,17 +659,8 @@ def test_import_refuses_what_is_not_a_zip(store, run, tmp_path):
 
 # ---- commit -------------------------------------------------------------------------
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-}  # fmt: skip
-
-
-def git(cwd, *args):
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+GIT_ENV = {**GIT_IDENTITY, **GIT_PRIVATE_CONFIG}
+git = git_out
 
 
 def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, monkeypatch):

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
-from conftest import IDENTITY, MEMORY, ROOT, run_stm
+from conftest import IDENTITY, MEMORY, run_stm
+from helpers import EXAMPLE, GIT, GIT_IDENTITY, GIT_PRIVATE_CONFIG, git
 
-GIT = shutil.which("git")
-EXAMPLE = json.loads((ROOT / "spec" / "handoff-example.json").read_text())
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "STM_FSYNC": "0",
-}
-
-
-def git(cwd, *args):
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        [GIT, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
-    )
+GIT_ENV = {**GIT_IDENTITY, **GIT_PRIVATE_CONFIG, "STM_FSYNC": "0"}
+git = functools.partial(git, env=GIT_ENV, check=False)  # each test asserts git's exit code
 
 
 def stm(cwd, user, *args, input=None):

@@ -13,6 +13,7 @@ restamp `## Last Updated` with different, known times.
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import os
 import random
@@ -26,10 +27,10 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, MEMORY, STM_PY
+from helpers import GIT, git, isolated_git_env, marker_lines
 
 import stm as stm_module
 
-GIT = shutil.which("git")
 MEMORY_PATH = ".stacks/MEMORY.md"
 DRIVER_ARGS = "merge-file %O %A %B --marker-size %L --path %P"
 STACKS_MERGE_LINES = ["MEMORY.md merge=stm", "AGENT.md merge=stm", "refs/*.md merge=stm"]
@@ -59,42 +60,14 @@ T_A1, T_A2 = "2026-11-21T10:00:00Z", "2026-11-21T10:30:00Z"  # branch a (earlier
 T_B1, T_B2 = "2026-11-21T11:00:00Z", "2026-11-21T11:30:00Z"  # branch b (later)
 
 
-def is_command(folder: str, name: str) -> bool:
-    path = os.path.join(folder, name)
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _private_env(tmp_path_factory):
     """A PATH without any `stm` (python3 and git come from a private bin folder)."""
-    assert GIT, "git is needed for the merge-driver tests"
-    bin_dir = tmp_path_factory.mktemp("bin")
-    (bin_dir / "python3").symlink_to(sys.executable)
-    (bin_dir / "git").symlink_to(GIT)
-    folders = [str(bin_dir)] + [
-        folder
-        for folder in os.environ.get("PATH", "").split(os.pathsep)
-        if folder and not is_command(folder, "stm")
-    ]
+    base = {k: v for k, v in os.environ.items() if k not in DROPPED}
     ENV.clear()
-    ENV.update({k: v for k, v in os.environ.items() if k not in DROPPED})
-    ENV.update(
-        {
-            "PATH": os.pathsep.join(folders),
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@example.invalid",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@example.invalid",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CEILING_DIRECTORIES": str(tmp_path_factory.getbasetemp()),
-            "GIT_EDITOR": ":",
-            "GIT_MERGE_AUTOEDIT": "no",
-            "GIT_TERMINAL_PROMPT": "0",
-            "STM_FSYNC": "0",
-            "USER": "tester",
-        }
-    )
+    bin_dir, ceiling = tmp_path_factory.mktemp("bin"), tmp_path_factory.getbasetemp()
+    ENV.update(isolated_git_env(bin_dir, base, ceiling))
+    ENV.update({"STM_FSYNC": "0", "USER": "tester"})
     assert shutil.which("stm", path=ENV["PATH"]) is None
     yield
     ENV.clear()
@@ -102,14 +75,9 @@ def _private_env(tmp_path_factory):
 
 # ---- helpers ---------------------------------------------------------------------------
 
-
-def git(cwd, *args, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [GIT, *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=60
-    )
-    if check:
-        assert result.returncode == 0, (args, result.stdout, result.stderr)
-    return result
+git = functools.partial(git, full_env=ENV, timeout=60)  # ENV as it is at the call
+# Indexes (from 0) of the conflict-marker lines of exactly `size` (default 7) characters.
+marker_lines = functools.partial(marker_lines, start=0, bare=True)
 
 
 def stm_proc(cwd, *args, env=None, script=STM_PY) -> subprocess.CompletedProcess:
@@ -210,12 +178,6 @@ def section_lines(text: str, name: str) -> list[str]:
     assert len(found) == 1, (name, text)
     end = next((i for i in starts if i > found[0]), len(lines))
     return [line for line in lines[found[0] + 1 : end] if line.strip()]
-
-
-def marker_lines(text: str, size: int = 7) -> list[int]:
-    """Indexes of conflict-marker lines of exactly `size` characters."""
-    pattern = re.compile(rf"^(<{{{size}}}( |$)|={{{size}}}$|>{{{size}}}( |$))")
-    return [i for i, line in enumerate(text.splitlines()) if pattern.match(line)]
 
 
 def any_marker_lines(text: str) -> list[str]:

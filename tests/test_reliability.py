@@ -17,6 +17,7 @@ import time
 
 import pytest
 from conftest import IDENTITY, MEMORY, ROOT, STM_PY, snapshot
+from helpers import limited
 
 import stm
 
@@ -323,16 +324,6 @@ def test_atomic_write_gives_old_or_new_at_every_failing_step(tmp_path, monkeypat
 
 
 # ---- file too big (RLIMIT_FSIZE) --------------------------------------------------
-
-
-def limited(nbytes):
-    def apply():
-        import resource
-
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of a signal
-        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
-
-    return apply
 
 
 def test_file_too_big_on_append_is_a_clear_error_and_changes_nothing(store, run):

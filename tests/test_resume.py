@@ -20,134 +20,43 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, STM_PY, clock, snapshot
+from conftest import MEMORY, STM_PY, clock, snapshot
+from helpers import (
+    GIT,
+    MARKER_RE,
+    Clock,
+    World,
+    boot_section,
+    findings,
+    is_command,
+    read_jsonl,
+    read_state,
+    rules,
+    state_path,
+    use_private_git,
+)
 
 import stm
 
-GIT = shutil.which("git")
-MARKER_RE = re.compile(r"^(<{7} |={7}$|>{7} )")
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_EDITOR": ":",
-    "GIT_MERGE_AUTOEDIT": "no",
-    "GIT_TERMINAL_PROMPT": "0",
-}
-
-
 # ---- helpers ------------------------------------------------------------------------------
-
-
-class Clock:
-    """stm's clock: starts at the run's now (whole seconds) and moves one minute before
-    every stm command."""
-
-    def __init__(self) -> None:
-        self.now = float(int(clock()))
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: int = 60) -> None:
-        self.now += seconds
-
-
-class World:
-    """A bare origin seeded with a filled-in store, and clones of it."""
-
-    def __init__(self, tmp_path: Path, run, monkeypatch, clock: Clock) -> None:
-        self.tmp, self.run, self.monkeypatch, self.clock = tmp_path, run, monkeypatch, clock
-        self.origin = tmp_path / "origin.git"
-
-    def git(self, repo: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([GIT, *args], cwd=repo, capture_output=True, text=True, timeout=60)
-        if ok:
-            assert result.returncode == 0, (args, result.stdout, result.stderr)
-        return result
-
-    def commit(self, repo: Path, message: str) -> None:
-        self.git(repo, "add", "-A")
-        self.git(repo, "commit", "-q", "-m", message)
-
-    def push(self, repo: Path) -> subprocess.CompletedProcess:
-        return self.git(repo, "push", "-q", "origin", "HEAD:main")
-
-    def pull(self, repo: Path, *how: str, ok: bool = True) -> subprocess.CompletedProcess:
-        how = how or ("--no-rebase",)
-        return self.git(repo, "pull", *how, "--no-edit", "-q", "origin", "main", ok=ok)
-
-    def seed(self) -> None:
-        seed = self.tmp / "seed"
-        seed.mkdir()
-        self.git(seed, "-c", "init.defaultBranch=main", "init", "-q", "-b", "main")
-        self.stm(seed, "init")
-        (seed / ".stacks" / "AGENT.md").write_text(IDENTITY)
-        (seed / ".stacks" / "MEMORY.md").write_text(MEMORY)
-        self.commit(seed, "base")
-        self.git(self.tmp, "clone", "-q", "--bare", str(seed), str(self.origin))
-
-    def clone(self, name: str, driver: bool) -> Path:
-        path = self.tmp / name
-        self.git(self.tmp, "clone", "-q", str(self.origin), str(path))
-        if driver:
-            self.stm(path, "setup", "git", "--install")
-        return path
-
-    def stm(self, repo: Path, *args: str, user: str | None = None, code=0, stdin=None):
-        self.clock.tick()
-        if user is None:
-            self.monkeypatch.delenv("STM_USER", raising=False)
-        else:
-            self.monkeypatch.setenv("STM_USER", user)
-        result = self.run("--dir", str(repo / ".stacks"), *args, stdin=stdin)
-        if code is not None:
-            assert result.code == code, (args, result)
-        return result
-
-    def checkpoint(self, repo: Path, sid: str, *args: str, user: str) -> None:
-        self.stm(repo, "session", "checkpoint", "--session", sid, *args, user=user)
 
 
 @pytest.fixture
 def world(tmp_path, run, monkeypatch) -> World:
     assert GIT, "git is needed for these tests"
-    for key, value in GIT_ENV.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    for key in ("STM_SESSION", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "CI"):
-        monkeypatch.delenv(key, raising=False)
+    use_private_git(monkeypatch, tmp_path)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if not is_command(p, "stm")]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys.executable)  # the driver runs this Python
     monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *path]))
-    ticking = Clock()
+    ticking = Clock(float(int(clock())))  # the run's now, in whole seconds
     monkeypatch.setattr(stm, "utc_now", ticking)
-    return World(tmp_path, run, monkeypatch, ticking)
-
-
-def is_command(folder: str, name: str) -> bool:
-    path = os.path.join(folder, name)
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def state_path(repo: Path, sid: str) -> Path:
-    found = [p for p in (repo / ".state" / "sessions").rglob("state.json") if p.parent.name == sid]
-    assert len(found) == 1, (sid, found)
-    return found[0]
-
-
-def read_state(repo: Path, sid: str) -> dict:
-    return json.loads(state_path(repo, sid).read_text())
+    return World(tmp_path, run, monkeypatch, ticking, push_ref="HEAD:main")
 
 
 def read_events(repo: Path, sid: str) -> list[dict]:
-    text = (state_path(repo, sid).parent / "history.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return read_jsonl(state_path(repo, sid).parent / "history.jsonl")
 
 
 @pytest.fixture
@@ -167,20 +76,6 @@ def run_stm_as(store):
         )
 
     return runner
-
-
-def findings(result) -> list[dict]:
-    return json.loads(result.out)["findings"]
-
-
-def rules(result) -> list[str]:
-    return [f["rule"] for f in findings(result)]
-
-
-def section(text: str, title: str) -> str:
-    assert f"## {title}" in text, (title, text)
-    body = text.split(f"## {title}", 1)[1]
-    return re.split(r"\n## |\n---\n", body, maxsplit=1)[0]
 
 
 def no_conflict(result: subprocess.CompletedProcess) -> None:
@@ -250,7 +145,7 @@ def test_two_clones_checkpointing_one_session_merge_cleanly_with_the_driver(worl
     assert stm.state_problems(state, sid) == []
     check = world.stm(bob, "check", "--strict", "--json")
     assert findings(check) == [], check
-    workflow = section(world.stm(bob, "session", "switch", sid) and world.stm(bob, "boot").out,
+    workflow = boot_section(world.stm(bob, "session", "switch", sid) and world.stm(bob, "boot").out,
                        "Active workflow")  # fmt: skip
     assert "  1. step2" in workflow and "  2. step3" in workflow
     assert "note from A | note from B" in workflow
@@ -423,10 +318,10 @@ def test_without_the_driver_boot_keeps_the_workflow_and_check_fix_finishes(world
     # Boot still shows the whole workflow, merged, and says what to run.
     world.stm(bob, "session", "switch", sid)
     boot = world.stm(bob, "boot")
-    workflow = section(boot.out, "Active workflow")
+    workflow = boot_section(boot.out, "Active workflow")
     assert "  1. step2" in workflow and "  2. step3" in workflow, boot.out
     assert "note from A | note from B" in workflow
-    notices = section(boot.out, "Notices")
+    notices = boot_section(boot.out, "Notices")
     assert "stm check --fix" in notices and "no stm merge driver" in notices, notices
     assert "git checkout --" not in boot.out + boot.err
 
@@ -553,9 +448,9 @@ def test_init_installs_the_driver_and_setup_git_writes_the_state_attribute(world
     state_attributes = clone / ".state" / ".gitattributes"
     state_attributes.write_text("history.jsonl merge=union eol=lf\n")
     found = world.stm(clone, "check", "--json")
-    assert sorted(rules(found)) == ["git-attributes", "merge-driver"], findings(found)
+    assert sorted(rules(findings(found))) == ["git-attributes", "merge-driver"], findings(found)
     boot = world.stm(clone, "boot")
-    assert "no stm merge driver" in section(boot.out, "Notices")
+    assert "no stm merge driver" in boot_section(boot.out, "Notices")
     installed = world.stm(clone, "setup", "git", "--install")
     assert "installed: merge.stm.driver" in installed.out
     assert ".state/.gitattributes: added `state.json merge=stm`" in installed.out, installed
@@ -626,7 +521,7 @@ def test_a_fresh_clone_boots_with_the_waiting_workflow_whole(world):
 
     boot = world.stm(bob, "boot").out
     assert "## Active workflow" not in boot
-    full, _, others = section(boot, WAITING).partition("Also waiting:")
+    full, _, others = boot_section(boot, WAITING).partition("Also waiting:")
     assert f"Most relevant: adopt it with `stm session switch {sid}`" in full
     for line in (
         f"- Session: `{sid}` — port the grammar",
@@ -648,14 +543,14 @@ def test_a_fresh_clone_boots_with_the_waiting_workflow_whole(world):
     cut = world.stm(bob, "boot", "--max-chars", str(limit)).out
     assert len(cut) <= limit
     assert "left out to fit" in cut, cut
-    assert f"adopt it with `stm session switch {sid}`" in section(cut, WAITING), cut
+    assert f"adopt it with `stm session switch {sid}`" in boot_section(cut, WAITING), cut
     assert "- Resume: run pytest -k grammar" in cut
     smaller = world.stm(bob, "boot", "--max-chars", "900").out
     assert len(smaller) <= 900 and "`stm session list`" in smaller, smaller
 
     # Adopted, it is the active workflow, the same lines.
     world.stm(bob, "session", "switch", sid)
-    workflow = section(world.stm(bob, "boot").out, "Active workflow")
+    workflow = boot_section(world.stm(bob, "boot").out, "Active workflow")
     assert "- Resume: run pytest -k grammar" in workflow and WAITING not in workflow
 
 
@@ -683,7 +578,7 @@ def test_a_handoff_waiting_in_a_fresh_clone_shows_its_steps_and_constraints(worl
     bob = world.clone("bob", True)
 
     boot = world.stm(bob, "boot", user="bob").out
-    full, _, others = section(boot, WAITING).partition("Also waiting:")
+    full, _, others = boot_section(boot, WAITING).partition("Also waiting:")
     assert f"adopt it with `stm session switch {sid}`" in full, boot
     lines = full.splitlines()
     handoff_line = [line for line in lines if line.startswith("- Handoff: task TEMP-7")]
@@ -708,7 +603,7 @@ def test_a_waiting_session_with_a_conflicted_state_shows_both_sides(world):
     shutil.copytree(bob, carol)
     (carol / ".state" / "current-session.json").unlink(missing_ok=True)
     boot = world.stm(carol, "boot")
-    full = section(boot.out, WAITING)
+    full = boot_section(boot.out, WAITING)
     assert "  1. step2" in full and "  2. step3" in full, boot.out
     assert "note from A | note from B" in full
 
@@ -729,7 +624,7 @@ def test_boot_names_compact_over_the_threshold_and_when_a_cut_left_memory_out(st
     (store / ".stacks" / "config.json").write_text('{"consolidation_threshold": 5}\n')
     (store / ".stacks" / "MEMORY.md").write_text(memory_with_bullets(8))
     boot = run_stm_as("boot")
-    notices = section(boot.stdout, "Notices")
+    notices = boot_section(boot.stdout, "Notices")
     assert ".stacks/MEMORY.md holds 8 top-level bullets, over its threshold of 5" in notices
     # As invoked: a hint names the command the way stm was run.
     assert "stm.py compact`" in notices and "`stm compact`" not in notices, notices
@@ -743,7 +638,7 @@ def test_boot_over_its_budget_says_so_in_stdout_too(store, run):
     (store / ".stacks" / "config.json").write_text('{"boot_budget_tokens": 50}\n')
     boot = run("boot")
     assert "over the 50-token budget" in boot.err
-    assert "over the 50-token budget: run `stm compact`" in section(boot.out, "Notices")
+    assert "over the 50-token budget: run `stm compact`" in boot_section(boot.out, "Notices")
     assert "over the" not in run("boot", "--max-tokens", "5000").out  # fits: no notice
 
 
@@ -758,10 +653,10 @@ def test_stale_sessions_are_named_once_and_archived_with_one_command(store, run,
     (store / ".state" / "current-session.json").unlink()  # as a fresh clone
 
     boot = run("boot").out
-    notices = section(boot, "Notices")
+    notices = boot_section(boot, "Notices")
     assert "4 sessions untouched for over 14 days, not listed as waiting" in notices, notices
     assert "`stm session archive --stale`" in notices
-    waiting = section(boot, WAITING)
+    waiting = boot_section(boot, WAITING)
     assert fresh in waiting and not any(sid in waiting for sid in [*old, kept_current])
 
     run("session", "switch", kept_current)

@@ -15,6 +15,7 @@ of those agents.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -31,10 +32,10 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, STM_PY, TODAY
+from helpers import GIT, git_out, limited
 
 import stm
 
-GIT = shutil.which("git")
 FULL = os.environ.get("STM_TESTS_SCALE") == "full"
 CLONES, ROUNDS = (20, 25) if FULL else (4, 5)
 GIT_ENV_DROPPED = (
@@ -81,11 +82,7 @@ def git_env(tmp_path_factory, monkeypatch):
 # ---- helpers --------------------------------------------------------------------------
 
 
-def git(cwd, *args: str, check: bool = True) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if check and done.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)}: {done.stderr}")
-    return done.stdout.strip()
+git = functools.partial(git_out, strip=True)  # its stdout, stripped; check=False: any exit code
 
 
 def stm_at(cwd, *args: str) -> subprocess.CompletedProcess:
@@ -839,18 +836,6 @@ def big_artifact(project: Path, megabytes: float) -> None:
     folder = project / ".state" / "sessions" / sid / "artifacts"
     folder.mkdir(exist_ok=True)
     (folder / "blob.bin").write_bytes(os.urandom(int(megabytes * 1024 * 1024)))
-
-
-def limited(limit: int):
-    """A child process whose files may not grow past `limit` bytes: a full disk for it."""
-
-    def set_limit():
-        import resource
-
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return set_limit
 
 
 def read_only_run(folder: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
