@@ -2260,7 +2260,7 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     >>> parse_ref_head("# Api\\n\\n- c_to_f(c): Celsius to Fahrenheit\\n")
     ('Api', 'c_to_f(c): Celsius to Fahrenheit')
     """
-    lines = text.splitlines()
+    lines = md_lines(text)
     summary = None
     start = 0
     if lines and lines[0].strip() == "---":
@@ -2273,9 +2273,10 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
             if sep and key.strip().lower() in ("summary", "description") and not summary:
                 summary = value.strip().strip("'\"") or None
     title = None
-    for line in COMMENT_RE.sub("", "\n".join(lines[start:])).splitlines():
+    body = md_without_comments(lines[start:])
+    for line, kind in zip(body, md_line_kinds(body)):
         stripped = line.strip()
-        if title is None and stripped.startswith("# "):
+        if title is None and kind == MD_TEXT and stripped.startswith("# "):  # not in a fence
             title = stripped[2:].strip() or None
             continue
         if summary is None and title is not None and stripped and stripped[0] != "#":
@@ -10488,7 +10489,7 @@ def cmd_compact(args) -> int:
         return EXIT_OK
     verb = "would move" if args.dry_run else "moved"
     for move in result["moved"]:
-        count = sum(1 for line in move["lines"] if line.startswith(("- ", "* ")))
+        count = len(md_bullets(move["lines"]))  # the items the model reads in them
         where = f"{move['path']} ## {move['section']}"
         out(f"{verb} {plural(count, 'item')} from {where} to today's log")
     if not result["moved"]:
