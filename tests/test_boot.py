@@ -77,7 +77,7 @@ def test_a_twenty_week_memory_keeps_identity_and_the_whole_workflow(store, run):
     assert "Next Steps note from week 60:" in out
     assert "Next Steps note from week 1:" not in out
     assert "(left out to fit --max-chars 9500: " in out
-    assert re.search(r"\d+ older bullet\(s\) of Next Steps", out)
+    assert re.search(r"\d+ older bullets of Next Steps", out)  # plural (119ddf3)
     assert "`stm boot --no-limit`" in out or "stm.py boot --no-limit`" in out
 
 
