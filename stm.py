@@ -1868,9 +1868,9 @@ def md_line_kinds(lines: list[str], comments: bool = True) -> list[int]:
         else:
             kinds.append(MD_TEXT)
             opened = index if comments and "<!--" in line and md_comment_left_open(line) else -1
-    if opened >= 0:  # never closed: the opener was text, read the rest again without it
-        rest = opened + 1
-        kinds[rest:] = md_line_kinds(lines[rest:], comments=False) if fence == "" else kinds[rest:]
+    if opened >= 0:  # never closed (no `-->` below it): the opener was text, and so is
+        # every `<!--` below it; the lines after it are read again without comments
+        kinds[opened + 1 :] = md_line_kinds(lines[opened + 1 :], comments=False)
     return kinds
 
 
@@ -1942,6 +1942,8 @@ class MdItem(tuple):
 
 
 def md_item_kind(line: str, kind: int) -> str:
+    """The kind of item a line of md_line_kinds' `kind` opens (a fenced `- ` line is no
+    bullet; a line inside a comment or fence that reaches here is prose)."""
     if kind == MD_FENCE_OPEN:
         return "fence"
     if kind == MD_TEXT and MD_BULLET_RE.match(line):
