@@ -4191,9 +4191,10 @@ def render_fact(fact: Fact) -> list[str]:
     return [f"## {fact.key}", *render_fact_body(fact)]
 
 
-def render_fact_block(preamble: list[str], sections: list) -> str:
+def render_fact_block(preamble: list[str], facts: list) -> str:
+    """A block as parse_fact_block read it: facts rendered, other parts as written."""
     lines = list(md_strip_blank(preamble))
-    for _, fact, heading, body in sections:
+    for _, fact, heading, body in facts:
         lines += [""] if lines else []
         if fact is not None:
             lines += render_fact(fact)
@@ -4267,12 +4268,12 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     return found if ends else []
 
 
-def md_keyed_sections(sections: list[tuple[MdPart, str, list[str]]]) -> dict[tuple, MdSection]:
+def md_keyed_parts(parts: list[tuple[MdPart, str, list[str]]]) -> dict[tuple, MdSection]:
     """Sections keyed by (case-folded name, n): the n-th section of that name, so a
     duplicated heading matches its counterpart by position instead of being lost."""
     keyed: dict[tuple, MdSection] = {}
     seen: dict[str, int] = {}
-    for part, heading, body in sections:
+    for part, heading, body in parts:
         fold = part.name.casefold()
         seen[fold] = seen.get(fold, -1) + 1
         gap = not body or not body[0].strip()
@@ -4591,7 +4592,7 @@ def merge_md_prose(
             md_hunk_region(base, seq, lo, hi, [hunk for hunk, side in members if side == n])
             for n, seq in ((0, ours), (1, theirs))
         )
-        inserted = md_inserted_bullets(lo, hi, mine, yours)
+        inserted = md_inserted_units(lo, hi, mine, yours)
         if mine == yours or yours == base[lo:hi]:
             out += mine
         elif mine == base[lo:hi]:
@@ -4610,7 +4611,7 @@ def merge_md_prose(
     return out, not conflicted
 
 
-def md_inserted_bullets(lo: int, hi: int, mine: list[str], yours: list[str]) -> list | None:
+def md_inserted_units(lo: int, hi: int, mine: list[str], yours: list[str]) -> list | None:
     """Both sides inserted only bullets at the same point (two `stm note`s above a
     section's prose): theirs' then ours', each once, as merge_md_bullets orders them.
     None when it is anything else (a real conflict)."""
@@ -4698,7 +4699,7 @@ def merge_markdown(
     preamble, clean = merge_md_prose(
         *(md_strip_blank(pre) for pre in (base_pre, ours_pre, theirs_pre)), marker_size, labels
     )
-    old, mine, yours = (md_keyed_sections(secs) for secs in (base_secs, ours_secs, theirs_secs))
+    old, mine, yours = (md_keyed_parts(secs) for secs in (base_secs, ours_secs, theirs_secs))
     merged: dict[tuple, MdSection] = {}
     for key in dict.fromkeys([*mine, *yours]):
         if key in mine and key in yours:
