@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import TODAY
 
 import stm
 
@@ -248,3 +249,43 @@ def test_a_fact_block_is_read_and_written_by_one_pair():
     merged = stm.merge_md_facts(fact, older)
     assert merged == stm.render_fact_body(stm.read_fact("lang", merged))
     assert merged[0] == "**Current:** Go" and merged[-1] == "- 2025-01-01T00:00:00Z: Py"
+
+
+ADJACENT_FENCE = (
+    "# Session Memory\n\n## Observations\n\n"
+    + "".join(f"- observation {n} that takes some room in the budget of boot\n" for n in range(6))
+    + "- the stages are:\n```yaml\n- build\n- ship\n```\n- the last observation\n\n"
+    f"## Last Updated\n\n{TODAY}\n"
+)
+
+
+def test_a_fence_right_after_a_bullet_is_its_own_item_in_boot_and_compact(store, run):
+    """CommonMark: an unindented fence is no part of the bullet above it. Boot's cuts and
+    compact agree: the bullet may go, the fence stays whole, never half of it."""
+    doc = stm.MdDoc.of(ADJACENT_FENCE)
+    kinds = [item.kind for item in doc.items(doc.parts[0])]
+    assert kinds == ["bullet"] * 7 + ["fence", "bullet"]
+    (store / ".stacks" / "MEMORY.md").write_text(ADJACENT_FENCE)
+    full, cut = run("boot").out, 0
+    for limit in range(800, len(full) + 1, 11):
+        memory = run("boot", "--max-chars", str(limit)).out.split("## Session memory")[-1]
+        fences = [line for line in memory.split("\n") if line.startswith("```")]
+        assert len(fences) in (0, 2) and ("- ship" in memory) == bool(fences), limit
+        cut += "older bullets of Observations" in memory and "- the stages are:" not in memory
+    assert cut  # some budget left the bullet out and kept its neighbour, the fence, whole
+    rest, moved = stm.compact_memory_text(ADJACENT_FENCE, {**stm.CONFIG_DEFAULTS, **LIMIT_2})
+    assert "```yaml\n- build\n- ship\n```" in rest and "- ship" not in str(moved)
+
+
+LIMIT_2 = {"default_section_limit": 2}
+
+
+def test_a_heading_in_a_fence_or_comment_is_no_title_and_no_section():
+    assert stm.parse_ref_head("```\n# code\n```\n# Real title\n\nSummary.\n") == (
+        "Real title",
+        "Summary.",
+    )
+    text = "# M\n\n## Status\n\n<!--\n## Hidden\n-->\n- s\n\n## Last Updated\n\nx\n"
+    assert [part.name for part in stm.MdDoc.of(text).parts] == ["Status", "Last Updated"]
+    assert stm.nearest_sections(text, "Hidden") is not None  # note: no such section
+    assert stm.strip_comments("```\n<!-- code -->\n```\n<!-- gone -->") == "```\n<!-- code -->\n```"
