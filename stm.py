@@ -4096,6 +4096,7 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
 #     - *Correction: User clarified they've switched primarily to Go*
 
 FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")  # a History entry: `- TIMESTAMP: VALUE`
+FACT_CURRENT = "**Current:**"  # the line that opens a fact's body
 FACT_KEY_RE = LazyRegex(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 FACT_BLOCK_DEFAULT = "facts"
 FACT_HISTORY_LIMIT = 10
@@ -4119,6 +4120,12 @@ class Fact:
                 for stamp, value, notes in self.history
             ]
         return data
+
+
+def may_hold_facts(text: str) -> bool:
+    """A cheap test before reading a text as fact blocks: without a Current line, no
+    section of it is a fact (read_fact needs one)."""
+    return FACT_CURRENT in text
 
 
 def check_fact_key(key: str) -> str:
@@ -4149,8 +4156,8 @@ def read_fact(key: str, body: list[str]) -> Fact | None:
     for line in body:
         if not line.strip():
             continue
-        if line.startswith("**Current:**") and current is None and not in_history:
-            current = line[len("**Current:**") :].strip()
+        if line.startswith(FACT_CURRENT) and current is None and not in_history:
+            current = line[len(FACT_CURRENT) :].strip()
         elif line.strip() == "**History:**" and not in_history:
             in_history = True
         elif in_history and FACT_ENTRY_RE.match(line):
@@ -4180,7 +4187,7 @@ def parse_fact_block(text: str) -> tuple[list[str], list]:
 
 def render_fact_body(fact: Fact) -> list[str]:
     """The one writer of the fact format (a section's body; set, compact and merge)."""
-    lines = [f"**Current:** {fact.current}".rstrip(), "", "**History:**"]
+    lines = [f"{FACT_CURRENT} {fact.current}".rstrip(), "", "**History:**"]
     for stamp, value, notes in fact.history:
         lines.append(f"- {stamp}: {value}")
         lines += notes
@@ -4208,7 +4215,7 @@ def render_fact_block(preamble: list[str], facts: list) -> str:
 def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
     """The keys of a ref that is a fact block (every `## ` section a fact), else None;
     `partial`: the text is the head of a longer file, its last section may be cut."""
-    if "**Current:**" not in text:
+    if not may_hold_facts(text):
         return None
     _, sections = parse_fact_block(text)
     whole = sections[:-1] if partial and len(sections) > 1 else sections
@@ -5056,7 +5063,7 @@ def compactable_items(text: str, name: str) -> list[tuple[str, ...]]:
     part = next((p for p in doc.parts if p.name.lower() == wanted), None)
     if part is None:
         return []
-    if "**Current:**" in "\n".join(doc.body(part)):  # a fact: its History entries
+    if may_hold_facts("\n".join(doc.body(part))):  # a fact: its History entries
         fact = read_fact(part.name, doc.body(part))
         if fact is not None:
             return [(f"- {s}: {v}", *notes) for s, v, notes in fact.history]
@@ -6813,7 +6820,7 @@ class Checker:
 
     def check_facts(self, path: str, text: str) -> None:
         """A hand-edited fact whose Current is not its newest History value."""
-        if "**Current:**" not in text:
+        if not may_hold_facts(text):
             return
         for key, fact, _, _ in parse_fact_block(text)[1]:
             if fact is not None and fact.history and fact.history[0][1] != fact.current:
@@ -10149,7 +10156,7 @@ def write_memory_note(
             before = f"# {title[:1].upper()}{title[1:]}\n"  # a new ref: titled, as check asks
             make_dir(os.path.dirname(path))
         refuse_conflicted(path, before, store)
-        if ref is not None and "**Current:**" in before:
+        if ref is not None and may_hold_facts(before):
             for key, fact, _, _ in parse_fact_block(before)[1]:
                 if fact is not None and key.lower() == section.lower():
                     raise usage_error(
@@ -10461,7 +10468,7 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             block = read_text(path)
-            if "**Current:**" in block:
+            if may_hold_facts(block):
                 block = read_text_to_edit(path, store.rel(path))  # it may be rewritten
                 refuse_conflicted(path, block, store)  # before: markers hide the format
             if fact_keys_summary(block) is None:
@@ -13415,7 +13422,7 @@ def stacks_counts(counts: dict, rel: str, before: str, after: str) -> None:
         counts["log_entries"] += added_count(log_entry_ids(before), log_entry_ids(after))
     elif rel == MEMORY_FILE:
         counts["notes"] += added_count(memory_notes(before), memory_notes(after))
-    elif rel.startswith(REFS_DIR + "/") and "**Current:**" in after:
+    elif rel.startswith(REFS_DIR + "/") and may_hold_facts(after):
         counts["facts"] += added_count(fact_entries(before), fact_entries(after))
 
 
