@@ -4094,6 +4094,10 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
 #   - 2025-01-15T12:00:00Z: Go
 #   - 2025-01-03T00:46:00Z: Python
 #     - *Correction: User clarified they've switched primarily to Go*
+#
+# The sections are the Markdown model's (parse_fact_block); a section's body is read by
+# read_fact alone and written by render_fact_body alone, the merge driver's fact rule
+# included, so no two pieces of code can disagree on what a fact is.
 
 FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")  # a History entry: `- TIMESTAMP: VALUE`
 FACT_CURRENT = "**Current:**"  # the line that opens a fact's body
@@ -4228,9 +4232,10 @@ def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
 #
 # `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
 # (spec/merge.md). Pure functions over text: split each version into a preamble and
-# `## ` sections, merge section by section by what the section holds (Last Updated, a
-# fact block, a bullet list, else prose line by line), and never drop a line: what
-# cannot be placed stands between conflict markers.
+# sections by the Markdown model (MdDoc.split), merge section by section by what the
+# section holds (Last Updated, a fact block read by read_fact and written by
+# render_fact_body, a list of the model's items, else prose line by line), and never
+# drop a line: what cannot be placed stands between conflict markers.
 
 MD_LAST_UPDATED = "last updated"
 
