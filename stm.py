@@ -1992,11 +1992,17 @@ def md_items(lines: list[str], kinds: list[int], start: int = 0, end: int | None
     """The items of lines[start:end] (a section's body), in order; blank lines between
     items belong to none."""
     end = len(lines) if end is None else end
-    items, index = [], start
+    items, index, bullet = [], start, MD_BULLET_RE.match
     while index < end:
-        if kinds[index] == MD_TEXT and not lines[index].strip():
-            index += 1
-            continue
+        if kinds[index] == MD_TEXT:
+            if not lines[index].strip():
+                index += 1
+                continue
+            if bullet(lines[index]):  # the common item, without the general dispatch
+                stop = md_bullet_goes_on(lines, kinds, index + 1, end)
+                items.append(MdItem("bullet", index, stop))
+                index = stop
+                continue
         kind = md_item_kind(lines[index], kinds[index])
         stop = md_item_end(lines, kinds, index, end, kind)
         items.append(MdItem(kind, index, stop))
@@ -2083,6 +2089,8 @@ HEADING_RE = LazyRegex(r"^(#{1,6})(\s)")
 
 def md_without_comments(lines: list[str]) -> list[str]:
     """`lines` without their HTML comments; a fence's lines are code and stay whole."""
+    if not any("<!--" in line for line in lines):
+        return list(lines)  # the common case, without reading fences
     out, run = [], []
     for line, kind in zip(lines, md_line_kinds(lines)):
         if MD_FENCE_OPEN <= kind <= MD_FENCE:
@@ -6113,14 +6121,14 @@ def cut_memory(
             left_out.append(
                 ("the section " if len(names) == 1 else "the sections ") + ", ".join(names)
             )
-    lines = list(parsed.preamble)
+    lines, source = list(parsed.preamble), parsed.lines
     for index, part in enumerate(parts[:keep]):
-        drop, gone = removed[index], set()
-        if drop:  # the section's last `drop` bullets go, each whole; every other line stays
-            gone = {
-                i for item in parsed.bullets[index][-drop:] for i in range(item.start, item.end)
-            }
-        lines += [parsed.lines[i] for i in range(part.start, part.end) if i not in gone]
+        drop, at = removed[index], part.start
+        # the section's last `drop` bullets go, each whole; the lines between them stay
+        for item in parsed.bullets[index][-drop:] if drop else ():
+            lines += source[at : item.start]
+            at = item.end
+        lines += source[at : part.end]
     return "\n".join(lines).strip("\n"), left_out
 
 
