@@ -53,12 +53,12 @@ Sections (grep -n '^# ====' stm.py):
     Path and name safety
     Time and text helpers
     Store locations            Settings (the environment, read once), Store, open_store
-    Formats: Markdown layers   comments, refs index, log entries, secrets
+    Formats: Markdown layers   the Markdown model (MdDoc), comments, refs, log entries
     Formats: sessions          ids, state.json, history.jsonl, pointer
     Formats: handoffs
     Formats: transcripts       read_transcript, find_project_transcript, git_state, redact
+    Formats: fact blocks       read_fact, render_fact_body: the one reader and writer
     Formats: three-way merge   merge_markdown (the git merge driver's core)
-    Formats: fact blocks
     Formats: config and compaction
     Boot                       BootParts, the cuts, boot_document
     Check                      Checker, the fixers, the RULES registry
@@ -1810,15 +1810,323 @@ def open_store(
 
 # ==== Formats: Markdown layers ===============================================
 
+# ---- The Markdown model -------------------------------------------------------
+#
+# One reading of Markdown for every reader and writer of AGENT.md, MEMORY.md, refs and
+# fact blocks (boot and its cuts, note, compact, digest, facts, merge-file, check and
+# its fixers), so a fenced `- ` line or a `# ` heading means the same thing to each of
+# them (spec/memory-layers.md, "The Markdown model"). Four layers, each built on the one
+# above it:
+#
+#   lines     md_lines: split at "\n" only, a CR before it dropped. U+2028, U+2029 and
+#             form feeds are text inside a line (str.splitlines() would split there).
+#   kinds     md_line_kinds: per line, text, a fence line (``` or ~~~, CommonMark's
+#             closing rule) or a line that begins inside an HTML comment. What opens
+#             first wins: `<!--` in a fence is code, ``` inside a comment is comment.
+#   sections  md_sections: a `## ` heading on a text line opens a section; a `# ` heading
+#             after the first section opens a part named by its whole line (`# Appendix`,
+#             which no `## ` name can equal). Each ends where the next opens, or at the end.
+#   items     md_items: in a section, blank lines separate items: a bullet (`- `, `* `)
+#             with its indented lines (blank lines before one included: a loose bullet)
+#             and any fence or comment opened inside it; a fence, whole; a comment, whole;
+#             else a prose block, up to a blank line or the start of another item.
+
+MD_FENCE_RE = LazyRegex(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+MD_BULLET_RE = LazyRegex(r"^[-*] ")
+MD_TEXT, MD_FENCE_OPEN, MD_FENCE, MD_COMMENT = range(4)  # md_line_kinds' values
+
+
+def md_lines(text: str) -> list[str]:
+    """`text` as lines without their ends: the one line-splitting rule of the model.
+
+    >>> md_lines("a\\r\\nb\\u2028c\\n")
+    ['a', 'b\\u2028c']
+    """
+    lines = text.replace("\r\n", "\n").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def md_comment_left_open(line: str, start: int = 0) -> bool:
+    """Whether an HTML comment opened in `line` from `start` on is still open at its end."""
+    opener = line.find("<!--", start)
+    while opener >= 0:
+        closer = line.find("-->", opener + 4)
+        if closer < 0:
+            return True
+        opener = line.find("<!--", closer + 3)
+    return False
+
+
+def md_line_kinds(lines: list[str], comments: bool = True) -> list[int]:
+    """Per line: MD_FENCE_OPEN (a fence's opening line), MD_FENCE (inside a fence, or
+    its closing line), MD_COMMENT (begins inside an HTML comment opened above) or
+    MD_TEXT. A fence closes only on a bare run of its character at least as long as the
+    opening one; a comment at the first `-->`. A `<!--` that no `-->` follows opens
+    nothing (boot shows it as text, so every reader does)."""
+    kinds, fence, opened = [], "", -1  # opened: the line of the comment still open
+    fence_match = MD_FENCE_RE.match  # one lookup, not one per line
+    for index, line in enumerate(lines):
+        if opened >= 0:
+            kinds.append(MD_COMMENT)
+            closer = line.find("-->")
+            if closer >= 0:
+                opened = index if md_comment_left_open(line, closer + 3) else -1
+            continue
+        match = fence_match(line) if line[:1] in " `~" else None
+        if fence:
+            kinds.append(MD_FENCE)
+            run = match[1] if match else ""
+            if run[:1] == fence[0] and len(run) >= len(fence) and not match[2].strip():
+                fence = ""
+        elif match:
+            # a backtick info string holding a backtick is no fence, but no heading either
+            opens = not (match[1][0] == "`" and "`" in match[2])
+            kinds.append(MD_FENCE_OPEN if opens else MD_FENCE)
+            fence = match[1] if opens else ""
+        else:
+            kinds.append(MD_TEXT)
+            opened = index if comments and "<!--" in line and md_comment_left_open(line) else -1
+    if opened >= 0:  # never closed (no `-->` below it): the opener was text, and so is
+        # every `<!--` below it; the lines after it are read again without comments
+        kinds[opened + 1 :] = md_line_kinds(lines[opened + 1 :], comments=False)
+    return kinds
+
+
+def md_fence_flags(lines: list[str]) -> list[bool]:
+    """Per line, True when it opens, closes or sits inside a code fence: a `## ` or
+    conflict-marker line there is text."""
+    return [MD_FENCE_OPEN <= kind <= MD_FENCE for kind in md_line_kinds(lines)]
+
+
+def md_fence_left_open(lines: list[str]) -> bool:
+    """Whether the lines leave a code fence open: a line after them would be code."""
+    return md_line_kinds([*lines, ""])[-1] == MD_FENCE
+
+
+def md_strip_blank(lines: list[str]) -> list[str]:
+    """`lines` without leading and trailing blank lines (layout is re-made on output)."""
+    start, end = 0, len(lines)
+    while start < end and not lines[start].strip():
+        start += 1
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    return lines[start:end]
+
+
+class MdPart(tuple):
+    """A section (`## name`, level 2) or a part (`# name`, level 1; named by its whole
+    line) of a text: its heading at line `start`, its body up to line `end`.
+    (A tuple subclass, not a NamedTuple: `typing` costs every boot a millisecond.)"""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, level: int, start: int, end: int):
+        return super().__new__(cls, (name, level, start, end))
+
+    name = property(lambda self: self[0])
+    level = property(lambda self: self[1])
+    start = property(lambda self: self[2])
+    end = property(lambda self: self[3])
+
+
+def md_sections(lines: list[str], kinds: list[int], depth: int = 0) -> list[MdPart]:
+    """The sections and parts of `lines` (md_line_kinds' `kinds`), in order. `depth`:
+    how far the headings were demoted (boot nests layers two levels down)."""
+    own, part = "#" * (2 + depth) + " ", "#" * (1 + depth) + " "
+    found: list[list] = []
+    for index, line in enumerate(lines):
+        if line[:1] != "#" or kinds[index] != MD_TEXT:
+            continue
+        if line.startswith(own):
+            found.append([line[len(own) :].strip(), 2, index])
+        elif found and line.startswith(part):  # before the first section: the title
+            found.append([line.strip(), 1, index])
+    ends = [start for _, _, start in found[1:]] + [len(lines)]
+    return [MdPart(name, level, start, end) for (name, level, start), end in zip(found, ends)]
+
+
+class MdItem(tuple):
+    """One item of a section: its kind ("bullet", "fence", "comment" or "prose") and
+    its lines [start, end) of the text (a loose bullet's inner blank lines included)."""
+
+    __slots__ = ()
+
+    def __new__(cls, kind: str, start: int, end: int):
+        return super().__new__(cls, (kind, start, end))
+
+    kind = property(lambda self: self[0])
+    start = property(lambda self: self[1])
+    end = property(lambda self: self[2])
+
+
+def md_item_kind(line: str, kind: int) -> str:
+    """The kind of item a line of md_line_kinds' `kind` opens (a fenced `- ` line is no
+    bullet; a line inside a comment or fence that reaches here is prose)."""
+    if kind == MD_FENCE_OPEN:
+        return "fence"
+    if kind == MD_TEXT and MD_BULLET_RE.match(line):
+        return "bullet"
+    if kind == MD_TEXT and line.lstrip().startswith("<!--"):
+        return "comment"
+    return "prose"
+
+
+def md_bullet_goes_on(lines: list[str], kinds: list[int], index: int, end: int) -> int:
+    """Where the bullet whose lines reach `index` ends: its continuation is indented
+    text, after blank lines too (a loose bullet), and whatever a fence or a comment
+    opened inside it holds."""
+    while index < end:
+        if kinds[index] in (MD_FENCE, MD_COMMENT):
+            index += 1  # inside a fence or comment the bullet opened
+            continue
+        ahead = index
+        while ahead < end and kinds[ahead] == MD_TEXT and not lines[ahead].strip():
+            ahead += 1
+        if ahead == end or lines[ahead][:1] not in (" ", "\t"):
+            return index
+        index = ahead + 1
+    return index
+
+
+def md_item_end(lines: list[str], kinds: list[int], start: int, end: int, kind: str) -> int:
+    """Where the item of `kind` that opens at `start` ends (exclusive)."""
+    index = start + 1
+    if kind == "bullet":
+        return md_bullet_goes_on(lines, kinds, index, end)
+    if kind in ("fence", "comment"):
+        inside = MD_FENCE if kind == "fence" else MD_COMMENT
+        while index < end and kinds[index] == inside:
+            index += 1
+        return index
+    while index < end and (  # prose: up to a blank line or the start of another item
+        kinds[index] == MD_COMMENT
+        or (lines[index].strip() and md_item_kind(lines[index], kinds[index]) == "prose")
+    ):
+        index += 1
+    return index
+
+
+def md_items(lines: list[str], kinds: list[int], start: int = 0, end: int | None = None):
+    """The items of lines[start:end] (a section's body), in order; blank lines between
+    items belong to none."""
+    end = len(lines) if end is None else end
+    items, index, bullet = [], start, MD_BULLET_RE.match
+    while index < end:
+        if kinds[index] == MD_TEXT:
+            if not lines[index].strip():
+                index += 1
+                continue
+            if bullet(lines[index]):  # the common item, without the general dispatch
+                stop = md_bullet_goes_on(lines, kinds, index + 1, end)
+                items.append(MdItem("bullet", index, stop))
+                index = stop
+                continue
+        kind = md_item_kind(lines[index], kinds[index])
+        stop = md_item_end(lines, kinds, index, end, kind)
+        items.append(MdItem(kind, index, stop))
+        index = stop
+    return items
+
+
+def md_bullets(lines: list[str]) -> list[tuple[str, ...]]:
+    """The bullets of `lines` read as one section's body, each with its own lines."""
+    items = md_items(lines, md_line_kinds(lines))
+    return [tuple(lines[item.start : item.end]) for item in items if item.kind == "bullet"]
+
+
+class MdDoc:
+    """A Markdown text read once through the model: its lines, their kinds, its
+    sections; items on demand. `depth`: as md_sections."""
+
+    __slots__ = ("lines", "kinds", "parts")
+
+    def __init__(self, lines: list[str], depth: int = 0):
+        self.lines = lines
+        self.kinds = md_line_kinds(lines)
+        self.parts = md_sections(lines, self.kinds, depth)
+
+    @classmethod
+    def of(cls, text: str, depth: int = 0) -> MdDoc:
+        return cls(md_lines(text), depth)
+
+    @property
+    def preamble(self) -> list[str]:
+        return self.lines[: self.parts[0].start] if self.parts else list(self.lines)
+
+    def body(self, part: MdPart) -> list[str]:
+        return self.lines[part.start + 1 : part.end]
+
+    def items(self, part: MdPart) -> list[MdItem]:
+        return md_items(self.lines, self.kinds, part.start + 1, part.end)
+
+    def item_lines(self, item: MdItem) -> tuple[str, ...]:
+        return tuple(self.lines[item.start : item.end])
+
+    def bullets(self, part: MdPart) -> list[tuple[str, ...]]:
+        """The bullets of a section, each with its continuation lines."""
+        return [self.item_lines(item) for item in self.items(part) if item.kind == "bullet"]
+
+    def split(self) -> tuple[list[str], list[tuple[MdPart, str, list[str]]]]:
+        """(preamble, [(part, heading line, body lines)]): lossless, the shape a writer
+        that rebuilds the text from its sections (compact, merge, facts) takes apart."""
+        return self.preamble, [
+            (part, self.lines[part.start], self.body(part)) for part in self.parts
+        ]
+
+    def bullet_count(self) -> int:
+        """Top-level bullets in all sections and parts (what the thresholds count)."""
+        return sum(len(self.bullets(part)) for part in self.parts)
+
+    def headed(self) -> list[MdPart]:
+        """The `## ` sections (the parts `# name` left out): what note and check name."""
+        return [part for part in self.parts if part.level == 2]
+
+    def named(self, name: str) -> MdPart | None:
+        """The first `## ` section called `name` (case-insensitively), or None."""
+        wanted = name.strip().lower()
+        return next((p for p in self.headed() if p.name.lower() == wanted), None)
+
+
+def md_heading_in_body(lines: list[str]) -> int | None:
+    """The index of the first line of a section's body that would end the section (a
+    `#` or `##` heading, by md_sections' own rule), or None."""
+    parts = MdDoc(["## body", *lines]).parts
+    return parts[1].start - 1 if len(parts) > 1 else None
+
+
+def section_body(text: str, heading: str) -> str | None:
+    """The text under `## heading` up to the next `#` or `##` heading, or None."""
+    doc = MdDoc.of(text)
+    part = doc.named(heading)
+    return None if part is None else "\n".join(doc.body(part))
+
+
 COMMENT_RE = LazyRegex(r"<!--.*?-->", re.S)
 HEADING_RE = LazyRegex(r"^(#{1,6})(\s)")
-FENCE_RE = LazyRegex(r"^\s{0,3}(```|~~~)")
+
+
+def md_without_comments(lines: list[str]) -> list[str]:
+    """`lines` without their HTML comments; a fence's lines are code and stay whole."""
+    if not any("<!--" in line for line in lines):
+        return list(lines)  # the common case, without reading fences
+    out, run = [], []
+    for line, kind in zip(lines, md_line_kinds(lines)):
+        if MD_FENCE_OPEN <= kind <= MD_FENCE:
+            out += md_comments_cut(run) + [line]
+            run = []
+        else:
+            run.append(line)
+    return out + md_comments_cut(run)
+
+
+def md_comments_cut(run: list[str]) -> list[str]:
+    # one text, not line by line: a comment spans lines (no fence in a run, no CR in lines)
+    return COMMENT_RE.sub("", "\n".join(run)).split("\n") if run else []
 
 
 def strip_comments(text: str) -> str:
     """Drop HTML comments (the templates' guidance) and squeeze the blank lines left."""
-    text = COMMENT_RE.sub("", text)
-    lines = [line.rstrip() for line in text.splitlines()]
+    lines = [line.rstrip() for line in md_without_comments(md_lines(text))]
     out: list[str] = []
     for line in lines:
         if line or (out and out[-1]):
@@ -1830,9 +2138,9 @@ def demote_headings(text: str, levels: int) -> str:
     """Push Markdown headings down `levels` levels (outside code fences), at most h6."""
     out = []
     lines = text.split("\n")
-    fenced = md_fence_flags(lines)
+    kinds = md_line_kinds(lines)
     for index, line in enumerate(lines):
-        if not fenced[index]:
+        if kinds[index] == MD_TEXT:  # a `#` line in a fence or a comment is no heading
             match = HEADING_RE.match(line)
             if match:
                 depth = min(6, len(match.group(1)) + levels)
@@ -1843,11 +2151,11 @@ def demote_headings(text: str, levels: int) -> str:
 
 def template_headings(template: str) -> list[str]:
     """The `## ` headings of a template: the stable anchors people and tools rely on."""
-    return [line[3:].strip() for line in template.splitlines() if line.startswith("## ")]
+    return [part.name for part in MdDoc.of(template).headed()]
 
 
 def missing_headings(text: str, template: str) -> list[str]:
-    present = {name.lower() for _, name in heading_lines(text.splitlines())}
+    present = {part.name.lower() for part in MdDoc.of(text).headed()}
     return [h for h in template_headings(template) if h.lower() not in present]
 
 
@@ -1857,11 +2165,9 @@ def add_heading(text: str, heading: str) -> str:
     >>> add_heading("# M\\n\\n## Last Updated\\n\\n2026-11-22\\n", "Status")
     '# M\\n\\n## Status\\n\\n## Last Updated\\n\\n2026-11-22\\n'
     """
-    lines = text.rstrip("\n").split("\n") if text.strip() else []
-    anchor = next(
-        (i for i, line in enumerate(lines) if line.strip().lower() == "## last updated"),
-        None,
-    )
+    lines = md_lines(text.rstrip("\n")) if text.strip() else []
+    last = MdDoc(lines).named("Last Updated")
+    anchor = None if last is None else last.start
     block = [f"## {heading}", ""]
     if anchor is None or heading.lower() == "last updated":
         lines += ([""] + block) if lines else block
@@ -1872,10 +2178,10 @@ def add_heading(text: str, heading: str) -> str:
 
 def content_beyond_template(text: str, template: str) -> list[str]:
     """Lines a person wrote: not blank, not a comment, not one of the template's lines."""
-    template_lines = {line.strip() for line in strip_comments(template).splitlines()}
+    template_lines = {line.strip() for line in md_lines(strip_comments(template))}
     return [
         line
-        for line in strip_comments(text).splitlines()
+        for line in md_lines(strip_comments(text))
         if line.strip() and line.strip() not in template_lines
     ]
 
@@ -1886,57 +2192,12 @@ def in_line_ends_of(original: str, text: str) -> str:
     return text.replace("\n", "\r\n") if "\r\n" in original else text
 
 
-def unfenced_lines(lines: list[str], start: int = 0):
-    """(index, line) of the lines from `start` that are outside code fences: a `#` line
-    inside a fence is text, not a heading, everywhere stm reads Markdown sections."""
-    fenced = md_fence_flags(lines)  # one fence rule everywhere (CommonMark's closing rule)
-    for index in range(start, len(lines)):
-        if not fenced[index]:
-            yield index, lines[index]
-
-
-def breaks_section(line: str) -> bool:
-    """A `#` or `##` heading: it ends the `##` section above it."""
-    return line.startswith("## ") or line.startswith("# ")
-
-
-def heading_lines(lines: list[str]) -> list[tuple[int, str]]:
-    """(index, name) of every `## ` heading outside code fences."""
-    return [(i, line[3:].strip()) for i, line in unfenced_lines(lines) if line.startswith("## ")]
-
-
-def section_end(lines: list[str], index: int) -> int:
-    """Where the section opened at `index` ends: the next `#` or `##` heading, or EOF."""
-    return next(
-        (i for i, line in unfenced_lines(lines, index + 1) if breaks_section(line)), len(lines)
-    )
-
-
-def section_breaking_line(body: str) -> tuple[int, str] | None:
-    """(line number, line) of the first `#`/`##` heading outside a code fence: such a
-    line would end the section it is written into and start another."""
-    lines = body.split("\n")
-    found = next((i for i, line in unfenced_lines(lines) if breaks_section(line)), None)
-    return None if found is None else (found + 1, lines[found])
-
-
-def section_body(text: str, heading: str) -> str | None:
-    """The text under `## heading` up to the next heading of level 1 or 2 (a heading
-    inside a code fence is text, not a heading)."""
-    lines = text.splitlines()
-    wanted = heading.strip().lower()
-    for index, name in heading_lines(lines):
-        if name.lower() == wanted:
-            return "\n".join(lines[index + 1 : section_end(lines, index)])
-    return None
-
-
 def memory_stamp(text: str) -> float | None:
     """The date under MEMORY.md's `## Last Updated`, as epoch seconds."""
     body = section_body(text, "Last Updated")
     if body is None:
         return None
-    for line in strip_comments(body).splitlines():
+    for line in md_lines(strip_comments(body)):
         line = line.strip().strip("*_`- ")
         if line:
             return parse_iso(line.split()[0], date_only_ok=True)
@@ -2027,7 +2288,7 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     >>> parse_ref_head("# Api\\n\\n- c_to_f(c): Celsius to Fahrenheit\\n")
     ('Api', 'c_to_f(c): Celsius to Fahrenheit')
     """
-    lines = text.splitlines()
+    lines = md_lines(text)
     summary = None
     start = 0
     if lines and lines[0].strip() == "---":
@@ -2040,9 +2301,10 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
             if sep and key.strip().lower() in ("summary", "description") and not summary:
                 summary = value.strip().strip("'\"") or None
     title = None
-    for line in COMMENT_RE.sub("", "\n".join(lines[start:])).splitlines():
+    body = md_without_comments(lines[start:])
+    for line, kind in zip(body, md_line_kinds(body)):
         stripped = line.strip()
-        if title is None and stripped.startswith("# "):
+        if title is None and kind == MD_TEXT and stripped.startswith("# "):  # not in a fence
             title = stripped[2:].strip() or None
             continue
         if summary is None and title is not None and stripped and stripped[0] != "#":
@@ -3830,17 +4092,162 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
     return f"`{command} && {shell_command(*git_words, *following[1:])}`"
 
 
+# ==== Formats: fact blocks ===================================================
+#
+# Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
+# per fact, its Current value and the History of values, newest first, each correction
+# noted under the entry it corrected:
+#
+#   ## primary_language
+#   **Current:** Go
+#
+#   **History:**
+#   - 2025-01-15T12:00:00Z: Go
+#   - 2025-01-03T00:46:00Z: Python
+#     - *Correction: User clarified they've switched primarily to Go*
+#
+# The sections are the Markdown model's (parse_fact_block); a section's body is read by
+# read_fact alone and written by render_fact_body alone, the merge driver's fact rule
+# included, so no two pieces of code can disagree on what a fact is.
+
+FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")  # a History entry: `- TIMESTAMP: VALUE`
+FACT_CURRENT = "**Current:**"  # the line that opens a fact's body
+FACT_KEY_RE = LazyRegex(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+FACT_BLOCK_DEFAULT = "facts"
+FACT_HISTORY_LIMIT = 10
+FACT_VALUE_MAX = 500
+
+
+class Fact:
+    """One fact: key, current value, history [(timestamp, value, [note lines])]."""
+
+    __slots__ = ("key", "current", "history")
+
+    def __init__(self, key: str, current: str, history: list):
+        self.key, self.current, self.history = key, current, history
+
+    def as_dict(self, *, with_history: bool = False) -> dict:
+        data = {"key": self.key, "value": self.current}
+        data["updated"] = self.history[0][0] if self.history else None
+        if with_history:
+            data["history"] = [
+                {"timestamp": stamp, "value": value, "notes": [n.strip()[2:] for n in notes]}
+                for stamp, value, notes in self.history
+            ]
+        return data
+
+
+def may_hold_facts(text: str) -> bool:
+    """A cheap test before reading a text as fact blocks: without a Current line, no
+    section of it is a fact (read_fact needs one)."""
+    return FACT_CURRENT in text
+
+
+def check_fact_key(key: str) -> str:
+    if not FACT_KEY_RE.match(key):
+        raise usage_error(
+            f"fact key {escape_controls(repr(key))}: a key is 1-64 lowercase letters, digits, "
+            "'_', '.' or '-', starting with a letter or digit (e.g. primary_language)"
+        )
+    return key
+
+
+def check_fact_value(value: str, flag: str = "VALUE") -> str:
+    text = value.strip()
+    if not text:
+        raise usage_error(f"fact {flag} is empty")
+    if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
+        raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
+    if len(text) > FACT_VALUE_MAX:
+        raise usage_error(f"fact {flag} is longer than {FACT_VALUE_MAX} characters")
+    return escape_controls(text)
+
+
+def read_fact(key: str, body: list[str]) -> Fact | None:
+    """The one reader of the fact format: a `## key` section's body as a Fact, or None
+    when the body holds anything else or no History entry (then it is prose: merge
+    merges it line by line, compact and check leave it alone)."""
+    current, entries, in_history = None, [], False
+    for line in body:
+        if not line.strip():
+            continue
+        if line.startswith(FACT_CURRENT) and current is None and not in_history:
+            current = line[len(FACT_CURRENT) :].strip()
+        elif line.strip() == "**History:**" and not in_history:
+            in_history = True
+        elif in_history and FACT_ENTRY_RE.match(line):
+            entries.append((*FACT_ENTRY_RE.match(line).groups(), []))
+        elif in_history and entries and line[:1] in " \t":
+            entries[-1][2].append(line)  # a `  - *Correction: ...*` stays with its entry
+        else:
+            return None
+    return Fact(key, current, entries) if current is not None and entries else None
+
+
+def fact_as_stm_wrote_it(fact: Fact | None) -> bool:
+    """Whether Current equals the first (newest) History entry, as `stm fact set` always
+    leaves it. A hand-edited Current is not: merge_md_facts would replace it by a
+    History value, so such a body merges line by line instead."""
+    return fact is not None and fact.current == fact.history[0][1]
+
+
+def parse_fact_block(text: str) -> tuple[list[str], list]:
+    """(preamble lines, [(key, Fact or None, heading line, body lines)]) of a block: its
+    sections as the Markdown model cuts them, each read by read_fact."""
+    preamble, sections = MdDoc.of(text).split()
+    return preamble, [
+        (part.name, read_fact(part.name, body), heading, body) for part, heading, body in sections
+    ]
+
+
+def render_fact_body(fact: Fact) -> list[str]:
+    """The one writer of the fact format (a section's body; set, compact and merge)."""
+    lines = [f"{FACT_CURRENT} {fact.current}".rstrip(), "", "**History:**"]
+    for stamp, value, notes in fact.history:
+        lines.append(f"- {stamp}: {value}")
+        lines += notes
+    return lines
+
+
+def render_fact(fact: Fact) -> list[str]:
+    return [f"## {fact.key}", *render_fact_body(fact)]
+
+
+def render_fact_block(preamble: list[str], facts: list) -> str:
+    """A block as parse_fact_block read it: facts rendered, other parts as written."""
+    lines = list(md_strip_blank(preamble))
+    for _, fact, heading, body in facts:
+        lines += [""] if lines else []
+        if fact is not None:
+            lines += render_fact(fact)
+        else:  # a section that is not a fact stays as it was written
+            while body and not body[-1].strip():
+                body = body[:-1]
+            lines += [heading, *body]
+    return "\n".join(lines) + "\n"
+
+
+def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
+    """The keys of a ref that is a fact block (every `## ` section a fact), else None;
+    `partial`: the text is the head of a longer file, its last section may be cut."""
+    if not may_hold_facts(text):
+        return None
+    _, sections = parse_fact_block(text)
+    whole = sections[:-1] if partial and len(sections) > 1 else sections
+    if not whole or any(fact is None for _, fact, _, _ in whole):
+        return None
+    return [key for key, _, _, _ in sections]
+
+
 # ==== Formats: three-way merge ===============================================
 #
 # `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
 # (spec/merge.md). Pure functions over text: split each version into a preamble and
-# `## ` sections, merge section by section by what the section holds (Last Updated, a
-# fact block, a bullet list, else prose line by line), and never drop a line: what
-# cannot be placed stands between conflict markers.
+# sections by the Markdown model (MdDoc.split), merge section by section by what the
+# section holds (Last Updated, a fact block read by read_fact and written by
+# render_fact_body, a list of the model's items, else prose line by line), and never
+# drop a line: what cannot be placed stands between conflict markers.
 
-MD_FENCE_RE = LazyRegex(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-MD_BULLET_RE = LazyRegex(r"^[-*] ")
-MD_FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")
 MD_LAST_UPDATED = "last updated"
 
 
@@ -3859,62 +4266,15 @@ class MdSection(tuple):
     body = property(lambda self: self[2])
 
 
-def md_lines(text: str) -> list[str]:
-    """`text` as LF lines without their ends: BOM dropped, CRLF read as LF.
-
-    str.splitlines() is not used: it also splits on form feeds and U+2028, which are text.
-    """
-    text = text[1:] if text.startswith("\ufeff") else text
-    lines = text.replace("\r\n", "\n").split("\n")
-    return lines[:-1] if lines[-1] == "" else lines
-
-
-def md_fence_flags(lines: list[str]) -> list[bool]:
-    """Per line, True when it opens, closes or sits inside a code fence (``` or ~~~): a
-    `## ` or conflict-marker line there is text. A fence closes only on a bare run of
-    the same character at least as long as the one that opened it."""
-    flags, fence, fence_match = [], "", MD_FENCE_RE.match  # one lookup, not one per line
-    for line in lines:
-        match = fence_match(line) if line[:1] in " `~" else None
-        flags.append(bool(fence or match))
-        if fence:
-            run = match[1] if match else ""
-            if run[:1] == fence[0] and len(run) >= len(fence) and not match[2].strip():
-                fence = ""
-        elif match and not (match[1][0] == "`" and "`" in match[2]):
-            fence = match[1]  # a backtick info string holding a backtick is no fence
-    return flags
-
-
-def split_md_sections(text: str) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
-    """(preamble lines, [(name, heading line, body lines)]), cut at `## ` headings outside
-    code fences. A `# ` heading after the first section ends the section above it, as
-    everywhere stm reads sections (breaks_section), and opens a part named by its whole
-    line (`# Appendix`), which no `## ` name can equal. Lossless: joining preamble, then
-    each heading and body, gives the text."""
-    lines = md_lines(text)
-    preamble: list[str] = []
-    sections: list[tuple[str, str, list[str]]] = []
-    fenced = md_fence_flags(lines)
-    for index, line in enumerate(lines):
-        if not fenced[index] and line.startswith("## "):
-            sections.append((line[3:].strip(), line, []))
-        elif not fenced[index] and sections and line.startswith("# "):
-            sections.append((line.strip(), line, []))
-        elif sections:
-            sections[-1][2].append(line)
-        else:
-            preamble.append(line)
-    return preamble, sections
-
-
 def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     """1-based numbers of the lines outside code fences that are conflict markers:
     `<<<<<<< label`, a bare `=======`, `>>>>>>> label` (bare `<<<<<<<`/`>>>>>>>` too)."""
     opener, closer = "<" * marker_size, ">" * marker_size
     if opener not in text and closer not in text:
         return []  # the common case, without splitting the text
-    lines = md_lines(text)
+    lines = md_lines(text.removeprefix("\ufeff"))
+    # A fence is the one place a marker-like line is content (a quoted diff): inside a
+    # comment, git's markers are still git's.
     fenced = md_fence_flags(lines)
     found = [
         index + 1
@@ -3931,23 +4291,13 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     return found if ends else []
 
 
-def md_strip_blank(lines: list[str]) -> list[str]:
-    """`lines` without leading and trailing blank lines (layout is re-made on output)."""
-    start, end = 0, len(lines)
-    while start < end and not lines[start].strip():
-        start += 1
-    while end > start and not lines[end - 1].strip():
-        end -= 1
-    return lines[start:end]
-
-
-def md_keyed_sections(sections: list[tuple[str, str, list[str]]]) -> dict[tuple, MdSection]:
+def md_keyed_parts(parts: list[tuple[MdPart, str, list[str]]]) -> dict[tuple, MdSection]:
     """Sections keyed by (case-folded name, n): the n-th section of that name, so a
     duplicated heading matches its counterpart by position instead of being lost."""
     keyed: dict[tuple, MdSection] = {}
     seen: dict[str, int] = {}
-    for name, heading, body in sections:
-        fold = name.casefold()
+    for part, heading, body in parts:
+        fold = part.name.casefold()
         seen[fold] = seen.get(fold, -1) + 1
         gap = not body or not body[0].strip()
         keyed[(fold, seen[fold])] = MdSection(heading, gap, md_strip_blank(body))
@@ -3976,70 +4326,32 @@ def md_later_stamp_body(ours: list[str], theirs: list[str]) -> list[str] | None:
     return theirs if later else ours
 
 
-def md_parse_fact_body(lines: list[str]) -> tuple[str, list[tuple[str, str, list[str]]]] | None:
-    """(current value, [(timestamp, value, continuation lines)]) of a refs/facts.md block,
-    or None when the body holds anything else or no History entry (it merges as prose)."""
-    current, entries, in_history = None, [], False
-    for line in lines:
-        if not line.strip():
-            continue
-        if line.startswith("**Current:**") and current is None and not in_history:
-            current = line[len("**Current:**") :].strip()
-        elif line.strip() == "**History:**" and not in_history:
-            in_history = True
-        elif in_history and MD_FACT_ENTRY_RE.match(line):
-            entries.append((*MD_FACT_ENTRY_RE.match(line).groups(), []))
-        elif in_history and entries and line[:1] in " \t":
-            entries[-1][2].append(line)  # a `  - *Correction: ...*` stays with its entry
-        else:
-            return None
-    return (current, entries) if current is not None and entries else None
-
-
-def md_fact_as_stm_wrote_it(parsed) -> bool:
-    """Whether a parsed fact body has Current equal to its first (newest) History entry,
-    as `stm fact set` always leaves it. A hand-edited Current is not: merge_md_facts
-    would replace it by a History value, so such a body merges line by line instead."""
-    return bool(parsed) and parsed[0] == parsed[1][0][1]
-
-
-def merge_md_facts(ours: tuple, theirs: tuple) -> list[str]:
+def merge_md_facts(ours: Fact, theirs: Fact) -> list[str]:
     """Union of both Histories (an entry is its timestamp and value; corrections from
-    either side are kept under it), newest first; Current is the newest entry's value."""
+    either side are kept under it), newest first; Current is the newest entry's value.
+    The body as render_fact_body writes it: the one writer of the fact format."""
     merged: dict[tuple[str, str], list[str]] = {}
-    for stamp, value, extra in ours[1] + theirs[1]:
+    for stamp, value, extra in ours.history + theirs.history:
         kept = merged.setdefault((stamp, value), [])
         kept.extend(line for line in extra if line not in kept)
     # Stable sort: entries with equal (or unparsable) times keep ours-then-theirs order.
     order = sorted(
         merged, key=lambda entry: md_parse_timestamp(entry[0]) or float("-inf"), reverse=True
     )
-    current = order[0][1]
-    history = [line for entry in order for line in (f"- {entry[0]}: {entry[1]}", *merged[entry])]
-    return [f"**Current:** {current}".rstrip(), "", "**History:**", *history]
+    history = [(stamp, value, merged[(stamp, value)]) for stamp, value in order]
+    return render_fact_body(Fact(ours.key, order[0][1], history))
 
 
-def md_bullet_units(lines: list[str]) -> list[tuple[tuple[str, ...], bool]] | None:
-    """A list body as units (lines, blank line follows): each bullet with its indented
-    continuation lines, and each HTML comment; None if any other text is in the body."""
-    units: list[list] = []
-    in_comment = False
-    for line in lines:
-        if in_comment:
-            units[-1][0].append(line)
-            in_comment = "-->" not in line
-        elif not line.strip():
-            if units:
-                units[-1][1] = True
-        elif line[:1] in " \t" and units and MD_BULLET_RE.match(units[-1][0][0]):
-            units[-1][0] += [""] * units[-1][1] + [line]  # a loose bullet keeps its blank
-            units[-1][1] = False
-        elif MD_BULLET_RE.match(line) or line.lstrip().startswith("<!--"):
-            units.append([[line], False])
-            in_comment = line.lstrip().startswith("<!--") and "-->" not in line
-        else:
-            return None
-    return [(tuple(lines), gap) for lines, gap in units]
+def md_list_units(lines: list[str]) -> list[tuple[tuple[str, ...], bool]] | None:
+    """A list body as units (lines, blank line follows): its items, when each is a bullet
+    or an HTML comment; None when it holds any other item (then it merges as prose)."""
+    items = md_items(lines, md_line_kinds(lines))
+    if any(item.kind not in ("bullet", "comment") for item in items):
+        return None
+    return [
+        (tuple(lines[item.start : item.end]), item.end < len(lines) and not lines[item.end].strip())
+        for item in items
+    ]
 
 
 def md_unit_keys(units: list[tuple[tuple[str, ...], bool]]) -> list[tuple]:
@@ -4303,7 +4615,7 @@ def merge_md_prose(
             md_hunk_region(base, seq, lo, hi, [hunk for hunk, side in members if side == n])
             for n, seq in ((0, ours), (1, theirs))
         )
-        inserted = md_inserted_bullets(lo, hi, mine, yours)
+        inserted = md_inserted_units(lo, hi, mine, yours)
         if mine == yours or yours == base[lo:hi]:
             out += mine
         elif mine == base[lo:hi]:
@@ -4322,13 +4634,13 @@ def merge_md_prose(
     return out, not conflicted
 
 
-def md_inserted_bullets(lo: int, hi: int, mine: list[str], yours: list[str]) -> list | None:
+def md_inserted_units(lo: int, hi: int, mine: list[str], yours: list[str]) -> list | None:
     """Both sides inserted only bullets at the same point (two `stm note`s above a
     section's prose): theirs' then ours', each once, as merge_md_bullets orders them.
     None when it is anything else (a real conflict)."""
     if lo != hi:
         return None
-    ours_units, theirs_units = md_bullet_units(mine), md_bullet_units(yours)
+    ours_units, theirs_units = md_list_units(mine), md_list_units(yours)
     if not ours_units or not theirs_units:
         return None
     if any(not MD_BULLET_RE.match(lines[0]) for lines, _ in ours_units + theirs_units):
@@ -4355,10 +4667,10 @@ def merge_md_body(
         later = md_later_stamp_body(ours, theirs)
         if later is not None:
             return later, True
-    ours_facts, theirs_facts = md_parse_fact_body(ours), md_parse_fact_body(theirs)
-    if md_fact_as_stm_wrote_it(ours_facts) and md_fact_as_stm_wrote_it(theirs_facts):
+    ours_facts, theirs_facts = read_fact(name, ours), read_fact(name, theirs)
+    if fact_as_stm_wrote_it(ours_facts) and fact_as_stm_wrote_it(theirs_facts):
         return merge_md_facts(ours_facts, theirs_facts), True
-    units = [md_bullet_units(body) for body in (base, ours, theirs)]
+    units = [md_list_units(body) for body in (base, ours, theirs)]
     if None not in units:
         return merge_md_bullets(*units), True
     return merge_md_prose(base, ours, theirs, marker_size, labels)
@@ -4403,13 +4715,14 @@ def merge_markdown(
     """Three-way merge of an stm Markdown file: (merged text, clean). Never drops text:
     what cannot be placed stands between conflict markers and clean is False. Line ends
     and BOM follow OURS."""
+    # The BOM is not text: dropped here, put back on the result when OURS had it.
     (base_pre, base_secs), (ours_pre, ours_secs), (theirs_pre, theirs_secs) = (
-        split_md_sections(text) for text in (base, ours, theirs)
+        MdDoc.of(text.removeprefix("\ufeff")).split() for text in (base, ours, theirs)
     )
     preamble, clean = merge_md_prose(
         *(md_strip_blank(pre) for pre in (base_pre, ours_pre, theirs_pre)), marker_size, labels
     )
-    old, mine, yours = (md_keyed_sections(secs) for secs in (base_secs, ours_secs, theirs_secs))
+    old, mine, yours = (md_keyed_parts(secs) for secs in (base_secs, ours_secs, theirs_secs))
     merged: dict[tuple, MdSection] = {}
     for key in dict.fromkeys([*mine, *yours]):
         if key in mine and key in yours:
@@ -4435,12 +4748,13 @@ def merge_markdown(
         out += [""] * bool(out) + [heading] + [""] * (gap and bool(body)) + body
         headings.append(heading)
     text = "".join(line + "\n" for line in out)
-    if [heading for _, heading, _ in split_md_sections(text)[1]] != headings or (
+    if [heading for _, heading, _ in MdDoc.of(text).split()[1]] != headings or (
         not clean and not md_has_conflict_markers(text, marker_size)
     ):
         # An unclosed code fence, once moved above other sections, swallows their headings
         # and hides markers: then one conflict over the whole file is the honest answer.
-        out = md_conflict_lines(md_lines(ours), md_lines(theirs), marker_size, labels)
+        sides = (md_lines(side.removeprefix("\ufeff")) for side in (ours, theirs))
+        out = md_conflict_lines(*sides, marker_size, labels)
         text, clean = "".join(line + "\n" for line in out), False
     if "\r\n" in ours:
         text = text.replace("\n", "\r\n")
@@ -4573,115 +4887,6 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
     return merged
 
 
-# ==== Formats: fact blocks ===================================================
-#
-# Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
-# per fact, its Current value and the History of values, newest first, each correction
-# noted under the entry it corrected:
-#
-#   ## primary_language
-#   **Current:** Go
-#
-#   **History:**
-#   - 2025-01-15T12:00:00Z: Go
-#   - 2025-01-03T00:46:00Z: Python
-#     - *Correction: User clarified they've switched primarily to Go*
-
-FACT_KEY_RE = LazyRegex(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-FACT_BLOCK_DEFAULT = "facts"
-FACT_HISTORY_LIMIT = 10
-FACT_VALUE_MAX = 500
-
-
-class Fact:
-    """One fact: key, current value, history [(timestamp, value, [note lines])]."""
-
-    __slots__ = ("key", "current", "history")
-
-    def __init__(self, key: str, current: str, history: list):
-        self.key, self.current, self.history = key, current, history
-
-    def as_dict(self, *, with_history: bool = False) -> dict:
-        data = {"key": self.key, "value": self.current}
-        data["updated"] = self.history[0][0] if self.history else None
-        if with_history:
-            data["history"] = [
-                {"timestamp": stamp, "value": value, "notes": [n.strip()[2:] for n in notes]}
-                for stamp, value, notes in self.history
-            ]
-        return data
-
-
-def check_fact_key(key: str) -> str:
-    if not FACT_KEY_RE.match(key):
-        raise usage_error(
-            f"fact key {escape_controls(repr(key))}: a key is 1-64 lowercase letters, digits, "
-            "'_', '.' or '-', starting with a letter or digit (e.g. primary_language)"
-        )
-    return key
-
-
-def check_fact_value(value: str, flag: str = "VALUE") -> str:
-    text = value.strip()
-    if not text:
-        raise usage_error(f"fact {flag} is empty")
-    if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
-        raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
-    if len(text) > FACT_VALUE_MAX:
-        raise usage_error(f"fact {flag} is longer than {FACT_VALUE_MAX} characters")
-    return escape_controls(text)
-
-
-def parse_fact_section(key: str, body: list[str]) -> Fact | None:
-    """A `## key` section's body as a Fact, or None when it is not in the fact format."""
-    parsed = md_parse_fact_body(md_strip_blank(body))
-    if parsed is None:
-        return None
-    current, entries = parsed
-    return Fact(key, current, [(stamp, value, list(notes)) for stamp, value, notes in entries])
-
-
-def parse_fact_block(text: str) -> tuple[list[str], list]:
-    """(preamble lines, [(key, Fact or None, heading line, body lines)]) of a block."""
-    preamble, sections = split_md_sections(text.replace("\r\n", "\n"))
-    return preamble, [
-        (name, parse_fact_section(name, body), heading, body) for name, heading, body in sections
-    ]
-
-
-def render_fact(fact: Fact) -> list[str]:
-    lines = [f"## {fact.key}", f"**Current:** {fact.current}", "", "**History:**"]
-    for stamp, value, notes in fact.history:
-        lines.append(f"- {stamp}: {value}")
-        lines += notes
-    return lines
-
-
-def render_fact_block(preamble: list[str], sections: list) -> str:
-    lines = list(md_strip_blank(preamble))
-    for _, fact, heading, body in sections:
-        lines += [""] if lines else []
-        if fact is not None:
-            lines += render_fact(fact)
-        else:  # a section that is not a fact stays as it was written
-            while body and not body[-1].strip():
-                body = body[:-1]
-            lines += [heading, *body]
-    return "\n".join(lines) + "\n"
-
-
-def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
-    """The keys of a ref that is a fact block (every `## ` section a fact), else None;
-    `partial`: the text is the head of a longer file, its last section may be cut."""
-    if "**Current:**" not in text:
-        return None
-    _, sections = parse_fact_block(text)
-    whole = sections[:-1] if partial and len(sections) > 1 else sections
-    if not whole or any(fact is None for _, fact, _, _ in whole):
-        return None
-    return [key for key, _, _, _ in sections]
-
-
 # ==== Formats: config and compaction ==========================================
 #
 # .stacks/config.json holds the limits that keep memory lean (spec/memory-layers.md,
@@ -4782,48 +4987,21 @@ def section_limit(config: dict, name: str) -> int:
     return limits.get(name.strip().lower(), config["default_section_limit"])
 
 
-def top_bullets(body: list[str]) -> list[tuple[int, int]]:
-    """(start, end) line ranges of the top-level bullets of a section body, each with its
-    indented continuation lines; fenced lines are never bullets."""
-    ranges, fenced = [], md_fence_flags(body)
-    for index, line in enumerate(body):
-        if not fenced[index] and MD_BULLET_RE.match(line):
-            ranges.append([index, index + 1])
-        elif (
-            ranges
-            and line[:1] in (" ", "\t")
-            and line.strip()
-            and only_blank_between(body, ranges[-1][1], index)
-        ):  # indented text after the bullet, blank lines between included (a loose item)
-            ranges[-1][1] = index + 1
-    return [tuple(r) for r in ranges]
-
-
-def only_blank_between(lines: list[str], start: int, end: int) -> bool:
-    return all(not lines[i].strip() for i in range(start, end))
-
-
-def memory_bullet_count(text: str) -> int:
-    return sum(len(top_bullets(body)) for _, _, body in split_md_sections(text)[1])
-
-
 def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, list[str]]]]:
     """MEMORY.md with each section cut to its limit (the bottom bullets go), and
     [(section, moved lines)]."""
-    preamble, sections = split_md_sections(text)
-    moved, out = [], list(preamble)
-    for name, heading, body in sections:
-        bullets = top_bullets(body)
-        keep = section_limit(config, name)
-        level_one = name.startswith("# ")  # a `# ` part is not a section: never compacted
-        if len(bullets) > keep and name.strip().lower() != MD_LAST_UPDATED and not level_one:
+    doc = MdDoc.of(text)
+    moved, drop = [], set()
+    for part in doc.parts:
+        bullets = [item for item in doc.items(part) if item.kind == "bullet"]
+        keep = section_limit(config, part.name)
+        # a `# ` part is not a section: never compacted; Last Updated holds no list
+        if len(bullets) > keep and part.name.lower() != MD_LAST_UPDATED and part.level == 2:
             gone = bullets[keep:]
-            lines = [line for start, end in gone for line in body[start:end]]
-            moved.append((name, lines))
-            drop = {i for start, end in gone for i in range(start, end)}
-            body = [line for i, line in enumerate(body) if i not in drop]
-        out += [heading, *body]
-    return "\n".join(out).rstrip("\n") + "\n", moved
+            moved.append((part.name, [line for item in gone for line in doc.item_lines(item)]))
+            drop.update(i for item in gone for i in range(item.start, item.end))
+    lines = [line for index, line in enumerate(doc.lines) if index not in drop]
+    return "\n".join(lines).rstrip("\n") + "\n", moved
 
 
 def compact_fact_text(text: str, limit: int) -> tuple[str, list[tuple[str, list[str]]]]:
@@ -4879,8 +5057,8 @@ def compact_message(store: Store, moves: list[tuple[str, str, list[str]]]) -> st
 
 def compact_moves(body: list[str]) -> list[tuple[str, str, list[tuple[str, ...]]]]:
     """The (file below .stacks/, section, items) a `stm compact` log entry moved, read from
-    its markers only; an item is grouped as top_bullets groups the file's own (a loose
-    bullet keeps the blank line before its continuation)."""
+    its markers only; its items are the bullets of the model, as in the file they came
+    from (a loose bullet keeps the blank line before its continuation)."""
     from urllib.parse import unquote
 
     blocks: list = []
@@ -4890,22 +5068,22 @@ def compact_moves(body: list[str]) -> list[tuple[str, str, list[tuple[str, ...]]
             blocks.append((unquote(header.group(1)), unquote(header.group(2)), []))
         elif blocks:
             blocks[-1][2].append(line)
-    return [
-        (rel, name, [tuple(lines[a:b]) for a, b in top_bullets(lines)])
-        for rel, name, lines in blocks
-    ]
+    return [(rel, name, md_bullets(lines)) for rel, name, lines in blocks]
 
 
-def section_items(text: str, name: str) -> list[tuple[str, ...]]:
-    """The bullets (with their indented lines) of `## name` in a Markdown file."""
-    for section, _, body in split_md_sections(text)[1]:
-        if section.strip().lower() == name.strip().lower():
-            if "**Current:**" in "\n".join(body):  # a fact: its History entries
-                fact = parse_fact_section(section, body)
-                if fact is not None:
-                    return [(f"- {s}: {v}", *notes) for s, v, notes in fact.history]
-            return [tuple(body[a:b]) for a, b in top_bullets(body)]
-    return []
+def compactable_items(text: str, name: str) -> list[tuple[str, ...]]:
+    """What compact moves from `## name` of a Markdown file, as it logs them: the
+    section's bullets, or a fact's History entries."""
+    doc = MdDoc.of(text)
+    wanted = name.strip().lower()
+    part = next((p for p in doc.parts if p.name.lower() == wanted), None)
+    if part is None:
+        return []
+    if may_hold_facts("\n".join(doc.body(part))):  # a fact: its History entries
+        fact = read_fact(part.name, doc.body(part))
+        if fact is not None:
+            return [(f"- {s}: {v}", *notes) for s, v, notes in fact.history]
+    return doc.bullets(part)
 
 
 def compact_target(store: Store, rel: str) -> str | None:
@@ -4957,7 +5135,7 @@ def compact_leftovers(rel: str, text: str, name: str, items: list) -> list[tuple
         fact = next((f for k, f, _, _ in parse_fact_block(text)[1] if k.lower() == wanted), None)
         if fact is None:
             return []
-    present = section_items(text, name)[-len(items) :]
+    present = compactable_items(text, name)[-len(items) :]
     logged = [tuple(escape_log_text(line) for line in item) for item in present]
     return present if logged == items else []
 
@@ -4996,10 +5174,10 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
 
 def drop_items(text: str, dupes: list) -> str:
     """`text` without the leftover items, taken from the bottom of their sections."""
-    preamble, sections = split_md_sections(text)
+    preamble, sections = MdDoc.of(text).split()
     out = list(preamble)
-    for name, heading, body in sections:
-        drop = [item for section, item in dupes if section.strip().lower() == name.lower()]
+    for part, heading, body in sections:
+        drop = [item for section, item in dupes if section.strip().lower() == part.name.lower()]
         for item in reversed(drop):  # from the bottom up, exact lines only
             for start in range(len(body) - len(item), -1, -1):
                 if tuple(body[start : start + len(item)]) == item:
@@ -5066,7 +5244,7 @@ class BootParts:
         self.problems: list[str] = []  # for stderr
         self.notices: list[str] = []  # for the top of the boot text itself
         self.raw: dict[str, str] = {}
-        self._parsed: dict[str, MdBullets] = {}  # see parsed()
+        self._parsed: dict[str, BootLayer] = {}  # see parsed()
         # The layers loaded whole, by name (LAYERS rows with at_boot "full"), in order.
         self.texts = {layer.name: self._layer(layer) for layer in LAYERS if layer.at_boot == "full"}
         self.workflow: str | None = None
@@ -5093,10 +5271,10 @@ class BootParts:
     def identity(self) -> str:
         return self.texts["identity"]
 
-    def parsed(self, name: str) -> MdBullets:
-        """A layer's MdBullets, read once however often boot renders it."""
+    def parsed(self, name: str) -> BootLayer:
+        """A layer's BootLayer, read once however often boot renders it."""
         if name not in self._parsed:
-            self._parsed[name] = MdBullets(self.texts[name])
+            self._parsed[name] = BootLayer(self.texts[name])
         return self._parsed[name]
 
     @property
@@ -5299,7 +5477,7 @@ class BootParts:
         if text is None:
             return
         threshold = load_config(self.store)["consolidation_threshold"]
-        count = memory_bullet_count(text)
+        count = MdDoc.of(text).bullet_count()
         if count > threshold:
             self.notices.append(
                 f"{self.store.rel(self.store.memory_path)} holds {count} top-level bullets, "
@@ -5881,51 +6059,25 @@ class BootCut:
         self.limit = ""  # the flag that asked for the cut, for the notices
 
 
-def md_blocks(text: str) -> tuple[list[str], list[list]]:
-    """Boot-rendered layer text as (preamble lines, [[heading, [units]]]); a unit is a
-    list of lines: one bullet with its continuation, or one other line. Headings are
-    the demoted `##` (`####`); fenced lines are never headings or bullets."""
-    lines = text.split("\n")
-    preamble: list[str] = []
-    sections: list[list] = []
-    fenced = md_fence_flags(lines)
-    for index, line in enumerate(lines):
-        # `###` is a demoted `# `: after the first section it ends it (breaks_section)
-        if not fenced[index] and (line.startswith("#### ") or sections and line.startswith("### ")):
-            sections.append([line, []])
-        elif sections:
-            units = sections[-1][1]
-            indented = line.startswith((" ", "\t")) or fenced[index]
-            # A fence is one unit with its opener: a `- ` line inside it is no bullet,
-            # and no cut may take its closing line without its opening one.
-            in_fence = fenced[index] and index > 0 and fenced[index - 1]
-            if units and (in_fence or (indented and is_bullet_unit(units[-1]))):
-                units[-1].append(line)
-            else:
-                units.append([line])
-        else:
-            preamble.append(line)
-    return preamble, sections
-
-
-def is_bullet_unit(unit: list[str]) -> bool:
-    return unit[0].startswith(("- ", "* "))
-
-
-class MdBullets:
-    """md_blocks of a text, read once, with each unit marked bullet or not: boot renders
+class BootLayer:
+    """A boot-rendered layer (headings two levels down: `####` sections, `###` parts)
+    read once through the Markdown model, with each section's bullets: boot renders
     session memory a few dozen times while it searches for the cut that fits, and each
     render must cost one pass over the lines, not one per bullet left out."""
 
-    __slots__ = ("preamble", "blocks", "bullets", "counts")
+    __slots__ = ("lines", "preamble", "parts", "bullets", "counts")
 
     def __init__(self, text: str):
-        self.preamble, self.blocks = md_blocks(text)
-        # per section, the positions of its bullet units among its units
+        doc = MdDoc(md_lines(text), depth=2)
+        self.lines, self.preamble, self.parts = doc.lines, doc.preamble, doc.parts
         self.bullets = [
-            [i for i, unit in enumerate(units) if is_bullet_unit(unit)] for _, units in self.blocks
+            [item for item in doc.items(part) if item.kind == "bullet"] for part in doc.parts
         ]
-        self.counts = [len(positions) for positions in self.bullets]
+        self.counts = [len(bullets) for bullets in self.bullets]
+
+    def title(self, index: int) -> str:
+        """A section's name as a notice says it (`Appendix`, not `### Appendix`)."""
+        return self.lines[self.parts[index].start].lstrip("#").strip()
 
 
 def bullets_to_leave_out(counts: list[int], bullets: int) -> list[int]:
@@ -5952,42 +6104,39 @@ def bullets_to_leave_out(counts: list[int], bullets: int) -> list[int]:
 
 
 def cut_memory(
-    text: str, bullets: int, sections: int, parsed: MdBullets | None = None
+    text: str, bullets: int, sections: int, parsed: BootLayer | None = None
 ) -> tuple[str, list[str]]:
     """Session memory without its `bullets` oldest bullets (the bottom ones of each
     section, taken from the section with the most left, in turn) and without its last
     `sections` sections; returns the text and what was left out. `parsed` is the text's
-    MdBullets when the caller keeps it (boot); one pass over the lines either way."""
-    parsed = parsed if parsed is not None else MdBullets(text)
-    blocks, left_out = parsed.blocks, []
-    removed = bullets_to_leave_out(parsed.counts, bullets) if bullets > 0 else [0] * len(blocks)
+    BootLayer when the caller keeps it (boot); one pass over the lines either way."""
+    parsed = parsed if parsed is not None else BootLayer(text)
+    parts, left_out = parsed.parts, []
+    removed = bullets_to_leave_out(parsed.counts, bullets) if bullets > 0 else [0] * len(parts)
     for index, count in enumerate(removed):
         if count:
-            left_out.append(
-                f"{plural(count, 'older bullet')} of {blocks[index][0].lstrip('#').strip()}"
-            )
-    keep = len(blocks)
+            left_out.append(f"{plural(count, 'older bullet')} of {parsed.title(index)}")
+    keep = len(parts)
     if sections:
-        keep = len(blocks) - sections if sections > 0 else 0
-        names = [heading.lstrip("#").strip() for heading, _ in blocks[keep:]]
+        keep = len(parts) - sections if sections > 0 else 0
+        names = [parsed.title(index) for index in range(len(parts))[keep:]]
         if names:
             left_out.append(
                 ("the section " if len(names) == 1 else "the sections ") + ", ".join(names)
             )
-    lines = list(parsed.preamble)
-    for index, (heading, units) in enumerate(blocks[:keep]):
-        lines.append(heading)
-        drop = removed[index]
-        if drop:  # the section's last `drop` bullets go; other units stay
-            gone = set(parsed.bullets[index][-drop:])
-            units = [unit for i, unit in enumerate(units) if i not in gone]
-        for unit in units:
-            lines += unit
+    lines, source = list(parsed.preamble), parsed.lines
+    for index, part in enumerate(parts[:keep]):
+        drop, at = removed[index], part.start
+        # the section's last `drop` bullets go, each whole; the lines between them stay
+        for item in parsed.bullets[index][-drop:] if drop else ():
+            lines += source[at : item.start]
+            at = item.end
+        lines += source[at : part.end]
     return "\n".join(lines).strip("\n"), left_out
 
 
 def cut_sections(
-    text: str, sections: int, parsed: MdBullets | None = None
+    text: str, sections: int, parsed: BootLayer | None = None
 ) -> tuple[str, list[str]]:
     """`text` without its last `sections` `####` sections (-1: everything)."""
     if sections < 0:
@@ -6156,11 +6305,11 @@ def boot_cuts(parts: BootParts, cut: BootCut):
     yield "refs", "none"
     memory = parts.parsed("session")
     yield "memory_bullets", sum(memory.counts)
-    yield "memory_sections", len(memory.blocks)
+    yield "memory_sections", len(memory.parts)
     yield "memory_sections", -1
     yield "workflow", "short"
     yield "workflow", "none"
-    yield "identity", len(parts.parsed("identity").blocks)  # then the hard cut: its top stays
+    yield "identity", len(parts.parsed("identity").parts)  # then the hard cut: its top stays
 
 
 def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
@@ -6654,26 +6803,24 @@ class Checker:
             text = read_text(self.store.memory_path)
         except OSError:
             return
-        self.memory_threshold(memory_bullet_count(text), config)
+        self.memory_threshold(MdDoc.of(text).bullet_count(), config)
         self.sections_over_limit(text, config)
 
     def sections_over_limit(self, text: str, config: dict) -> None:
         """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
         compact would move the oldest; say so before either happens."""
-        preamble, sections = split_md_sections(text.replace("\r\n", "\n"))
-        line = len(preamble) + 1
-        for name, _, body in sections:
-            count, keep = len(top_bullets(body)), section_limit(config, name)
-            if count > keep and name.strip().lower() != MD_LAST_UPDATED:
+        doc = MdDoc.of(text)
+        for part in doc.headed():  # a `# ` part is not compacted, so not reported either
+            count, keep, name = len(doc.bullets(part)), section_limit(config, part.name), part.name
+            if count > keep and name.lower() != MD_LAST_UPDATED:
                 self.report(
                     "section-over-limit",
                     self.store.memory_path,
                     f'section "{one_line(name, 80)}" holds {count} bullets, over its limit of '
                     f"{keep}",
                     as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
-                    line=line,
+                    line=part.start + 1,
                 )
-            line += 1 + len(body)
 
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
@@ -6686,7 +6833,7 @@ class Checker:
 
     def check_facts(self, path: str, text: str) -> None:
         """A hand-edited fact whose Current is not its newest History value."""
-        if "**Current:**" not in text:
+        if not may_hold_facts(text):
             return
         for key, fact, _, _ in parse_fact_block(text)[1]:
             if fact is not None and fact.history and fact.history[0][1] != fact.current:
@@ -8749,7 +8896,7 @@ def gather_status(store: Store) -> dict:
             f"boot is ~{boot_tokens} tokens, over the {budget} budget: run `stm compact`"
         )
     with contextlib.suppress(OSError):
-        bullets = memory_bullet_count(read_text(store.memory_path))
+        bullets = MdDoc.of(read_text(store.memory_path)).bullet_count()
         if bullets > config["consolidation_threshold"]:
             warnings.append(
                 f"MEMORY.md holds {bullets} bullets, over the consolidation threshold of "
@@ -9756,26 +9903,25 @@ def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
     return same, state, False, adopted, warnings
 
 
-def find_section(lines: list[str], name: str) -> int | None:
-    """The heading named `name` (case-insensitively; else a unique prefix), or None."""
-    headings = heading_lines(lines)
+def find_section(doc: MdDoc, name: str) -> MdPart | None:
+    """The `## ` section named `name` (case-insensitively; else a unique prefix), or None."""
+    headings = doc.headed()
     wanted = name.strip().lower()
-    exact = [i for i, heading in headings if heading.lower() == wanted]
+    exact = [part for part in headings if part.name.lower() == wanted]
     if len(exact) > 1:
         raise StmError(f"section {name!r} appears {len(exact)} times; merge them first")
     if exact:
         return exact[0]
-    prefixed = [(i, heading) for i, heading in headings if heading.lower().startswith(wanted)]
+    prefixed = [part for part in headings if part.name.lower().startswith(wanted)]
     if len(prefixed) > 1:
-        names = ", ".join(repr(h) for _, h in prefixed)
+        names = ", ".join(repr(part.name) for part in prefixed)
         raise usage_error(f"section {name!r} is ambiguous: it matches {names}; say which")
-    return prefixed[0][0] if prefixed else None
+    return prefixed[0] if prefixed else None
 
 
-def is_filler(line: str) -> bool:
-    """Blank, or a one-line HTML comment (template guidance)."""
-    stripped = line.strip()
-    return not stripped or (stripped.startswith("<!--") and stripped.endswith("-->"))
+def note_doc(text: str) -> MdDoc:
+    """The text note edits, read by the model (trailing blank lines are layout)."""
+    return MdDoc(md_lines(text.rstrip("\n")) if text.strip() else [])
 
 
 def as_bullet(text: str) -> list[str]:
@@ -9785,25 +9931,26 @@ def as_bullet(text: str) -> list[str]:
 
 def add_note(text: str, section: str, note: str, replace: bool, anchor: str | None) -> str:
     """MEMORY.md (or AGENT.md) with `note` added to, or replacing, `## section`."""
-    lines = text.rstrip("\n").split("\n") if text.strip() else []
-    index = find_section(lines, section)
-    if index is None:
+    doc = note_doc(text)
+    lines, part = doc.lines, find_section(doc, section)
+    if part is None:
         block = [f"## {section.strip()}", "", *(note.split("\n") if replace else as_bullet(note))]
-        at = find_section(lines, anchor) if anchor else None
+        at = find_section(doc, anchor) if anchor else None
         if at is None:
             lines += ([""] if lines else []) + block
         else:
-            lines[at:at] = block + [""]
+            lines[at.start : at.start] = block + [""]
         return "\n".join(lines) + "\n"
-    end = section_end(lines, index)
+    end = part.end
     if replace:
-        lines[index + 1 : end] = ["", *note.split("\n"), ""] if end < len(lines) else ["", note]
+        body = ["", *note.split("\n"), ""] if end < len(lines) else ["", note]
+        lines[part.start + 1 : end] = body
         return "\n".join(lines).rstrip("\n") + "\n"
-    at = index + 1
-    while at < end and is_filler(lines[at]):
-        at += 1
+    # newest first: above the section's first item that is not template guidance
+    first = next((item for item in doc.items(part) if item.kind != "comment"), None)
+    at = end if first is None else first.start
     bullet = as_bullet(note)
-    if at == end or not lines[at].lstrip().startswith(("- ", "* ")):
+    if first is None or first.kind != "bullet":
         bullet.append("")  # a blank line between the list and what follows
     if lines[at - 1].strip():
         bullet.insert(0, "")
@@ -9812,22 +9959,21 @@ def add_note(text: str, section: str, note: str, replace: bool, anchor: str | No
 
 
 def stamp_last_updated(text: str, stamp: str) -> str:
-    lines = text.rstrip("\n").split("\n")
-    index = find_section(lines, "Last Updated")
-    if index is None or lines[index][3:].strip().lower() != "last updated":
+    doc = note_doc(text)
+    lines, part = doc.lines, find_section(doc, "Last Updated")
+    if part is None or part.name.lower() != "last updated":
         return add_note(text, "Last Updated", stamp, True, None)
-    end = section_end(lines, index)
-    lines[index + 1 : end] = ["", stamp, ""] if end < len(lines) else ["", stamp]
+    lines[part.start + 1 : part.end] = ["", stamp, ""] if part.end < len(lines) else ["", stamp]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def note_landed(text: str, section: str, note: str) -> bool:
     """Read-back check: the note's lines stand under the section's heading."""
-    lines = text.split("\n")
-    index = find_section(lines, section)
-    if index is None:
+    doc = MdDoc.of(text)
+    part = find_section(doc, section)
+    if part is None:
         return False
-    body = "\n".join(lines[index + 1 : section_end(lines, index)])
+    body = "\n".join(doc.body(part))
     return all(line.strip() in body for line in note.split("\n") if line.strip())
 
 
@@ -9864,9 +10010,10 @@ def clean_section_name(section: str) -> str:
 
 def refuse_breaking_body(note: str) -> None:
     """A --replace body with a `#`/`##` line would end its section and start another."""
-    breaking = section_breaking_line(note)
-    if breaking is not None:  # (a bullet's later lines are indented: they cannot break out)
-        number, line = breaking
+    lines = md_lines(note)
+    found = md_heading_in_body(lines)
+    if found is not None:  # (a bullet's later lines are indented: they cannot break out)
+        number, line = found + 1, lines[found]
         raise usage_error(
             f"line {number} of the new body is a heading ({line[:40]!r}), which would end "
             "the section; use `###` for a sub-heading, or note each section on its own"
@@ -9914,12 +10061,12 @@ class SectionMissing(StmError):
 def nearest_sections(text: str, section: str) -> tuple[list[str], list[str]] | None:
     """None when `## section` is in `text`; else (its sections close to `section`,
     closest first; its other sections, at most eight)."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    if find_section(lines, section) is not None:
+    doc = MdDoc.of(text)
+    if find_section(doc, section) is not None:
         return None
     import difflib
 
-    names = [name for _, name in heading_lines(lines) if name.lower() != "last updated"]
+    names = [p.name for p in doc.headed() if p.name.lower() != "last updated"]
     lowered = {name.lower(): name for name in names}
     close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.6)
     close = [lowered[c] for c in close]
@@ -9981,8 +10128,7 @@ def write_memory_note(
     # An HTML comment opener would hide everything after it from a Markdown reader, and
     # an unclosed code fence would turn the sections below into text: neither may enter.
     note = note.replace("<!--", "&lt;!--")
-    fences = sum(1 for line in note.split("\n") if FENCE_RE.match(line))
-    if fences % 2:
+    if md_fence_left_open(md_lines(note)):
         raise usage_error(
             "the note opens a code fence (``` or ~~~) it does not close, which would swallow "
             "the sections below it; close it; nothing written"
@@ -10008,7 +10154,7 @@ def write_memory_note(
             before = f"# {title[:1].upper()}{title[1:]}\n"  # a new ref: titled, as check asks
             make_dir(os.path.dirname(path))
         refuse_conflicted(path, before, store)
-        if ref is not None and "**Current:**" in before:
+        if ref is not None and may_hold_facts(before):
             for key, fact, _, _ in parse_fact_block(before)[1]:
                 if fact is not None and key.lower() == section.lower():
                     raise usage_error(
@@ -10032,8 +10178,7 @@ def write_memory_note(
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
     heading = section
     if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
-        lines = after.split("\n")
-        heading = lines[find_section(lines, section)][3:].strip()
+        heading = find_section(MdDoc.of(after), section).name
     return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
 
 
@@ -10052,14 +10197,9 @@ def note_result(store: Store, path: str, section: str, replace, *, created, chan
 def bullet_present(text: str, section: str, note: str) -> bool:
     """Whether `note`, as the bullet `note` would write, already stands in the section:
     the same note twice (an agent's retry) is not a second bullet."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    index = find_section(lines, section)
-    if index is None:
-        return False
-    bullet = as_bullet(note)
-    body = lines[index + 1 : section_end(lines, index)]
-    size = len(bullet)
-    return any(body[i : i + size] == bullet for i in range(len(body) - size + 1))
+    doc = MdDoc.of(text)
+    part = find_section(doc, section)
+    return part is not None and tuple(as_bullet(note)) in doc.bullets(part)
 
 
 def note_report(result: dict, shown: str) -> str:
@@ -10088,7 +10228,7 @@ def refuse_one_argument(args) -> None:
         store = store_from_args(args)
         path = store.agent_path if args.identity else store.memory_path
         if args.ref is None:
-            names = [name for _, name in heading_lines(read_text(path).split("\n"))]
+            names = [part.name for part in MdDoc.of(read_text(path)).headed()]
     if any(name.lower() == section.lower() for name in names):
         command = note_command(args, section, "…")
         raise usage_error(f"note needs TEXT after the section: `{command}`")
@@ -10326,7 +10466,7 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             block = read_text(path)
-            if "**Current:**" in block:
+            if may_hold_facts(block):
                 block = read_text_to_edit(path, store.rel(path))  # it may be rewritten
                 refuse_conflicted(path, block, store)  # before: markers hide the format
             if fact_keys_summary(block) is None:
@@ -10357,7 +10497,7 @@ def cmd_compact(args) -> int:
         return EXIT_OK
     verb = "would move" if args.dry_run else "moved"
     for move in result["moved"]:
-        count = sum(1 for line in move["lines"] if line.startswith(("- ", "* ")))
+        count = len(md_bullets(move["lines"]))  # the items the model reads in them
         where = f"{move['path']} ## {move['section']}"
         out(f"{verb} {plural(count, 'item')} from {where} to today's log")
     if not result["moved"]:
@@ -13279,8 +13419,8 @@ def stacks_counts(counts: dict, rel: str, before: str, after: str) -> None:
     if rel.startswith(LOGS_DIR + "/"):
         counts["log_entries"] += added_count(log_entry_ids(before), log_entry_ids(after))
     elif rel == MEMORY_FILE:
-        counts["notes"] += added_count(memory_bullets(before), memory_bullets(after))
-    elif rel.startswith(REFS_DIR + "/") and "**Current:**" in after:
+        counts["notes"] += added_count(memory_notes(before), memory_notes(after))
+    elif rel.startswith(REFS_DIR + "/") and may_hold_facts(after):
         counts["facts"] += added_count(fact_entries(before), fact_entries(after))
 
 
@@ -13289,12 +13429,10 @@ def log_entry_ids(text: str) -> list[str]:
     return [item[1].entry_id for item in entries if item[0] == "entry"]
 
 
-def memory_bullets(text: str) -> list[tuple]:
-    return [
-        (name.lower(), tuple(body[a:b]))
-        for name, _, body in split_md_sections(text)[1]
-        for a, b in top_bullets(body)
-    ]
+def memory_notes(text: str) -> list[tuple]:
+    """(section, bullet) of every bullet of MEMORY.md: what sync counts as notes."""
+    doc = MdDoc.of(text)
+    return [(part.name.lower(), bullet) for part in doc.parts for bullet in doc.bullets(part)]
 
 
 def fact_entries(text: str) -> list[tuple]:

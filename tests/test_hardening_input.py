@@ -525,28 +525,50 @@ def test_boot_under_a_limit_does_n_log_n_work_in_memory_bullets(store, run, monk
     for count in (1000, 2000):
         (store / ".stacks" / "MEMORY.md").write_text(memory_with_bullets(count))
         with monkeypatch.context() as patch:
-            calls = counted(patch, "is_bullet_unit", "render_boot")
+            calls = counted(patch, "md_bullet_goes_on", "render_boot")
             result = run("boot", "--max-chars", "9500")
         assert result.code == 0 and len(result.out) <= 9500
         assert "older bullets of Section" in result.out
         steps.append(calls)
     small, big = steps
-    assert big["is_bullet_unit"] <= 2.2 * small["is_bullet_unit"], steps  # linear per line
+    assert small["md_bullet_goes_on"] >= 1000, steps  # the memory was read item by item
+    assert big["md_bullet_goes_on"] <= 2.2 * small["md_bullet_goes_on"], steps  # linear per line
     assert big["render_boot"] <= small["render_boot"] + 3, steps  # a binary search: log n
+
+
+def md_blocks(text: str) -> tuple[list[str], list[list]]:
+    """A boot-rendered text as (preamble, [[heading, [units]]]), units as the Markdown
+    model reads them: each item (a bullet with its continuation, a fence, ...) and each
+    line outside an item."""
+    doc = stm.MdDoc(stm.md_lines(text), depth=2)
+    blocks = []
+    for part in doc.parts:
+        starts = {item.start: item for item in doc.items(part)}
+        units, index = [], part.start + 1
+        while index < part.end:
+            end = starts[index].end if index in starts else index + 1
+            units.append(doc.lines[index:end])
+            index = end
+        blocks.append([doc.lines[part.start], units])
+    return doc.preamble, blocks
+
+
+def is_bullet_unit(unit: list[str]) -> bool:
+    return unit[0].startswith(("- ", "* "))
 
 
 def reference_cut_memory(text: str, bullets: int, sections: int):
     """cut_memory as it was before issue 22 (quadratic), to prove the output unchanged."""
-    preamble, blocks = stm.md_blocks(text)
+    preamble, blocks = md_blocks(text)
     left_out = []
     removed: dict[int, int] = {}
     for _ in range(bullets):
-        counts = [sum(stm.is_bullet_unit(u) for u in units) for _, units in blocks]
+        counts = [sum(is_bullet_unit(u) for u in units) for _, units in blocks]
         index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
         if index is None or counts[index] == 0:
             break
         units = blocks[index][1]
-        last = max(i for i, unit in enumerate(units) if stm.is_bullet_unit(unit))
+        last = max(i for i, unit in enumerate(units) if is_bullet_unit(unit))
         del units[last]
         removed[index] = removed.get(index, 0) + 1
     for index in sorted(removed):

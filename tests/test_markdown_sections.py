@@ -20,13 +20,14 @@ MEMORY = (
 
 
 def sections_of(text: str) -> dict:
-    return {name: body for name, _, body in stm.split_md_sections(text)[1]}
+    return {part.name: body for part, _, body in stm.MdDoc.of(text).split()[1]}
 
 
 def test_every_reader_ends_next_steps_at_the_level_one_heading():
     lines = MEMORY.split("\n")
     start = next(i for i, line in enumerate(lines) if line == "## Next Steps")
-    end = stm.section_end(lines, start)  # note's and check's rule
+    end = stm.find_section(stm.MdDoc(lines), "Next Steps").end  # note's and check's rule
+    assert stm.MdDoc(lines).parts[1].start == start
     assert lines[end] == "# Appendix"
     assert stm.section_body(MEMORY, "Next Steps").strip() == "- step one\n- step two"
     merged_view = sections_of(MEMORY)  # the merge driver's and compact's
@@ -36,8 +37,8 @@ def test_every_reader_ends_next_steps_at_the_level_one_heading():
     ]
     assert [line for line in merged_view["# Appendix"] if line.strip()] == APPENDIX
     booted = stm.demote_headings(MEMORY, 2)  # boot's cuts
-    _, blocks = stm.md_blocks(booted)
-    units = {heading: [u for u in items if stm.is_bullet_unit(u)] for heading, items in blocks}
+    layer = stm.BootLayer(booted)
+    units = {layer.lines[part.start]: layer.bullets[i] for i, part in enumerate(layer.parts)}
     assert len(units["#### Next Steps"]) == 2 and len(units["### Appendix"]) == 15
 
 

@@ -7,13 +7,19 @@ import random
 
 import pytest
 
-from stm import md_has_conflict_markers, merge_markdown, split_md_sections
+from stm import MdDoc, md_has_conflict_markers, merge_markdown
 
 
 def doc(*sections: tuple[str, str], title: str = "# Session Memory") -> str:
     """A MEMORY.md-style file: title, then `## name` + blank + body for each section."""
     parts = [title] + [f"## {name}\n\n{body}".rstrip("\n") for name, body in sections]
     return "\n\n".join(parts) + "\n"
+
+
+def split_md_sections(text: str):
+    """(preamble, [(name, heading line, body)]): the Markdown model's sections."""
+    preamble, sections = MdDoc.of(text).split()
+    return preamble, [(part.name, heading, body) for part, heading, body in sections]
 
 
 def section(text: str, name: str) -> str | None:
