@@ -45,27 +45,43 @@ Exit codes:
     130  interrupted (Ctrl-C)
     143  terminated (SIGTERM)
 
-Sections (grep -n '^# ====' stm.py):
+Sections (grep -n '^# ====' stm.py), each using only the sections above it (a test
+holds this):
 
     Constants and templates    the LAYERS table, templates, secret patterns
-    Errors
+    Time and text helpers      clock, ISO stamps, counts and nouns, JSON, secrets
+    Errors                     StmError, usage_error, the refusals of input
+    Settings: the environment  Settings: stm's variables, read once
+    Path and name safety       names and paths stm may read or write
     Filesystem primitives      lock, atomic write, append (the write protocol)
-    Path and name safety
-    Time and text helpers
-    Store locations            Settings (the environment, read once), Store, open_store
-    Formats: Markdown layers   the Markdown model (MdDoc), comments, refs, log entries
-    Formats: sessions          ids, state.json, history.jsonl, pointer
+    Store locations            Store, open_store
+    Formats: Markdown layers   the one Markdown model (MdDoc), refs, log entries
+    Formats: fact blocks       read_fact, render_fact_body, the refs index entry
+    Formats: sessions          ids, state.json and its validation, history.jsonl
     Formats: handoffs
     Formats: transcripts       read_transcript, find_project_transcript, git_state, redact
-    Formats: fact blocks       read_fact, render_fact_body: the one reader and writer
     Formats: three-way merge   merge_markdown (the git merge driver's core)
     Formats: config and compaction
-    Boot                       BootParts, the cuts, boot_document
-    Check                      Checker, the fixers, the RULES registry
-    Operations and commands    each operation, then its cmd_<verb>
-    Sync and checkpoints       stm sync through git; checkpoint exports every N writes
+    Operations: session state  checkpoints applied, handoff state, the rebuild by replay
+    Operations: boot           BootParts, the cuts, boot_document
+    Operations: export
+    Operations: sync and checkpoints    stm sync through git; checkpoint exports
+    Operations: merge-file and the git driver
+    Operations: init, memory and logs
+    Operations: sessions and handoffs
+    Operations: notes
+    Operations: facts, compaction and digest
+    Operations: refs and search
+    Operations: capture        what a cut-off agent session leaves behind
+    Operations: integrations and setup    hooks, MCP client files, AGENTS.md
+    Operations: import
+    Operations: status
+    Check                      Checker, the fixers, the RULES registry, check_store
+    Front ends: the commands   each cmd_<verb> beside its options; out, print_json
     MCP server                 McpServer: the operations as MCP tools
-    Command line               the option tables, build_parser(), main()
+    Command line               the command tables, build_parser(), main()
+
+Operations return or raise and print nothing; the front ends word, print and exit.
 
 In-process API (stable names in __all__): open_store(stacks=..., state=..., user=...)
 gives a Store; the operations take it and keyword arguments and print nothing, e.g.
@@ -429,6 +445,9 @@ class LazyRegex:
             for method in self.METHODS:
                 setattr(self, method, getattr(self._compiled, method))
         return getattr(self._compiled, name)
+
+
+GIT_DRIVER_NAME = "stm: section-aware merge of stm Markdown (spec/merge.md)"
 
 
 # ==== Time and text helpers ==================================================
@@ -898,6 +917,28 @@ def refuse_oversized(text: str, what: str) -> str:
             f"{what} is larger than 1 MiB ({size} bytes); put big text in refs/ instead; "
             "nothing written"
         )
+    return text
+
+
+def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
+    """Refuse text that looks like a credential (exit 1); `flag_hint` names the flag that
+    allows it, or "no flag"."""
+    allow = None if flag_hint == "no flag" else flag_words(flag_hint)  # a tool may have none
+    for kind, line, excerpt in find_secrets(text):
+        way = "remove it" if allow is None else f"remove it, or pass {allow} if it is not a secret"
+        raise StmError(
+            f"refused: {what}line {line} looks like {a_kind(kind)} ({excerpt}); memory is "
+            f"committed to git, so nothing was written: {way}"
+        )
+
+
+def clean_text(value: str, flag: str, limit: int = 500) -> str:
+    """Free text for state.json: stripped, controls made visible, bounded."""
+    text = escape_controls(value.replace("\r\n", "\n")).strip()
+    if not text:
+        raise usage_error(f"{flag} needs non-empty text")
+    if len(text) > limit:
+        raise usage_error(f"{flag} is longer than {limit} characters; keep state small")
     return text
 
 
@@ -1562,6 +1603,9 @@ def sweep_temp_files(directory: str) -> list[str]:
     except OSError:
         return []
     return sorted(n for n in names if n.startswith(".") and n.endswith(".tmp"))
+
+
+SEARCH_CHUNK = 1 << 20  # bytes read at a time
 
 
 # ==== Store locations ========================================================
@@ -2315,21 +2359,6 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     return title, summary
 
 
-def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
-    rel = os.path.relpath(path, os.path.dirname(refs_dir))
-    size = os.lstat(path).st_size
-    if os.path.islink(path):
-        return RefInfo(rel, None, None, size)
-    text = read_text(path, REF_HEAD_BYTES if head_only else None)
-    title, summary = parse_ref_head(text)
-    keys = fact_keys_summary(text, partial=head_only and size > REF_HEAD_BYTES)
-    if keys:  # a fact block: its keys say what it holds (`stm fact get KEY` reads one)
-        summary = ", ".join(keys)
-    if summary and len(summary) > 160:
-        summary = summary[:157].rstrip() + "..."
-    return RefInfo(rel, title, summary, size, text)
-
-
 def log_file_names(store: Store) -> list[str]:
     """The `YYYY-MM-DD.md` names in logs/, oldest first; none through a symlinked logs/."""
     if os.path.islink(store.logs_dir):
@@ -2556,6 +2585,193 @@ def may_hold_secret(data: bytes) -> bool:
         if byte in data and any(hint in data for hint in hints):
             return True
     return False
+
+
+def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
+    """1-based numbers of the lines outside code fences that are conflict markers:
+    `<<<<<<< label`, a bare `=======`, `>>>>>>> label` (bare `<<<<<<<`/`>>>>>>>` too)."""
+    opener, closer = "<" * marker_size, ">" * marker_size
+    if opener not in text and closer not in text:
+        return []  # the common case, without splitting the text
+    lines = md_lines(text.removeprefix("\ufeff"))
+    # A fence is the one place a marker-like line is content (a quoted diff): inside a
+    # comment, git's markers are still git's.
+    fenced = md_fence_flags(lines)
+    found = [
+        index + 1
+        for index, line in enumerate(lines)
+        if not fenced[index]
+        and (
+            line.startswith((opener + " ", closer + " "))
+            or line.rstrip() in (opener, "=" * marker_size, closer)
+        )
+    ]
+    # A lone `=======` is a setext underline, not a conflict: markers come with an
+    # opening or closing line.
+    ends = [n for n in found if lines[n - 1][:1] in "<>"]
+    return found if ends else []
+
+
+# ==== Formats: fact blocks ===================================================
+#
+# Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
+# per fact, its Current value and the History of values, newest first, each correction
+# noted under the entry it corrected:
+#
+#   ## primary_language
+#   **Current:** Go
+#
+#   **History:**
+#   - 2025-01-15T12:00:00Z: Go
+#   - 2025-01-03T00:46:00Z: Python
+#     - *Correction: User clarified they've switched primarily to Go*
+#
+# The sections are the Markdown model's (parse_fact_block); a section's body is read by
+# read_fact alone and written by render_fact_body alone, the merge driver's fact rule
+# included, so no two pieces of code can disagree on what a fact is.
+
+FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")  # a History entry: `- TIMESTAMP: VALUE`
+FACT_CURRENT = "**Current:**"  # the line that opens a fact's body
+FACT_KEY_RE = LazyRegex(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+FACT_BLOCK_DEFAULT = "facts"
+FACT_HISTORY_LIMIT = 10
+FACT_VALUE_MAX = 500
+
+
+class Fact:
+    """One fact: key, current value, history [(timestamp, value, [note lines])]."""
+
+    __slots__ = ("key", "current", "history")
+
+    def __init__(self, key: str, current: str, history: list):
+        self.key, self.current, self.history = key, current, history
+
+    def as_dict(self, *, with_history: bool = False) -> dict:
+        data = {"key": self.key, "value": self.current}
+        data["updated"] = self.history[0][0] if self.history else None
+        if with_history:
+            data["history"] = [
+                {"timestamp": stamp, "value": value, "notes": [n.strip()[2:] for n in notes]}
+                for stamp, value, notes in self.history
+            ]
+        return data
+
+
+def may_hold_facts(text: str) -> bool:
+    """A cheap test before reading a text as fact blocks: without a Current line, no
+    section of it is a fact (read_fact needs one)."""
+    return FACT_CURRENT in text
+
+
+def check_fact_key(key: str) -> str:
+    if not FACT_KEY_RE.match(key):
+        raise usage_error(
+            f"fact key {escape_controls(repr(key))}: a key is 1-64 lowercase letters, digits, "
+            "'_', '.' or '-', starting with a letter or digit (e.g. primary_language)"
+        )
+    return key
+
+
+def check_fact_value(value: str, flag: str = "VALUE") -> str:
+    text = value.strip()
+    if not text:
+        raise usage_error(f"fact {flag} is empty")
+    if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
+        raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
+    if len(text) > FACT_VALUE_MAX:
+        raise usage_error(f"fact {flag} is longer than {FACT_VALUE_MAX} characters")
+    return escape_controls(text)
+
+
+def read_fact(key: str, body: list[str]) -> Fact | None:
+    """The one reader of the fact format: a `## key` section's body as a Fact, or None
+    when the body holds anything else or no History entry (then it is prose: merge
+    merges it line by line, compact and check leave it alone)."""
+    current, entries, in_history = None, [], False
+    for line in body:
+        if not line.strip():
+            continue
+        if line.startswith(FACT_CURRENT) and current is None and not in_history:
+            current = line[len(FACT_CURRENT) :].strip()
+        elif line.strip() == "**History:**" and not in_history:
+            in_history = True
+        elif in_history and FACT_ENTRY_RE.match(line):
+            entries.append((*FACT_ENTRY_RE.match(line).groups(), []))
+        elif in_history and entries and line[:1] in " \t":
+            entries[-1][2].append(line)  # a `  - *Correction: ...*` stays with its entry
+        else:
+            return None
+    return Fact(key, current, entries) if current is not None and entries else None
+
+
+def fact_as_stm_wrote_it(fact: Fact | None) -> bool:
+    """Whether Current equals the first (newest) History entry, as `stm fact set` always
+    leaves it. A hand-edited Current is not: merge_md_facts would replace it by a
+    History value, so such a body merges line by line instead."""
+    return fact is not None and fact.current == fact.history[0][1]
+
+
+def parse_fact_block(text: str) -> tuple[list[str], list]:
+    """(preamble lines, [(key, Fact or None, heading line, body lines)]) of a block: its
+    sections as the Markdown model cuts them, each read by read_fact."""
+    preamble, sections = MdDoc.of(text).split()
+    return preamble, [
+        (part.name, read_fact(part.name, body), heading, body) for part, heading, body in sections
+    ]
+
+
+def render_fact_body(fact: Fact) -> list[str]:
+    """The one writer of the fact format (a section's body; set, compact and merge)."""
+    lines = [f"{FACT_CURRENT} {fact.current}".rstrip(), "", "**History:**"]
+    for stamp, value, notes in fact.history:
+        lines.append(f"- {stamp}: {value}")
+        lines += notes
+    return lines
+
+
+def render_fact(fact: Fact) -> list[str]:
+    return [f"## {fact.key}", *render_fact_body(fact)]
+
+
+def render_fact_block(preamble: list[str], facts: list) -> str:
+    """A block as parse_fact_block read it: facts rendered, other parts as written."""
+    lines = list(md_strip_blank(preamble))
+    for _, fact, heading, body in facts:
+        lines += [""] if lines else []
+        if fact is not None:
+            lines += render_fact(fact)
+        else:  # a section that is not a fact stays as it was written
+            while body and not body[-1].strip():
+                body = body[:-1]
+            lines += [heading, *body]
+    return "\n".join(lines) + "\n"
+
+
+def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
+    """The keys of a ref that is a fact block (every `## ` section a fact), else None;
+    `partial`: the text is the head of a longer file, its last section may be cut."""
+    if not may_hold_facts(text):
+        return None
+    _, sections = parse_fact_block(text)
+    whole = sections[:-1] if partial and len(sections) > 1 else sections
+    if not whole or any(fact is None for _, fact, _, _ in whole):
+        return None
+    return [key for key, _, _, _ in sections]
+
+
+def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
+    rel = os.path.relpath(path, os.path.dirname(refs_dir))
+    size = os.lstat(path).st_size
+    if os.path.islink(path):
+        return RefInfo(rel, None, None, size)
+    text = read_text(path, REF_HEAD_BYTES if head_only else None)
+    title, summary = parse_ref_head(text)
+    keys = fact_keys_summary(text, partial=head_only and size > REF_HEAD_BYTES)
+    if keys:  # a fact block: its keys say what it holds (`stm fact get KEY` reads one)
+        summary = ", ".join(keys)
+    if summary and len(summary) > 160:
+        summary = summary[:157].rstrip() + "..."
+    return RefInfo(rel, title, summary, size, text)
 
 
 # ==== Formats: sessions ======================================================
@@ -3013,6 +3229,146 @@ def one_line(value, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
+PLAN_STATUSES = ("pending", "in_progress", "completed")
+
+
+# What each state.json field must hold (spec/state-layout.md): a kind, and for objects
+# and lists what their members must be. "stamp" is an ISO-8601 time with a zone.
+STATE_OPTIONAL_FIELDS = {
+    "name": "str",
+    "valid_phases": "strs",
+    "phase_history": "phases",
+    "checkpoint": {
+        "last_completed_step": "str",
+        "pending_steps": "strs",
+        "can_resume": "bool",
+        "resume_instruction": "str",
+    },
+    "recovery": {
+        "last_agent": "str",
+        "last_action": "str",
+        "interrupted_at": "stamp",
+        "recovery_notes": "str",
+    },
+    "context": "paths",
+    "user": "str",
+    "archived_at": "stamp",
+    "finished_at": "stamp",
+    "task_id": "str",
+    "from_agent": "str",
+    "to_agent": "str",
+    "handoff_status": "str",
+    "handoff_created_at": "str",
+    "captured": CAPTURED_FIELDS,
+    "merged_version": "int",
+}
+
+
+def field_problem(value, kind) -> str | None:
+    """Why `value` is not of `kind` (see STATE_OPTIONAL_FIELDS), or None."""
+    if isinstance(kind, dict):
+        if not isinstance(value, dict):
+            return "must be an object"
+        for key, member in kind.items():
+            problem = field_problem(value[key], member) if key in value else None
+            if problem:
+                return f"{key} {problem}"
+        return None
+    if kind == "str":
+        return None if isinstance(value, str) else "must be a string"
+    if kind == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind == "int":
+        return None if type(value) is int and value >= 1 else "must be a positive integer"
+    if kind == "stamp":
+        return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
+    if kind == "strs":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings"
+    if kind == "paths":
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else "must be an object of paths"
+    if kind == "plan":
+        ok = isinstance(value, list) and all(
+            isinstance(e, dict)
+            and isinstance(e.get("text"), str)
+            and e.get("status") in PLAN_STATUSES
+            for e in value
+        )
+        return None if ok else "must be a list of {text, status} objects"
+    if kind == "phase":  # a history event's phase (state.json's own is checked apart)
+        ok = isinstance(value, str) and PHASE_RE.match(value) is not None
+        return None if ok else "must be a phase name (letters, digits, `.`, `_`, `-`; 1-64)"
+    if kind == "phases":
+        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            return "must be a list of {phase, entered_at, exited_at} objects"
+        for entry in value:
+            if not isinstance(entry.get("phase"), str):
+                return "entries need a string phase"
+            for key in ("entered_at", "exited_at"):
+                stamp = entry.get(key)
+                if (stamp is not None or key == "entered_at") and not is_iso_utc(stamp):
+                    return f"{key} {one_line(repr(stamp), 40)} is not ISO-8601 with a zone"
+        return None
+    return None
+
+
+def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
+    """Required fields, the type of every field check reads or a command updates,
+    timestamps and phases of one state.json."""
+    problems = []
+    for key, kind in (
+        ("session_id", str),
+        ("created_at", str),
+        ("updated_at", str),
+        ("phase", str),
+        ("version", int),
+    ):
+        value = state.get(key)
+        if key not in state:
+            problems.append(("state-field", f"required field {key!r} is missing"))
+        elif not isinstance(value, kind) or isinstance(value, bool):
+            problems.append(("state-field", f"{key!r} must be a {kind.__name__}"))
+    if isinstance(state.get("session_id"), str) and state["session_id"] != folder_name:
+        problems.append(
+            ("state-field", f"session_id {state['session_id']!r} is not the folder name")
+        )
+    for key in ("created_at", "updated_at"):
+        if isinstance(state.get(key), str) and not is_iso_utc(state[key]):
+            problems.append(
+                ("state-timestamp", f"{key} {state[key]!r} is not ISO-8601 with a zone")
+            )
+    for key, kind in STATE_OPTIONAL_FIELDS.items():
+        problem = field_problem(state[key], kind) if key in state else None
+        if problem:
+            rule = "state-timestamp" if "ISO-8601" in problem else "state-field"
+            problems.append((rule, f"{key!r} {one_line(problem, 120)}"))
+    valid = state.get("valid_phases")
+    phase = state.get("phase")
+    strings = isinstance(valid, list) and all(isinstance(p, str) for p in valid)
+    if strings and valid and isinstance(phase, str) and phase not in valid:
+        problems.append(("state-phase", f"phase {phase!r} is not in valid_phases"))
+    if isinstance(state.get("context"), dict):
+        for name, value in sorted(state["context"].items()):
+            problem = context_path_problem(value)
+            if problem:
+                problems.append(
+                    ("state-field", f"context {name!r}: {one_line(repr(value), 80)} {problem}")
+                )
+    return problems
+
+
+def refuse_invalid_state(ref: SessionRef, state: dict) -> None:
+    """An update never builds on a state.json whose fields have the wrong types: what it
+    wrote could not be read back. Exit 1, nothing written."""
+    problems = [m for rule, m in state_problems(state, ref.id) if rule != "state-phase"]
+    if problems:
+        raise StmError(
+            f"state file {ref.state_path} is invalid ({'; '.join(problems[:3])}); fix the "
+            "field or restore the file from git (`stm check` lists every problem); nothing written"
+        )
+
+
 # ==== Formats: handoffs ======================================================
 
 HANDOFF_REQUIRED = ("task_id", "from_agent", "task", "status", "created_at")
@@ -3252,7 +3608,6 @@ ID_MAX_CHARS = 200
 REDACT_MARGIN = 4096  # characters beyond a field's limit redacted with it (see safe_line)
 GIT_TIMEOUT_S = 2.0
 GIT_COMMITS_MAX = 10
-PLAN_STATUSES = ("pending", "in_progress", "completed")
 # Claude Code's answers to a call that never ran: the person stopped or refused it.
 NOT_A_FAILURE = ("[Request interrupted", "The user doesn't want to")
 CLAUDE_FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path"}
@@ -4092,153 +4447,6 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
     return f"`{command} && {shell_command(*git_words, *following[1:])}`"
 
 
-# ==== Formats: fact blocks ===================================================
-#
-# Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
-# per fact, its Current value and the History of values, newest first, each correction
-# noted under the entry it corrected:
-#
-#   ## primary_language
-#   **Current:** Go
-#
-#   **History:**
-#   - 2025-01-15T12:00:00Z: Go
-#   - 2025-01-03T00:46:00Z: Python
-#     - *Correction: User clarified they've switched primarily to Go*
-#
-# The sections are the Markdown model's (parse_fact_block); a section's body is read by
-# read_fact alone and written by render_fact_body alone, the merge driver's fact rule
-# included, so no two pieces of code can disagree on what a fact is.
-
-FACT_ENTRY_RE = LazyRegex(r"^- (\S+): (.*)$")  # a History entry: `- TIMESTAMP: VALUE`
-FACT_CURRENT = "**Current:**"  # the line that opens a fact's body
-FACT_KEY_RE = LazyRegex(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-FACT_BLOCK_DEFAULT = "facts"
-FACT_HISTORY_LIMIT = 10
-FACT_VALUE_MAX = 500
-
-
-class Fact:
-    """One fact: key, current value, history [(timestamp, value, [note lines])]."""
-
-    __slots__ = ("key", "current", "history")
-
-    def __init__(self, key: str, current: str, history: list):
-        self.key, self.current, self.history = key, current, history
-
-    def as_dict(self, *, with_history: bool = False) -> dict:
-        data = {"key": self.key, "value": self.current}
-        data["updated"] = self.history[0][0] if self.history else None
-        if with_history:
-            data["history"] = [
-                {"timestamp": stamp, "value": value, "notes": [n.strip()[2:] for n in notes]}
-                for stamp, value, notes in self.history
-            ]
-        return data
-
-
-def may_hold_facts(text: str) -> bool:
-    """A cheap test before reading a text as fact blocks: without a Current line, no
-    section of it is a fact (read_fact needs one)."""
-    return FACT_CURRENT in text
-
-
-def check_fact_key(key: str) -> str:
-    if not FACT_KEY_RE.match(key):
-        raise usage_error(
-            f"fact key {escape_controls(repr(key))}: a key is 1-64 lowercase letters, digits, "
-            "'_', '.' or '-', starting with a letter or digit (e.g. primary_language)"
-        )
-    return key
-
-
-def check_fact_value(value: str, flag: str = "VALUE") -> str:
-    text = value.strip()
-    if not text:
-        raise usage_error(f"fact {flag} is empty")
-    if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
-        raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
-    if len(text) > FACT_VALUE_MAX:
-        raise usage_error(f"fact {flag} is longer than {FACT_VALUE_MAX} characters")
-    return escape_controls(text)
-
-
-def read_fact(key: str, body: list[str]) -> Fact | None:
-    """The one reader of the fact format: a `## key` section's body as a Fact, or None
-    when the body holds anything else or no History entry (then it is prose: merge
-    merges it line by line, compact and check leave it alone)."""
-    current, entries, in_history = None, [], False
-    for line in body:
-        if not line.strip():
-            continue
-        if line.startswith(FACT_CURRENT) and current is None and not in_history:
-            current = line[len(FACT_CURRENT) :].strip()
-        elif line.strip() == "**History:**" and not in_history:
-            in_history = True
-        elif in_history and FACT_ENTRY_RE.match(line):
-            entries.append((*FACT_ENTRY_RE.match(line).groups(), []))
-        elif in_history and entries and line[:1] in " \t":
-            entries[-1][2].append(line)  # a `  - *Correction: ...*` stays with its entry
-        else:
-            return None
-    return Fact(key, current, entries) if current is not None and entries else None
-
-
-def fact_as_stm_wrote_it(fact: Fact | None) -> bool:
-    """Whether Current equals the first (newest) History entry, as `stm fact set` always
-    leaves it. A hand-edited Current is not: merge_md_facts would replace it by a
-    History value, so such a body merges line by line instead."""
-    return fact is not None and fact.current == fact.history[0][1]
-
-
-def parse_fact_block(text: str) -> tuple[list[str], list]:
-    """(preamble lines, [(key, Fact or None, heading line, body lines)]) of a block: its
-    sections as the Markdown model cuts them, each read by read_fact."""
-    preamble, sections = MdDoc.of(text).split()
-    return preamble, [
-        (part.name, read_fact(part.name, body), heading, body) for part, heading, body in sections
-    ]
-
-
-def render_fact_body(fact: Fact) -> list[str]:
-    """The one writer of the fact format (a section's body; set, compact and merge)."""
-    lines = [f"{FACT_CURRENT} {fact.current}".rstrip(), "", "**History:**"]
-    for stamp, value, notes in fact.history:
-        lines.append(f"- {stamp}: {value}")
-        lines += notes
-    return lines
-
-
-def render_fact(fact: Fact) -> list[str]:
-    return [f"## {fact.key}", *render_fact_body(fact)]
-
-
-def render_fact_block(preamble: list[str], facts: list) -> str:
-    """A block as parse_fact_block read it: facts rendered, other parts as written."""
-    lines = list(md_strip_blank(preamble))
-    for _, fact, heading, body in facts:
-        lines += [""] if lines else []
-        if fact is not None:
-            lines += render_fact(fact)
-        else:  # a section that is not a fact stays as it was written
-            while body and not body[-1].strip():
-                body = body[:-1]
-            lines += [heading, *body]
-    return "\n".join(lines) + "\n"
-
-
-def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
-    """The keys of a ref that is a fact block (every `## ` section a fact), else None;
-    `partial`: the text is the head of a longer file, its last section may be cut."""
-    if not may_hold_facts(text):
-        return None
-    _, sections = parse_fact_block(text)
-    whole = sections[:-1] if partial and len(sections) > 1 else sections
-    if not whole or any(fact is None for _, fact, _, _ in whole):
-        return None
-    return [key for key, _, _, _ in sections]
-
-
 # ==== Formats: three-way merge ===============================================
 #
 # `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
@@ -4264,31 +4472,6 @@ class MdSection(tuple):
     heading = property(lambda self: self[0])
     gap = property(lambda self: self[1])
     body = property(lambda self: self[2])
-
-
-def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
-    """1-based numbers of the lines outside code fences that are conflict markers:
-    `<<<<<<< label`, a bare `=======`, `>>>>>>> label` (bare `<<<<<<<`/`>>>>>>>` too)."""
-    opener, closer = "<" * marker_size, ">" * marker_size
-    if opener not in text and closer not in text:
-        return []  # the common case, without splitting the text
-    lines = md_lines(text.removeprefix("\ufeff"))
-    # A fence is the one place a marker-like line is content (a quoted diff): inside a
-    # comment, git's markers are still git's.
-    fenced = md_fence_flags(lines)
-    found = [
-        index + 1
-        for index, line in enumerate(lines)
-        if not fenced[index]
-        and (
-            line.startswith((opener + " ", closer + " "))
-            or line.rstrip() in (opener, "=" * marker_size, closer)
-        )
-    ]
-    # A lone `=======` is a setext underline, not a conflict: markers come with an
-    # opening or closing line.
-    ends = [n for n in found if lines[n - 1][:1] in "<>"]
-    return found if ends else []
 
 
 def md_keyed_parts(parts: list[tuple[MdPart, str, list[str]]]) -> dict[tuple, MdSection]:
@@ -5220,7 +5403,442 @@ def newest_compact_moves(moves: list) -> list:
     return list(newest.values())
 
 
-# ==== Boot ===================================================================
+# ==== Operations: session state ==============================================
+
+
+def resolve_done(done: str, steps: list) -> tuple[str, bool]:
+    """--done as boot numbers the pending steps (`2`), or a step's exact text; returns
+    (the step's text, whether it named a pending step)."""
+    if done.isdigit() and 1 <= int(done) <= len(steps) and done not in steps:
+        return steps[int(done) - 1], True
+    return done, done in steps
+
+
+def session_phases(state: dict) -> list[str]:
+    """Every phase name a session knows: its valid phases, its history, its phase."""
+    names = list(state.get("valid_phases") or [])
+    history = state.get("phase_history") if isinstance(state.get("phase_history"), list) else []
+    names += [h.get("phase") for h in history if isinstance(h, dict)]
+    names.append(state.get("phase"))
+    return [n for n in names if isinstance(n, str)]
+
+
+def done_list(change: dict) -> list[str]:
+    """The steps a checkpoint marks done, in order: `done_steps` when several were given
+    (`done` is then the last), else `done` alone."""
+    several = change.get("done_steps")
+    if isinstance(several, list) and several:
+        return [str(step) for step in several]
+    return [] if change.get("done") is None else [change["done"]]
+
+
+def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> list[str]:
+    """Apply one checkpoint (`change`: done or done_steps, pending, resume, note,
+    interrupted, finish; absent keys change nothing) to `state` in place; returns
+    warnings. The same function replays checkpoint events when a merged state is rebuilt
+    from its history."""
+    warnings = []
+    checkpoint = dict(state.get("checkpoint") or {})
+    steps = list(checkpoint.get("pending_steps") or [])
+    done = None
+    shown = list(steps)  # numbers name steps as boot showed them, before any is removed
+    resolved = []
+    for given in done_list(change):
+        done, matched = resolve_done(given, shown)
+        resolved.append(done)
+        checkpoint["last_completed_step"] = done
+        steps = [s for s in steps if s != done]
+        if matched:
+            continue
+        if done in session_phases(state):
+            warnings.append(
+                f"--done {done!r} is a phase, not a pending step: recorded as the last "
+                "completed step; a phase is changed with `stm session phase NAME`, a step "
+                "is one line of --pending"
+            )
+        else:
+            warnings.append(f"--done {done!r} matched no pending step; recorded as done")
+    if resolved:
+        change["done"] = done
+        if len(resolved) > 1:
+            change["done_steps"] = resolved
+    if change.get("pending") is not None:
+        steps = list(change["pending"])
+    if change.get("finish"):
+        steps = []
+        state["finished_at"] = now
+        checkpoint.pop("resume_instruction", None)
+    checkpoint["pending_steps"] = steps
+    if change.get("resume") is not None:
+        checkpoint["resume_instruction"] = change["resume"]
+    resumable = steps or checkpoint.get("resume_instruction")
+    checkpoint["can_resume"] = bool(resumable) and not state.get("finished_at")
+    state["checkpoint"] = checkpoint
+    recovery = dict(state.get("recovery") or {})
+    note = change.get("note")
+    if note:
+        recovery["recovery_notes"] = note
+    elif note == "":
+        recovery.pop("recovery_notes", None)  # --note "" clears it
+    if change.get("interrupted"):  # the first cut-off time stands until work moves on
+        recovery.setdefault("interrupted_at", now)
+    elif done is not None:
+        recovery.pop("interrupted_at", None)
+    recovery["last_agent"] = author
+    if change.get("finish"):
+        recovery["last_action"] = "checkpoint: finished"
+    elif done:
+        recovery["last_action"] = f"checkpoint: done {'; '.join(resolved)}"
+    else:
+        interrupted = change.get("interrupted")
+        recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
+    state["recovery"] = recovery
+    return warnings
+
+
+def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
+    task = handoff["task"].strip().splitlines()[0]
+    phase = handoff.get("phase") or "handoff"
+    state = new_state(session_id, now, one_line(task, 80), phase, None, user)
+    state["task_id"] = handoff["task_id"]
+    state["from_agent"] = handoff["from_agent"]
+    if handoff.get("to_agent"):
+        state["to_agent"] = handoff["to_agent"]
+    state["handoff_status"] = handoff["status"]
+    state["handoff_created_at"] = handoff["created_at"]
+    state["context"] = {"handoff": f"context/{HANDOFF_JSON}", "session": SESSION_MD}
+    steps = handoff.get("next_steps")
+    steps = [steps] if isinstance(steps, str) else steps
+    pending = [one_line(s, 500) for s in steps or [] if isinstance(s, str) and s.strip()]
+    state["checkpoint"] = {
+        "pending_steps": pending,
+        "resume_instruction": "Read the handoff's full text (named on the Handoff line), "
+        "then continue the task",
+        "can_resume": True,
+    }
+    return state
+
+
+STATE_STATIC_FIELDS = (
+    "created_at",
+    "name",
+    "valid_phases",
+    "user",
+    "task_id",
+    "from_agent",
+    "to_agent",
+    "handoff_status",
+    "handoff_created_at",
+    "context",
+)
+
+
+def conflict_sides(text: str) -> tuple[str, str]:
+    """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
+    ours, theirs, where = [], [], "both"
+    for line in text.split("\n"):
+        if line.startswith("<<<<<<<"):
+            where = "ours"
+        elif line.startswith("|||||||") and where == "ours":
+            where = "base"
+        elif line.rstrip() == "=======" and where in ("ours", "base"):
+            where = "theirs"
+        elif line.startswith(">>>>>>>") and where == "theirs":
+            where = "both"
+        else:
+            if where in ("both", "ours"):
+                ours.append(line)
+            if where in ("both", "theirs"):
+                theirs.append(line)
+    return "\n".join(ours), "\n".join(theirs)
+
+
+def state_sides(raw: str) -> list[dict]:
+    """The state objects in a state.json: the file's own, or each side's when git left
+    conflict markers in it. Empty when nothing parses."""
+    texts = [raw]
+    if md_has_conflict_markers(raw):
+        texts = list(conflict_sides(raw))
+    sides = []
+    for text in texts:
+        try:
+            state = load_json(text)
+        except ValueError:
+            continue
+        if isinstance(state, dict):
+            sides.append(state)
+    return sides
+
+
+def repeated_values(values: list) -> list:
+    """The values that occur more than once, sorted (linear: check runs it per session)."""
+    if len(set(values)) == len(values):
+        return []  # the common case
+    seen, repeated = set(), set()
+    for value in values:
+        (repeated if value in seen else seen).add(value)
+    return sorted(repeated)
+
+
+def event_versions(events: list) -> list[int]:
+    """The versions the events record. A handoff's `handoff` event shares its session's
+    first version with `created` by design (one write made both): it is left out."""
+    versions = [e.get("version") for e in events]
+    if set(map(type, versions)) == {int} and "handoff" not in [e.get("event") for e in events]:
+        return versions  # the common case, without a Python step per event (check: 10,000)
+    return [
+        e["version"]
+        for e in events
+        if type(e.get("version")) is int and e.get("event") != "handoff"
+    ]
+
+
+# What replay reads from each kind of event, checked as state.json's fields are
+# (field_problem): a merged line comes from another clone, or from a hand, and an event
+# that does not pass is skipped and reported, never written into the state. Kinds not
+# listed (handoff, recovered) are kept in the history and not replayed.
+EVENT_REPLAY_FIELDS = {
+    "created": {"name": "str", "valid_phases": "strs", "phase": "phase"},
+    "phase_change": {"to": "phase"},
+    "checkpoint": {
+        "done": "str",
+        "done_steps": "strs",
+        "pending": "strs",
+        "resume": "str",
+        "note": "str",
+        "interrupted": "bool",
+        "finish": "bool",
+    },
+    "archived": {},
+    "captured": {"captured": CAPTURED_FIELDS},
+}
+
+
+def replay_problem(event: dict, valid_phases) -> str | None:
+    """Why `event` may not be replayed into a state whose valid phases are
+    `valid_phases`, or None: a field of the wrong type, a timestamp without a zone, a
+    phase that is no phase name or not one of the session's phases."""
+    fields = EVENT_REPLAY_FIELDS.get(event.get("event"))
+    if fields is None:
+        return None
+    for key, kind in {"timestamp": "stamp", "actor": "str", **fields}.items():
+        value = event.get(key)
+        problem = None if value is None and key != "timestamp" else field_problem(value, kind)
+        if problem:
+            return f"{key} {problem}"
+    if event["event"] == "created" and event.get("valid_phases"):
+        valid_phases = event["valid_phases"]
+    phase = event.get("phase" if event["event"] == "created" else "to")
+    listed = isinstance(valid_phases, list) and valid_phases
+    if phase is not None and listed and phase not in valid_phases:
+        return f"phase {one_line(phase, 64)!r} is not one of the session's valid_phases"
+    return None
+
+
+def replay_event(state: dict, event: dict) -> None:
+    """Apply one history event, which passed replay_problem, to a state being rebuilt."""
+    name, stamp = event.get("event"), event.get("timestamp")
+    if name == "created":
+        state.setdefault("created_at", stamp)
+        for key in ("name", "valid_phases"):
+            if event.get(key) is not None:
+                state.setdefault(key, event[key])
+        phase = event.get("phase")
+        if phase and not state.get("phase_history"):
+            state["phase"] = phase
+            state["phase_history"] = [{"phase": phase, "entered_at": stamp, "exited_at": None}]
+    elif name == "phase_change" and event.get("to") is not None:
+        history = state.setdefault("phase_history", [])
+        if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
+            history[-1]["exited_at"] = stamp
+        history.append({"phase": event["to"], "entered_at": stamp, "exited_at": None})
+        state["phase"] = event["to"]
+    elif name == "checkpoint":
+        change = {
+            key: event.get(key)
+            for key in ("done", "done_steps", "pending", "resume", "note", "interrupted", "finish")
+        }
+        apply_checkpoint(state, change, author=event.get("actor") or "?", now=stamp)
+    elif name == "archived":
+        state["archived_at"] = stamp
+    elif name == "captured" and isinstance(event.get("captured"), dict):
+        state["captured"] = dict(event["captured"])  # the newest capture wins
+
+
+def numbered_events(data: bytes) -> list[tuple[int, dict]] | None:
+    """(line number, event) of every complete line of a history file; None when a line
+    is not an event object (history-invalid: for a person to restore)."""
+    found = []
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):  # after the last \n: torn
+        if not line.strip():
+            continue
+        try:
+            event = load_json(line)
+        except ValueError:
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            return None
+        found.append((number, event))
+    return found
+
+
+def rebuild_state(
+    folder: str, base: dict | None = None
+) -> tuple[dict, list[dict], list[str]] | None:
+    """(state, events, skipped) rebuilt from a session folder's merged history and the
+    sides of its state.json: events ordered by time (ties in file order), exact
+    duplicates dropped, versions 1..n, each replayed only when replay_problem finds
+    nothing (`skipped` says which were not, by line); the replayed state and each side
+    of state.json then merged by merge_states, against `base` (git's common version)
+    or else the events before the clones forked, so nothing only state.json held (a
+    note joined by an earlier merge, a step of either clone) is lost. None when the
+    history holds no event, a line is not an event, or the result would still not be a
+    valid state."""
+    session_id = os.path.basename(folder)
+    numbered = numbered_events(read_bytes(os.path.join(folder, HISTORY_FILE)))
+    if not numbered:
+        return None
+    unique: dict[str, tuple[int, dict]] = {}
+    for number, event in numbered:
+        unique.setdefault(dumps_json(event, None), (number, event))
+    order = sorted(  # stable: ties stay in file order
+        unique.values(),
+        key=lambda item: parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,
+    )
+    try:
+        sides = state_sides(read_text(os.path.join(folder, STATE_FILE)))
+    except OSError:
+        sides = []
+    sides = [side for side in sides if side_is_state(side, session_id)]
+    # Versions shared at or below a merge the driver made are merged already: the clones
+    # forked where versions repeat above it.
+    merged = max(
+        (s["merged_version"] for s in [*sides, base or {}] if type(s.get("merged_version")) is int),
+        default=0,
+    )
+    repeated = repeated_values(event_versions([event for _, event in order]))
+    fork = min((v for v in repeated if v > merged), default=None)
+    start = rebuilt_start(folder, session_id, sides)
+    state, skipped = replay_events(start, order)
+    if fork is not None:  # each clone's events on their own, merged as the driver merges
+        prefix, chains = history_chains(list(unique.values()), fork)
+        base = base if base is not None else replay_events(start, prefix)[0]
+        state = base
+        for chain in chains:
+            state = merge_states(base, state, replay_events(base, chain)[0])
+    events = [dict(event) for _, event in order]
+    for number, event in enumerate(events, 1):
+        event["version"] = number
+    for side in sides:
+        state = merge_states(base, state, side)
+    state.pop("merged_version", None)
+    # Each clone's events are in the history, so their count is above either clone's
+    # version; a side numbered past its events (merged by the driver before) still wins.
+    state["version"] = max([len(events)] + [side["version"] for side in sides])
+    if state["version"] > len(events):
+        state["merged_version"] = state["version"]  # no event of its own
+    if not is_iso_utc(state.get("updated_at")):
+        state["updated_at"] = iso_now()
+    if any(rule != "state-phase" for rule, _ in state_problems(state, session_id)):
+        return None  # never write a state that every update would then refuse
+    return state, events, skipped
+
+
+def history_chains(numbered: list, fork: int) -> tuple[list, list[list]]:
+    """(the events before the fork, [each clone's events after it]) from the events of a
+    union-merged history in file order: git's union merge writes one side's appended
+    lines, then the other's, so a clone's events run with rising versions and the next
+    clone's start lower again."""
+    prefix, chains, last = [], [], None
+    for number, event in numbered:
+        version = event.get("version") if type(event.get("version")) is int else None
+        if version is not None and version < fork:
+            prefix.append((number, event))
+            continue
+        if not chains or version is None or last is None or version <= last:
+            chains.append([])
+        chains[-1].append((number, event))
+        last = version
+    return prefix, chains
+
+
+def side_is_state(side: dict, session_id: str) -> bool:
+    """Whether one side of a conflicted state.json can take part in a rebuild: its own
+    fields pass the checks every update applies (a side is merged text, like history)."""
+    if type(side.get("version")) is not int:
+        return False
+    return not any(rule != "state-phase" for rule, _ in state_problems(side, session_id))
+
+
+def replay_events(start: dict, order: list) -> tuple[dict, list[str]]:
+    """`start` with the (line number, event) pairs replayed in order, and the events
+    skipped because replay_problem found them invalid, by line."""
+    state, skipped = copy_json(start), []
+    stamps = []
+    for number, event in order:
+        problem = replay_problem(event, state.get("valid_phases"))
+        if problem:
+            skipped.append(f"line {number} ({one_line(event['event'], 40)}): {problem}")
+            continue
+        replay_event(state, event)
+        if event.get("timestamp") is not None:
+            stamps.append(event["timestamp"])
+    if stamps:
+        state["updated_at"] = stamps[-1]
+    return state, skipped
+
+
+def copy_json(value):
+    """A deep copy of a JSON value (dicts and lists), cheap and without `copy`."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
+    return value
+
+
+def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
+    """What a rebuilt state starts from before its events: the fields no event records
+    (name, phases, handoff fields), from the handoff or either side of state.json."""
+    state = {"session_id": session_id}
+    for side in sides:
+        for key in STATE_STATIC_FIELDS:
+            if key in side and key not in state and static_field_ok(key, side[key]):
+                state[key] = side[key]
+    handoff_path = os.path.join(folder, "context", HANDOFF_JSON)
+    with contextlib.suppress(OSError, StmError):
+        handoff = parse_handoff(read_bytes(handoff_path, HANDOFF_MAX_BYTES + 1), handoff_path)
+        start = handoff_state(handoff, session_id, state.get("created_at", ""), state.get("user"))
+        state.update({k: v for k, v in start.items() if k not in state or k == "checkpoint"})
+        state.pop("phase_history", None)  # the created/handoff events say when it began
+    return state
+
+
+def static_field_ok(key: str, value) -> bool:
+    """Whether a field copied from one side of a conflicted state.json passes the checks
+    state.json's own fields pass (a side is merged text, like the history)."""
+    if key == "created_at":
+        return is_iso_utc(value)
+    if field_problem(value, STATE_OPTIONAL_FIELDS.get(key)):
+        return False
+    return key != "context" or all(context_path_problem(v) is None for v in value.values())
+
+
+def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | None:
+    """(state version, newest event version) when state.json is ahead of its history.
+
+    Every update writes state.json and then appends its event; a writer killed between
+    the two leaves the state one version ahead (spec/state-layout.md).
+    """
+    version = state.get("version") if isinstance(state, dict) else None
+    if type(version) is not int or newest is None or version <= newest:
+        return None
+    if version == state.get("merged_version"):
+        return None  # a merge of two clones' states: no event of its own
+    return version, newest
+
+
+# ==== Operations: boot =======================================================
 #
 # What an agent reads first (spec/memory-layers.md, "boot"). The order is what it must
 # act on first: notices (conflicts, staleness, waiting work), identity, the active
@@ -6423,6 +7041,4238 @@ def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str
     return [f"boot: {what} to fit {cut.limit}" for what in said]
 
 
+# ==== Operations: export ======================================================
+
+
+EXPORT_DEPTH_MAX = REFS_DEPTH_MAX + 8  # folders below a tree's root that export walks
+
+
+def export_members(store: Store, include_state: bool):
+    """(archive name, path) of every file to export, sorted; links and stm's own lock,
+    temp and half-built files are left out, and so is the local session pointer."""
+    trees = [(STACKS_DIRNAME, store.stacks)]
+    if include_state:
+        trees.append((STATE_DIRNAME, store.state))
+    for prefix, top in trees:
+        if not os.path.isdir(top):
+            continue
+        for folder, dirs, files in os.walk(top):
+            if os.path.relpath(folder, top).count(os.sep) >= EXPORT_DEPTH_MAX:
+                dirs[:] = []  # a hostile tree this deep is not memory; check reports it
+            dirs[:] = sorted(d for d in dirs if not d.endswith(".building"))
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                skip = name == LOCK_NAME or name.endswith(".tmp") or os.path.islink(path)
+                if skip or (folder == store.state and name in LOCAL_STATE_FILES):
+                    continue
+                rel = os.path.relpath(path, top).replace(os.sep, "/")
+                yield f"{prefix}/{rel}", path
+
+
+def copy_into_zip(zf, info, path: str) -> None:
+    """One file into the archive, 1 MiB at a time: memory stays flat for a big log."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        require_regular(fd, path)
+        with zf.open(info, "w", force_zip64=True) as member:
+            while True:
+                chunk = os.read(fd, SEARCH_CHUNK)
+                if not chunk:
+                    break
+                member.write(chunk)
+    finally:
+        os.close(fd)
+
+
+def write_export(store: Store, target: str, include_state: bool) -> list[str]:
+    """The `export` operation: the memory as one zip at `target`, written atomically (a
+    temp file beside it, fsynced, renamed). Returns the entry names."""
+    import zipfile
+
+    members = list(export_members(store, include_state))
+    directory = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{random_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as stream, zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, path in members:
+                info = zipfile.ZipInfo(
+                    name, time.gmtime(max(os.lstat(path).st_mtime, 315532800))[:6]
+                )
+                info.external_attr = 0o644 << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                copy_into_zip(zf, info, path)
+            zf.close()
+            stream.flush()
+            fsync_fd(stream.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+    return [name for name, _ in members]
+
+
+# ==== Operations: sync and checkpoints =======================================
+#
+# Memory that leaves the machine (spec/sync.md). `stm sync` never lets git touch the
+# user's index or work tree until the very end:
+# 1. the memory commit is built in a temporary index (GIT_INDEX_FILE): HEAD plus the
+#    memory folders as they are on disk, under the memory locks;
+# 2. the upstream is fetched and merged with `git merge-tree --write-tree`, which needs no
+#    work tree, the stm merge driver passed with `-c` for that one command;
+# 3. anything that would clash with the user's uncommitted work is refused here, before
+#    anything changed;
+# 4. the result is pushed, never forced; a push that lost a race (any of the forms git
+#    reports) fetches and merges again, with jittered backoff, until a deadline;
+# 5. only then does the checkout move: the memory commit becomes HEAD and a fast-forward
+#    brings in what arrived, keeping every staged and unstaged change of the user's.
+# Checkpoints, for containers that vanish: every N-th memory write leaves an export zip
+# in a folder outside the repository.
+
+SYNC_TIMEOUT_S = 120.0  # STM_SYNC_TIMEOUT: how long sync retries lost push races
+SYNC_HOOK_TIMEOUT_S = 30.0  # the SessionEnd hook's sync: a hook must end
+SYNC_BACKOFF_S = (0.1, 1.6)  # the ceilings of the first and the longest pause
+SYNC_GIT_MIN = (2, 38)  # `git merge-tree --write-tree`
+SYNC_LOCK = "stm-sync.lock"  # in the git directory: one sync at a time per checkout
+# How a push that lost a race reads (`git push --porcelain`): the remote moved since the
+# fetch, or another push held its ref at that moment.
+SYNC_RACES = (
+    "fetch first",
+    "non-fast-forward",
+    "failed to update ref",
+    "cannot lock ref",
+    "failed to lock",
+    "incorrect old value",
+    "stale info",
+)
+CHECKPOINT_NAME_RE = LazyRegex(r"^stm-checkpoint-\d{8}T\d{12}Z\.zip$")
+
+
+class SyncRefused(StmError):
+    """A refusal that changed nothing; the message says what to run."""
+
+
+class SyncGit:
+    """git in one work tree, as sync runs it: never prompting (an agent has no terminal),
+    messages in English (sync reads them), output as bytes decoded leniently."""
+
+    def __init__(self, top: str, timeout: float):
+        self.top = top
+        self.timeout = timeout
+        self.env = dict(os.environ, LC_ALL="C", LANGUAGE="C", GIT_OPTIONAL_LOCKS="0")
+        try:
+            interactive = sys.stdin.isatty()
+        except (AttributeError, ValueError, OSError):
+            interactive = False
+        if not interactive:
+            self.env["GIT_TERMINAL_PROMPT"] = "0"
+
+    def run(self, *args: str, data: bytes | None = None, env: dict | None = None):
+        """(exit code, stdout, stderr) of one git command."""
+        import subprocess
+
+        try:
+            done = subprocess.run(
+                ["git", *args],
+                cwd=self.top,
+                input=data if data is not None else b"",
+                capture_output=True,
+                env={**self.env, **(env or {})},
+                timeout=self.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise StmError(
+                f"`git {args[0]}` did not finish in {self.timeout:g} s; nothing of yours was "
+                "changed (raise STM_SYNC_TIMEOUT for a slow remote)"
+            ) from None
+        decode = lambda raw: raw.decode("utf-8", "surrogateescape")  # noqa: E731
+        return done.returncode, decode(done.stdout), decode(done.stderr)
+
+    def out(self, *args: str, data: bytes | None = None, env: dict | None = None) -> str:
+        """stdout of a git command that must succeed, stripped."""
+        code, stdout, stderr = self.run(*args, data=data, env=env)
+        if code != 0:
+            raise StmError(f"`git {args[0]}` failed: {last_line(stderr or stdout)}")
+        return stdout.strip()
+
+    def ok(self, *args: str) -> bool:
+        return self.run(*args)[0] == 0
+
+    def tree(self, commit: str) -> str:
+        return self.out("rev-parse", f"{commit}^{{tree}}")
+
+
+def last_line(text: str) -> str:
+    """The most telling line of git's stderr: its last `fatal:`/`error:` line, else its
+    last line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(("fatal:", "error:")):
+            return escape_controls(line)
+    return escape_controls(lines[-1]) if lines else "no message"
+
+
+class SyncRepo:
+    """Where a sync goes: the work tree, its branch and the remote branch it syncs with,
+    and the memory folders as git pathspecs."""
+
+    def __init__(self, store: Store, remote: str | None, timeout: float):
+        import shutil
+
+        if shutil.which("git") is None:
+            raise StmError("git is not installed (or not on PATH); stm sync needs it")
+        root = os.path.dirname(store.stacks)
+        top = git(root, "rev-parse", "--show-toplevel")
+        if top.returncode != 0:
+            raise SyncRefused(f"{root} is not inside a git work tree; nothing to sync")
+        self.git = SyncGit(top.stdout.strip(), timeout)
+        self.require_git_version()
+        self.git_dir = os.path.join(self.git.top, self.git.out("rev-parse", "--git-dir"))
+        self.memory, self.skipped = self.memory_paths(store)
+        self.branch = self.current_branch()
+        self.remote, self.remote_ref = self.upstream(remote)
+        short = self.remote_ref[len("refs/heads/") :]
+        self.tracking = f"refs/remotes/{self.remote}/{short}"
+        self.shown = f"{self.remote}/{short}"
+
+    def require_git_version(self) -> None:
+        found = re.search(r"(\d+)\.(\d+)", self.git.out("version"))
+        version = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+        if version < SYNC_GIT_MIN:
+            need = ".".join(map(str, SYNC_GIT_MIN))
+            raise SyncRefused(
+                f"stm sync needs git {need} or newer (git merge-tree --write-tree); this is "
+                f"git {version[0]}.{version[1]}: update git, or use `stm commit` and git itself"
+            )
+
+    def memory_paths(self, store: Store) -> tuple[list[str], list[str]]:
+        """The memory folders relative to the work tree's top (the state folder may live
+        elsewhere: then it is not synced, and said so)."""
+        inside, outside = [], []
+        real_top = os.path.realpath(self.git.top)
+        for folder in (store.stacks, store.state):
+            rel = os.path.relpath(os.path.realpath(folder), real_top)
+            if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+                outside.append(folder)
+            else:
+                inside.append(rel.replace(os.sep, "/"))
+        if not inside or inside[0] != os.path.relpath(
+            os.path.realpath(store.stacks), real_top
+        ).replace(os.sep, "/"):
+            raise SyncRefused(f"{store.stacks} is not inside the git work tree {self.git.top}")
+        return inside, outside
+
+    def current_branch(self) -> str:
+        self.require_no_operation()  # first: a rebase detaches HEAD, and says more
+        code, name, _ = self.git.run("symbolic-ref", "-q", "--short", "HEAD")
+        if code != 0:
+            raise SyncRefused(
+                "HEAD is detached (no branch to sync); nothing changed. Switch to a branch "
+                "first (`git switch NAME`), then run `stm sync` again"
+            )
+        if not self.git.ok("rev-parse", "-q", "--verify", "HEAD^{commit}"):
+            raise SyncRefused(
+                f"branch {name.strip()} has no commit yet; nothing changed. Make the first "
+                "one (`stm commit`), then run `stm sync`"
+            )
+        return name.strip()
+
+    def require_no_operation(self) -> None:
+        """Refuse in the middle of a merge, rebase, cherry-pick or revert."""
+        operations = (
+            ("MERGE_HEAD", "a merge", "`git commit` or `git merge --abort`"),
+            ("rebase-merge", "a rebase", "`git rebase --continue` or `git rebase --abort`"),
+            ("rebase-apply", "a rebase or `git am`", "`git rebase --continue` or `--abort`"),
+            ("CHERRY_PICK_HEAD", "a cherry-pick", "`git cherry-pick --continue` or `--abort`"),
+            ("REVERT_HEAD", "a revert", "`git revert --continue` or `--abort`"),
+        )
+        asked = [word for marker, _, _ in operations for word in ("--git-path", marker)]
+        paths = self.git.out("rev-parse", *asked).split("\n")
+        for path, (_, what, finish) in zip(paths, operations):
+            if os.path.lexists(os.path.join(self.git.top, path)):
+                raise SyncRefused(
+                    f"{what} is in progress; nothing changed. Finish it ({finish}), then run "
+                    "`stm sync` again"
+                )
+        unmerged = self.git.out("ls-files", "-u", "-z")
+        if unmerged:
+            path = unmerged.split("\0")[0].split("\t", 1)[-1]
+            raise SyncRefused(
+                f"{path} has unresolved conflicts; nothing changed. Resolve them and "
+                "`git add` the files, then run `stm sync` again"
+            )
+
+    def upstream(self, remote: str | None) -> tuple[str, str]:
+        """(remote, remote branch ref): the branch's upstream, or --remote NAME with the
+        upstream's branch on it, else the branch of the same name."""
+        found = self.git.out(
+            "for-each-ref",
+            "--format=%(upstream:remotename)%00%(upstream:remoteref)",
+            f"refs/heads/{self.branch}",
+        )
+        up_remote, _, up_ref = found.partition("\0")
+        remotes = self.git.out("remote").split()
+        if remote is None:
+            if not up_remote or up_remote == "." or not up_ref.startswith("refs/heads/"):
+                raise SyncRefused(self.no_upstream_message(remotes))
+            remote = up_remote
+        elif remote not in remotes:
+            known = ", ".join(remotes) if remotes else "none"
+            raise SyncRefused(
+                f"--remote {remote}: no such remote (remotes here: {known}); add it with "
+                f"`git remote add {remote} URL`"
+            )
+        if remote == up_remote and up_ref.startswith("refs/heads/"):
+            return remote, up_ref
+        return remote, f"refs/heads/{self.branch}"
+
+    def no_upstream_message(self, remotes: list[str]) -> str:
+        branch = self.branch
+        if not remotes:
+            return (
+                f"branch {branch} has no upstream and this repository has no remote; "
+                "nothing changed. Add one (`git remote add origin URL`), then run "
+                "`stm sync --remote origin`"
+            )
+        name = "origin" if "origin" in remotes else remotes[0]
+        return (
+            f"branch {branch} has no upstream; nothing changed. Pass --remote NAME "
+            f"(`stm sync --remote {name}`), or set one: `git branch "
+            f"--set-upstream-to={name}/{branch}` (a branch not on {name} yet: "
+            f"`git push -u {name} {branch}`)"
+        )
+
+    def pathspecs(self) -> list[str]:
+        """The memory folders, minus what belongs to this checkout alone (the pointer, the
+        lock, temp files, sync's record): never committed, even where an old .gitignore
+        lacks a line."""
+        specs = [f":(top,literal){folder}" for folder in self.memory]
+        # Exclusions are patterns: git refuses an exclusion that names an ignored file
+        # outright ("paths are ignored"), so `[.]writes` stands for `.writes`.
+        folders = [glob_escape(folder) for folder in self.memory]
+        for folder in folders[1:]:  # the state folder
+            for name in LOCAL_STATE_FILES:
+                specs.append(f":(top,exclude,glob){folder}/[{name[0]}]{glob_escape(name[1:])}")
+        specs += [f":(top,exclude,glob){folder}/**/{LOCK_NAME}" for folder in folders]
+        specs += [f":(top,exclude,glob){folder}/**/*.tmp" for folder in folders]
+        return specs
+
+    def is_memory(self, path: str) -> bool:
+        return any(path == f or path.startswith(f + "/") for f in self.memory)
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a git glob pathspec."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def sync_timeout(settings_value: float | None = None) -> float:
+    """STM_SYNC_TIMEOUT (seconds), else the default; a bad value is a usage error."""
+    if settings_value is not None:
+        return settings_value
+    raw = os.environ.get("STM_SYNC_TIMEOUT", "")
+    if not raw:
+        return SYNC_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise usage_error(f"STM_SYNC_TIMEOUT={raw!r} is not a number of seconds above 0")
+    return value
+
+
+def conflicted_memory(store: Store) -> list[str]:
+    """The memory files holding conflict markers (identity, session memory, refs, the
+    sessions' state and Session.md); logs merge by union and never get any."""
+    paths = [store.agent_path, store.memory_path, *iter_ref_files(store.refs_dir)]
+    for _, folder in iter_active_sessions(store):
+        paths += [os.path.join(folder, STATE_FILE), os.path.join(folder, SESSION_MD)]
+    found = []
+    for path in paths:
+        try:
+            text = read_text(path, 8 << 20)
+        except OSError:
+            continue
+        lines = md_has_conflict_markers(text)
+        if lines:
+            found.append(f"{store.rel(path)} (line {lines[0]})")
+    return found
+
+
+def memory_tree(repo: SyncRepo, parent: str) -> str:
+    """The tree of `parent` with the memory folders as they are on disk, built in a
+    temporary index: the user's index and work tree are not touched."""
+    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
+    env = {"GIT_INDEX_FILE": index}
+    try:
+        repo.git.out("read-tree", parent, env=env)
+        repo.git.out("add", "-A", "--", *repo.pathspecs(), env=env)
+        return repo.git.out("write-tree", env=env)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(index)
+
+
+def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
+    """A commit of `tree` on `parent`; `parent` itself when the tree is its own."""
+    if tree == repo.git.tree(parent):
+        return parent
+    return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
+
+
+def sync_driver_options(repo: SyncRepo) -> list[str]:
+    """`-c` options that give git the stm merge driver for one command, whether or not
+    this clone ran `stm setup git --install`: this very stm, by the interpreter running
+    it (an older `stm` on PATH must not merge what this one wrote)."""
+    names = [ShellText(f"%{letter}") for letter in "OAB"]
+    marker, path = ShellText("%L"), ShellText("%P")
+    driver = shell_command(
+        sys.executable, driver_program(repo), "merge-file", *names,
+        "--marker-size", marker, "--path", path,
+    )  # fmt: skip
+    return ["-c", f"merge.stm.name={GIT_DRIVER_NAME}", "-c", f"merge.stm.driver={driver}"]
+
+
+def driver_program(repo: SyncRepo) -> str:
+    """What the driver runs: this stm.py compiled once into the git directory, keyed by
+    its content and the interpreter (a script is compiled at every start, about two
+    thirds of a driver run, and a busy sync runs the driver many times); stm.py itself
+    when that cannot be written."""
+    import hashlib
+    import py_compile
+
+    source = os.path.abspath(__file__)
+    try:
+        digest = hashlib.sha256(read_bytes(source)).hexdigest()[:16]
+        name = f"stm-driver-{sys.implementation.cache_tag}-{digest}.pyc"
+        target = os.path.join(repo.git_dir, name)
+        if os.path.isfile(target):
+            return target
+        tmp = os.path.join(repo.git_dir, f".{name}.{random_hex(4)}.tmp")
+        try:
+            py_compile.compile(source, cfile=tmp, dfile=source, doraise=True)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for old in os.listdir(repo.git_dir):  # an older stm's
+            if old.startswith("stm-driver-") and old != name:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(repo.git_dir, old))
+        return target
+    except (OSError, ValueError, py_compile.PyCompileError):
+        return source
+
+
+def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
+    """The commit that holds both `ours` and the upstream `theirs`: one of them when one
+    contains the other, else a merge made without a work tree. Refuses on a conflict."""
+    if theirs is None or theirs == ours:
+        return ours
+    bases = repo.git.out("merge-base", "--all", ours, theirs).split()
+    if theirs in bases:
+        return ours
+    if ours in bases:
+        return theirs
+    left, right = premerged(repo, ours, theirs, bases)
+    code, stdout, stderr = repo.git.run(
+        *sync_driver_options(repo),
+        "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
+    )  # fmt: skip
+    if code not in (0, 1):
+        raise StmError(f"`git merge-tree` failed: {last_line(stderr or stdout)}")
+    fields = stdout.split("\0")
+    if code == 1:
+        raise SyncRefused(conflict_message(repo, sorted({p for p in fields[1:] if p})))
+    message = f"stm sync: merge {repo.shown} into {repo.branch}"
+    return repo.git.out("commit-tree", fields[0], "-p", ours, "-p", theirs, "-m", message)
+
+
+def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
+    """The two sides to hand to merge-tree. The memory files both changed that git would
+    give the stm driver (attribute merge=stm, one merge base, the file at the same path in
+    all three) are merged here, by the driver's own code, and the merged file put on both
+    sides, which git then takes as is: a driver process costs a Python start for each
+    file at each attempt, and under contention an attempt must be quick to win the race.
+    Anything else, a conflict included, is left to git and the driver as passed."""
+    if len(bases) != 1:
+        return ours, theirs
+    specs = repo.pathspecs()
+    both = set(changed_paths(repo, bases[0], ours, *specs))
+    both &= set(changed_paths(repo, bases[0], theirs, *specs))
+    paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
+    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
+    modes = tree_modes(repo, ours, paths)
+    entries = []
+    for path in paths:
+        texts = [blobs.get(f"{c}:{path}") for c in (bases[0], ours, theirs)]
+        if any(text is None for text in texts):
+            continue
+        decoded = [text.decode("utf-8", "surrogateescape") for text in texts]
+        merged, clean = merge_markdown(*decoded)
+        if not clean:
+            return ours, theirs  # git and the driver say where, with the usual labels
+        data = merged.encode("utf-8", "surrogateescape")
+        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
+        entries.append(f"{modes.get(path, '100644')} {oid}\t{path}\n")
+    if not entries:
+        return ours, theirs
+    return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
+
+
+def merge_attributes(repo: SyncRepo, paths: list[str]) -> list[tuple[str, str]]:
+    """(path, its `merge` attribute), as merge-tree reads them: from the work tree's
+    .gitattributes."""
+    if not paths:
+        return []
+    data = "".join(path + "\0" for path in paths).encode("utf-8", "surrogateescape")
+    fields = repo.git.out("check-attr", "-z", "--stdin", "merge", data=data).split("\0")
+    return [(fields[i], fields[i + 2]) for i in range(0, len(fields) - 2, 3)]
+
+
+def tree_modes(repo: SyncRepo, commit: str, paths: list[str]) -> dict[str, str]:
+    """{path: mode} of files in a commit."""
+    if not paths:
+        return {}
+    specs = [f":(top,literal){path}" for path in paths]
+    found = repo.git.out("ls-tree", "-z", commit, "--", *specs).split("\0")
+    return {line.split("\t", 1)[1]: line.split(" ", 1)[0] for line in found if "\t" in line}
+
+
+def with_entries(repo: SyncRepo, commit: str, entries: list[str]) -> str:
+    """A commit on `commit` with some files replaced (`mode oid\tpath` lines)."""
+    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
+    env = {"GIT_INDEX_FILE": index}
+    try:
+        repo.git.out("read-tree", commit, env=env)
+        repo.git.out("update-index", "--index-info", data="".join(entries).encode(), env=env)
+        tree = repo.git.out("write-tree", env=env)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(index)
+    return repo.git.out("commit-tree", tree, "-p", commit, "-m", "stm sync: memory merged")
+
+
+def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    memory = [p for p in paths if repo.is_memory(p)]
+    fix = (
+        "Merge by hand: `stm setup git --install`, `git pull --no-rebase`, resolve the "
+        "markers (keep what both sides meant), `git commit`"
+        if memory
+        else f"Merge by hand: `git pull --no-rebase` (or `git merge {repo.shown}`), resolve, "
+        "`git commit`"
+    )
+    return (
+        f"this branch and {repo.shown} both changed {shown} and git cannot merge them; "
+        f"nothing changed. {fix}, then run `stm sync` again"
+    )
+
+
+def fetch_upstream(repo: SyncRepo) -> str | None:
+    """Fetch the remote branch into its remote-tracking ref; its commit, or None when
+    the remote has no such branch yet (the first sync creates it)."""
+    refspec = f"+{repo.remote_ref}:{repo.tracking}"
+    code, stdout, stderr = repo.git.run("fetch", "--no-tags", "--quiet", repo.remote, refspec)
+    if code != 0:
+        if "couldn't find remote ref" in stderr:
+            return None
+        raise StmError(
+            f"`git fetch {repo.remote}` failed: {last_line(stderr or stdout)}; nothing changed"
+        )
+    return repo.git.out("rev-parse", "--verify", f"{repo.tracking}^{{commit}}")
+
+
+def changed_paths(repo: SyncRepo, old: str, new: str, *specs: str) -> list[str]:
+    if old == new:
+        return []
+    names = repo.git.out("diff", "--name-only", "--no-renames", "-z", old, new, "--", *specs)
+    return [name for name in names.split("\0") if name]
+
+
+def local_changes(repo: SyncRepo) -> set[str]:
+    """Paths outside memory with staged, unstaged or untracked changes."""
+    excludes = [f":(top,exclude,literal){folder}" for folder in repo.memory]
+    code, found, stderr = repo.git.run(
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+        "--", ":(top)", *excludes,
+    )  # fmt: skip
+    if code != 0:  # not stripped: a record starts with its status, maybe a space
+        raise StmError(f"`git status` failed: {last_line(stderr)}")
+    return {record[3:] for record in found.split("\0") if len(record) > 3}
+
+
+def refuse_clashes(repo: SyncRepo, head: str, target: str, local: set[str]) -> None:
+    """What the upstream brings outside memory must not land on uncommitted work."""
+    arriving = [p for p in changed_paths(repo, head, target) if not repo.is_memory(p)]
+    clash = sorted(p for p in arriving if p in local or any(p.startswith(q + "/") for q in local))
+    if clash:
+        shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+        raise SyncRefused(
+            f"{repo.shown} changed {shown}, which you have changed and not committed; "
+            "nothing changed. Commit those changes (or set them aside with `git stash`), "
+            "then run `stm sync` again"
+        )
+
+
+def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
+    """(pushed, lost a race, git's reason) of a plain push, never forced."""
+    code, stdout, stderr = repo.git.run(
+        "push", "--porcelain", repo.remote, f"{commit}:{repo.remote_ref}"
+    )
+    if code == 0:
+        return True, False, ""
+    rejected = [line for line in stdout.splitlines() if line.startswith("!")]
+    reason = rejected[0].split("\t")[-1] if rejected else last_line(stderr or stdout)
+    text = (reason + "\n" + stderr).lower()
+    return False, any(race in text for race in SYNC_RACES), reason
+
+
+def sync_backoff(attempt: int) -> float:
+    """A pause whose ceiling doubles with each lost race, anywhere between a tenth of it
+    and all of it: clones that lost together spread out instead of retrying together.
+    The ceiling stays low: a clone that waits long after many losses leaves the race to
+    the clones that just won, and can lose it again and again."""
+    first, longest = SYNC_BACKOFF_S
+    ceiling = min(longest, first * 2 ** min(attempt, 16))
+    return ceiling * (0.1 + 0.9 * os.urandom(1)[0] / 255)
+
+
+def sync_memory(
+    store: Store,
+    *,
+    remote: str | None = None,
+    message: str | None = None,
+    dry_run: bool = False,
+    timeout: float | None = None,
+) -> dict:
+    """The `sync` operation: commit memory, integrate the upstream, push, retrying lost
+    races until the deadline; then bring the checkout up to date, keeping the user's
+    changes. Refusals (SyncRefused) change nothing. Returns the report (spec/sync.md)."""
+    timeout = sync_timeout(timeout)
+    repo = SyncRepo(store, remote, timeout)
+    marked = conflicted_memory(store)
+    if marked:
+        raise SyncRefused(
+            f"memory has unresolved conflict markers: {', '.join(marked[:5])}; nothing "
+            "changed. Resolve them (keep what both sides meant), then run `stm sync` again"
+        )
+    if message is not None:
+        message = clean_text(message, "--message", 500)
+        refuse_secrets(message, "no flag")
+    message = message or f"stm sync: update memory ({iso_now()[:10]})"
+    with FileLock(os.path.join(repo.git_dir, SYNC_LOCK), timeout):
+        return sync_locked(store, repo, message, dry_run)
+
+
+def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> dict:
+    started = time.monotonic()
+    upstream = fetch_upstream(repo)
+    with store.stacks_lock(), store.state_lock():
+        head = repo.git.out("rev-parse", "HEAD")
+        ours = commit_on(repo, head, memory_tree(repo, head), message)
+    local = local_changes(repo)
+    retries = 0
+    while True:
+        target = integrate(repo, ours, upstream)
+        refuse_clashes(repo, head, target, local)
+        if dry_run or target == upstream:
+            break
+        pushed, race, reason = push_commit(repo, target)
+        if pushed:
+            break
+        if not race:
+            raise StmError(f"git push to {repo.shown} was refused: {reason}; nothing changed")
+        pause = sync_backoff(retries)
+        if time.monotonic() - started + pause > repo.git.timeout:
+            raise StmError(
+                f"git push to {repo.shown} lost {plural(retries + 1, 'race')} to other "
+                f"pushes in {time.monotonic() - started:.0f} s; nothing changed. Run `stm "
+                "sync` again (STM_SYNC_TIMEOUT sets how long it keeps trying)"
+            )
+        time.sleep(pause)
+        retries += 1
+        upstream = fetch_upstream(repo)
+    base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
+    sent, _ = memory_counts(repo, base, target)
+    received, arrived = memory_counts(repo, ours, target)
+    report = {
+        "remote": repo.remote,
+        "branch": repo.branch,
+        "upstream": repo.shown,
+        "dry_run": dry_run,
+        "pushed": not dry_run and target != upstream,
+        "commit": None if dry_run else target,
+        "commits_sent": count_commits(repo, upstream, target),
+        "retries": retries,
+        "sent": sent,
+        "received": received,
+        "warnings": [
+            f"{store.rel(f)} is outside the git work tree: not synced" for f in repo.skipped
+        ],
+    }
+    if not dry_run:
+        report["warnings"] += bring_checkout(store, repo, head, ours, target)
+        record_arrivals(store, report, arrived)
+    return report
+
+
+def count_commits(repo: SyncRepo, upstream: str | None, target: str) -> int:
+    what = [target, f"^{upstream}"] if upstream else [target]
+    return int(repo.git.out("rev-list", "--count", *what) or 0)
+
+
+def bring_checkout(store: Store, repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
+    """Move this checkout to `target` (already pushed): the memory commit becomes HEAD,
+    its files staged as they are on disk, so index and work tree agree with it; then a
+    fast-forward brings in what arrived, keeping the user's staged and unstaged changes.
+    Memory written during the sync is committed and merged here; the next sync sends it.
+    Returns warnings: the push stands whatever happens here."""
+    try:
+        with store.stacks_lock(), store.state_lock():
+            return move_checkout(repo, head, ours, target)
+    except StmError as exc:
+        return [
+            f"memory was pushed, but this checkout was not brought up to date ({exc.message}); "
+            "run `stm sync` again"
+        ]
+
+
+def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
+    now = repo.git.out("rev-parse", "HEAD")
+    branch = repo.git.run("symbolic-ref", "-q", "--short", "HEAD")[1].strip()
+    if branch != repo.branch:
+        return [
+            f"the checkout left branch {repo.branch} during the sync; what was pushed is "
+            f"{target[:12]}: `git switch {repo.branch}`, then `git merge --ff-only {target[:12]}`"
+        ]
+    warnings = []
+    base, final = ours, target
+    tree = memory_tree(repo, now)
+    if now != head or tree != repo.git.tree(ours):
+        # Memory written, or a commit made, while the sync ran: merged here, sent next time.
+        base = commit_on(repo, now, tree, "stm sync: memory written during the sync")
+        try:
+            final = integrate(repo, base, target)
+        except SyncRefused as exc:
+            return [f"memory written during the sync stays uncommitted: {exc.message}"]
+        if base != now:
+            warnings.append(
+                "memory written during the sync is committed here; the next sync sends it"
+            )
+    repo.git.out("add", "-A", "--", *repo.pathspecs())
+    if base != now:
+        repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", base, now)
+    if final != base:
+        code, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
+        if code != 0:
+            warnings.append(
+                f"memory is committed and pushed, but this checkout could not fast-forward "
+                f"({last_line(stderr or stdout)}): run `git merge --ff-only {final[:12]}`"
+            )
+    return warnings
+
+
+def read_blobs(repo: SyncRepo, specs: list[str]) -> dict[str, bytes | None]:
+    """The blobs named `commit:path`, through one `git cat-file --batch`."""
+    if not specs:
+        return {}
+    import subprocess
+
+    data = "".join(spec + "\n" for spec in specs).encode("utf-8", "surrogateescape")
+
+    done = subprocess.run(
+        ["git", "cat-file", "--batch"],
+        cwd=repo.git.top,
+        input=data,
+        capture_output=True,
+        env=repo.git.env,
+        timeout=repo.git.timeout,
+    )
+    raw, pos, found = done.stdout, 0, {}
+    for spec in specs:
+        end = raw.find(b"\n", pos)
+        if end < 0:
+            break
+        header = raw[pos:end].split()
+        pos = end + 1
+        if len(header) != 3 or header[1] != b"blob":
+            found[spec] = None
+            continue
+        size = int(header[2])
+        found[spec] = raw[pos : pos + size]
+        pos += size + 1
+    return found
+
+
+def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
+    """What `new` holds that `old` does not, in memory: files, log entries, notes
+    (MEMORY.md bullets), fact history entries, sessions, session events, handoffs. And
+    {"sessions": {id: folder}, "handoffs": {id: folder}} (folders below the state
+    folder), for boot to show what arrived."""
+    paths = changed_paths(repo, old, new, *repo.pathspecs())
+    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (old, new)])
+    counts = dict.fromkeys(SYNC_COUNTS, 0)
+    counts["files"] = len(paths)
+    ids: dict = {"sessions": {}, "handoffs": {}}
+    stacks, state = repo.memory[0] + "/", (repo.memory[1:] or [None])[0]
+    for path in paths:
+        before = (blobs.get(f"{old}:{path}") or b"").decode("utf-8", "replace")
+        after = (blobs.get(f"{new}:{path}") or b"").decode("utf-8", "replace")
+        if path.startswith(stacks):
+            stacks_counts(counts, path[len(stacks) :], before, after)
+        elif state and path.startswith(state + "/"):
+            session = session_of_path(path[len(state) + 1 :])
+            if session is None:
+                continue
+            ids["sessions"][session[0]] = session[1]
+            if path.endswith("/" + HISTORY_FILE):
+                counts["events"] += added_count(before.splitlines(), after.splitlines())
+            elif path.endswith("/" + STATE_FILE) and is_new_handoff(before, after):
+                ids["handoffs"][session[0]] = session[1]
+    counts["sessions"], counts["handoffs"] = len(ids["sessions"]), len(ids["handoffs"])
+    return counts, ids
+
+
+def stacks_counts(counts: dict, rel: str, before: str, after: str) -> None:
+    """Add what one file below .stacks/ gained."""
+    if rel.startswith(LOGS_DIR + "/"):
+        counts["log_entries"] += added_count(log_entry_ids(before), log_entry_ids(after))
+    elif rel == MEMORY_FILE:
+        counts["notes"] += added_count(memory_notes(before), memory_notes(after))
+    elif rel.startswith(REFS_DIR + "/") and may_hold_facts(after):
+        counts["facts"] += added_count(fact_entries(before), fact_entries(after))
+
+
+def log_entry_ids(text: str) -> list[str]:
+    entries = parse_log(text.encode("utf-8", "surrogateescape"))
+    return [item[1].entry_id for item in entries if item[0] == "entry"]
+
+
+def memory_notes(text: str) -> list[tuple]:
+    """(section, bullet) of every bullet of MEMORY.md: what sync counts as notes."""
+    doc = MdDoc.of(text)
+    return [(part.name.lower(), bullet) for part in doc.parts for bullet in doc.bullets(part)]
+
+
+def fact_entries(text: str) -> list[tuple]:
+    return [
+        (key, stamp, value)
+        for key, fact, _, _ in parse_fact_block(text)[1]
+        if fact is not None
+        for stamp, value, _ in fact.history
+    ]
+
+
+def added_count(before: list, after: list) -> int:
+    """How many items `after` has beyond `before`, duplicates counted."""
+    from collections import Counter
+
+    return sum((Counter(after) - Counter(before)).values())
+
+
+def session_of_path(rel: str) -> tuple[str, str] | None:
+    """(session id, its folder) of a file inside a session, from its path below the
+    state folder."""
+    parts = rel.split("/")
+    for index, part in enumerate(parts[:-1]):
+        if is_session_id(part):
+            return part, "/".join(parts[: index + 1])
+    return None
+
+
+def is_new_handoff(before: str, after: str) -> bool:
+    """A state.json that now holds a handoff it did not hold before."""
+
+    def task(text: str):
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return None
+        return data.get("task_id") if isinstance(data, dict) else None
+
+    return bool(task(after)) and task(after) != task(before)
+
+
+def sync_report_lines(report: dict) -> list[str]:
+    """The text `stm sync` prints."""
+    sent, received, dry = report["sent"], report["received"], report["dry_run"]
+    if report["commits_sent"]:
+        verb = "would send" if dry else "sent"
+        commits = plural(report["commits_sent"], "commit")
+        lines = [f"{verb} to {report['upstream']}: {count_words(sent)} ({commits})"]
+    else:
+        lines = [f"nothing to send to {report['upstream']}"]
+    verb = "would receive" if dry else "received"
+    if received["files"]:
+        lines.append(f"{verb}: {count_words(received)}" + ("" if dry else "; `stm boot` shows it"))
+    else:
+        lines.append(f"{verb}: nothing new")
+    if report["retries"]:
+        lines.append(f"the push lost {plural(report['retries'], 'race')} and was retried")
+    return lines
+
+
+# Checkpoints ------------------------------------------------------------------
+
+
+def checkpoint_after_write(store: Store) -> None:
+    """Count one memory write; the `checkpoint_every`-th since the last checkpoint
+    leaves one. Never fails the write that called it: a checkpoint that cannot be
+    written is a warning, and is tried again at the next write."""
+    if FileLock.held:
+        return  # called under a lock: the outer operation counts
+    config = checkpoint_config(store)
+    if config is None:
+        return
+    try:
+        with store.stacks_lock(), store.state_lock():
+            writes = read_writes(store) + 1
+            if writes >= config["checkpoint_every"]:
+                write_checkpoint(store, config)
+                writes = 0
+            save_writes(store, writes)
+    except (StmError, OSError) as exc:
+        reason = exc.message if isinstance(exc, StmError) else exc.strerror or str(exc)
+        where = getattr(exc, "filename", None) or config["checkpoint_dir"]
+        warn(
+            f"checkpoint not written ({where}: {reason}); the memory write itself is saved, "
+            "and the checkpoint is tried again at the next write"
+        )
+
+
+def checkpoint_config(store: Store) -> dict | None:
+    """The config when it asks for checkpoints, else None. Most stores have none: a stat
+    (no config.json) or one small read and a substring test (no checkpoint_every) is all
+    a write pays then."""
+    path = store.layer(CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as stream:
+            if b'"checkpoint_every"' not in stream.read(CONFIG_MAX_BYTES + 1):
+                return None
+    except OSError:
+        return None
+    config, problems = read_config(store)
+    return None if problems or not config["checkpoint_every"] else config
+
+
+def read_writes(store: Store) -> int:
+    try:
+        text = read_bytes(os.path.join(store.state, WRITES_FILE), 64).decode("ascii")
+        return max(0, int(text.strip() or 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def save_writes(store: Store, writes: int) -> None:
+    """The count is a hint (a lost one delays a checkpoint), so no fsync: a plain write
+    under the state lock."""
+    path = os.path.join(store.state, WRITES_FILE)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+    fd = os.open(path, flags, 0o644)
+    try:
+        require_regular(fd, path)
+        write_all(fd, f"{writes}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def checkpoint_folder(store: Store, config: dict) -> str | None:
+    """checkpoint_dir, `~` expanded, relative to the project root."""
+    folder = config.get("checkpoint_dir")
+    if not folder:
+        return None
+    return os.path.join(os.path.dirname(store.stacks), os.path.expanduser(folder))
+
+
+def write_checkpoint(store: Store, config: dict) -> str:
+    """One checkpoint: the export zip (`stm export --include-state`), written atomically
+    under a timestamped name; then the oldest beyond checkpoint_keep go. Call with both
+    locks held, so the zip is one moment of memory, and so no other checkpoint of this
+    store is being written (its leftover temp files, from a killed one, go too)."""
+    folder = checkpoint_folder(store, config)
+    os.makedirs(folder, exist_ok=True)
+    names = os.listdir(folder)
+    for name in names:
+        if name.startswith(".stm-checkpoint-") and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+    now = utc_now()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 10**6:06d}Z"
+    path = os.path.join(folder, f"stm-checkpoint-{stamp}.zip")
+    write_export(store, path, include_state=True)
+    for old in checkpoint_names(folder)[: -config["checkpoint_keep"]]:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, old))
+    return path
+
+
+def checkpoint_names(folder: str) -> list[str]:
+    """The checkpoints in `folder`, oldest first (their names sort by time)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if CHECKPOINT_NAME_RE.match(n))
+    except OSError:
+        return []
+
+
+def newest_checkpoint(store: Store) -> str:
+    """The newest checkpoint, for `stm import` without a FILE."""
+    config = load_config(store, strict=True)
+    folder = checkpoint_folder(store, config)
+    if folder is None:
+        raise usage_error(
+            "import needs a FILE (or checkpoint_dir in .stacks/config.json, to restore "
+            "the newest checkpoint)"
+        )
+    names = checkpoint_names(folder)
+    if not names:
+        raise StmError(f"import: no checkpoint in {folder} (checkpoint_dir); name a FILE")
+    return os.path.join(folder, names[-1])
+
+
+# ==== Operations: merge-file and the git driver ==============================
+
+
+MERGE_MARKER_MAX = 100
+
+
+def merge_file(
+    base_path: str, ours_path: str, theirs_path: str, *, marker_size: int = 7, label=None
+) -> bool:
+    """The `merge-file` operation: merge three versions of an stm Markdown file and write
+    the result over OURS atomically (git's merge-driver contract). Returns True when
+    clean; False when conflict markers were written. Bytes that are not UTF-8 pass
+    through unchanged (surrogateescape), so no input byte is lost."""
+    if not 1 <= marker_size <= MERGE_MARKER_MAX:
+        raise usage_error(f"--marker-size {marker_size}: give 1 to {MERGE_MARKER_MAX}")
+    texts = []
+    for flag, path in (("BASE", base_path), ("OURS", ours_path), ("THEIRS", theirs_path)):
+        if os.path.islink(path):  # git hands a driver regular files; a link is a mistake
+            raise usage_error(
+                f"merge-file: {flag} {path} is a symbolic link; give the file itself "
+                "(stm does not write through links)"
+            )
+        if not os.path.isfile(path):
+            raise usage_error(f"merge-file: {flag} {path} is not a file")
+        texts.append(read_bytes(path).decode("utf-8", "surrogateescape"))
+    suffix = f" ({label})" if label else ""
+    labels = (f"ours{suffix}", f"base{suffix}", f"theirs{suffix}")
+    states = state_merge_inputs(texts, label)
+    if states is not None:  # a session's state.json: merged field by field, never a conflict
+        merged, clean = dumps_json(merge_states(*states)), True
+    else:
+        merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
+    atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
+    return clean
+
+
+def state_merge_inputs(texts: list[str], label: str | None) -> tuple | None:
+    """(base, ours, theirs) as state objects when the file is a session's state.json
+    (named so by --path, or each side an object with a session_id and a version), else
+    None. An empty base (the file added on both sides) is None."""
+    name = os.path.basename((label or "").replace("\\", "/"))
+    if label and name != STATE_FILE:
+        return None
+    states = []
+    for index, text in enumerate(texts):
+        try:
+            state = load_json(text) if text.strip() or index else None
+        except ValueError:
+            return None
+        if state is not None and not (
+            isinstance(state, dict) and type(state.get("version")) is int and "session_id" in state
+        ):
+            return None
+        states.append(state)
+    return tuple(states)
+
+
+def git_driver_command() -> str:
+    """The merge driver line: the installed `stm`, else this stm.py by absolute path (git
+    runs drivers from the work tree's top, and worktrees share the config), quoted."""
+    import shutil
+
+    if shutil.which("stm"):
+        program = ("stm",)
+    else:
+        python = "python3" if shutil.which("python3") else sys.executable
+        program = (python, os.path.abspath(__file__))
+    # git puts each file name in place of %O, %A, %B and %P already quoted for the shell.
+    names = [ShellText(f"%{letter}") for letter in "OAB"]
+    marker, path = ShellText("%L"), ShellText("%P")
+    return shell_command(*program, "merge-file", *names, "--marker-size", marker, "--path", path)
+
+
+def git_work_tree(root: str) -> str:
+    """The top of the git work tree holding `root`; refuses when there is none."""
+    import shutil
+
+    if shutil.which("git") is None:
+        raise StmError("git is not installed (or not on PATH); `stm setup git` needs it")
+    top = git(root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise StmError(f"{root} is not inside a git work tree; run `git init` first")
+    return top.stdout.strip()
+
+
+def installed_git_driver(root: str) -> str | None:
+    """merge.stm.driver as git sees it from `root` (repository, worktree or submodule)."""
+    found = git(root, "config", "--get", "merge.stm.driver")
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def install_git_driver(top: str, driver: str | None = None) -> bool:
+    """The `setup git --install` operation: merge.stm in the git config of the clone at
+    `top` (its work tree's top). Returns False when it was already there as wanted."""
+    driver = driver or git_driver_command()
+    if installed_git_driver(top) == driver:
+        return False
+    for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
+        done = git(top, "config", "--local", key, value)
+        if done.returncode != 0:
+            raise StmError(f"git config {key} failed: {done.stderr.strip()}")
+    return True
+
+
+def refuse_commit_mid_merge(root: str, paths: list[str]) -> None:
+    """A merge, rebase or cherry-pick that stopped on a conflict commits as a whole: git
+    refuses a commit of some paths then ("cannot do a partial commit during a merge")."""
+    following = git_continue_command(root)
+    if following is None:
+        return
+    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+    mine = [os.path.join(top, *name.split("/")) for name in git_unmerged(root, paths) or []]
+    hint = git_finish_hint(root, mine) if mine and top else None
+    finish = hint or f"`{shell_command(*following)}`"
+    raise StmError(
+        "git is in the middle of a merge (or rebase, cherry-pick), which commits as a whole, "
+        "not memory alone: merge memory's conflicted files with `stm check --fix`, then "
+        f"finish it: {finish}"
+    )
+
+
+# ==== Operations: init, memory and logs ======================================
+#
+# Each operation is a plain function that takes a Store and keyword arguments, returns a
+# result (and warnings) and prints nothing: append_log, add_memory_note, search_memory,
+# check_store, new_session, set_phase, checkpoint_session, archive_session, set_fact,
+# compact_store, digest, ... The CLI's cmd_<verb>(args) beside each one parses, calls it
+# and prints; the MCP server and the merge driver call the same operations.
+
+
+def memory_write(operation):
+    """Mark an operation that writes memory. When the outermost one returns, its locks
+    released, the write is counted for checkpoints (`checkpoint_every`, spec/sync.md): a
+    capture that logs and checkpoints a session is one write, not three. A dry run is
+    not a write."""
+    import functools
+
+    @functools.wraps(operation)
+    def counted(store, *args, **kwargs):
+        store.write_depth += 1
+        try:
+            result = operation(store, *args, **kwargs)
+        finally:
+            store.write_depth -= 1
+        if not store.write_depth and not kwargs.get("dry_run"):
+            checkpoint_after_write(store)
+        return result
+
+    return counted
+
+
+def backup_name(path: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(utc_now()))
+    candidate = f"{path}.{stamp}.bak"
+    counter = 2
+    while os.path.lexists(candidate):
+        candidate = f"{path}.{stamp}-{counter}.bak"
+        counter += 1
+    return candidate
+
+
+def install_file(store: Store, path: str, content: str, *, force: bool, report: list) -> None:
+    """Create `path` from `content`; with force, rewrite it and keep a backup first."""
+    refuse_symlink(path, "file")
+    data = content.encode("utf-8")
+    if os.path.exists(path):
+        if not force:
+            report.append(("kept", store.rel(path), "exists; left untouched"))
+            return
+        old = read_bytes(path)
+        if old == data:
+            report.append(("kept", store.rel(path), "already the template"))
+            return
+        backup = backup_name(path)
+        atomic_write(backup, old)
+        atomic_write(path, data)
+        report.append(("rewrote", store.rel(path), f"previous content kept in {store.rel(backup)}"))
+        return
+    atomic_write(path, data)
+    report.append(("created", store.rel(path), ""))
+
+
+def install_dir(store: Store, path: str, report: list) -> None:
+    refuse_symlink(path, "folder")
+    if make_dir(path):
+        report.append(("created", store.rel(path) + "/", ""))
+    keep = os.path.join(path, ".gitkeep")
+    if not os.path.lexists(keep):
+        atomic_write(keep, b"")
+
+
+def install_driver_for_init(store: Store, report: list) -> None:
+    """In a git clone, the merge driver the attributes name goes into this clone's git
+    config (`stm setup git --install`), so the first merge is already stm's. Elsewhere,
+    or when git says no, init goes on: `check` names it later."""
+    import shutil
+
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    if not inside_git_work_tree(root) or shutil.which("git") is None:
+        return
+    top = git_output(root, "rev-parse", "--show-toplevel")
+    if top is None or installed_git_driver(top.strip()):
+        return  # one already there (perhaps a --command of the user's own) stays
+    try:
+        added = install_git_driver(top.strip())
+    except StmError as exc:
+        report.append(("skipped", "git config merge.stm", exc.message))
+        return
+    if added:
+        report.append(("installed", "git config merge.stm", "the stm merge driver, this clone"))
+
+
+def store_below_repository_root(store: Store) -> str | None:
+    """Why a store made below its repository's root (whose root has none) may surprise:
+    stm finds it only from its own folder down. None when it sits at the root."""
+    project = os.path.dirname(store.stacks)
+    root = repository_root(project)
+    if root is None or root == project or os.path.isdir(os.path.join(root, STACKS_DIRNAME)):
+        return None
+    here = path_from_here(store.stacks)
+    return (
+        f"the store ({here}/) is in {project}, below the root of its git repository, "
+        f"{root}, which has no store: stm finds this one only from {project} and below; "
+        f"to keep one store for the whole repository instead, remove {here}/ and "
+        f"{path_from_here(store.state)}/ and run `stm init` in {root}"
+    )
+
+
+def boot_json(parts: BootParts, text: str) -> dict:
+    return {
+        "tokens": estimate_tokens(text),
+        "budget": load_config(parts.store)["boot_budget_tokens"],
+        "text": text,
+        "sections": {
+            **{
+                name: {"text": text, "tokens": estimate_tokens(text)}
+                for name, text in parts.texts.items()
+            },
+            "workflow": None
+            if parts.workflow is None
+            else {"text": parts.workflow, "tokens": estimate_tokens(parts.workflow)},
+            "waiting": parts.waiting,
+            "notices": parts.notices,
+            "refs": [{"path": r.path, "title": r.title, "summary": r.summary} for r in parts.refs],
+        },
+    }
+
+
+def refuse_output_target(path: str, what: str = "a file") -> None:
+    """-o may name a regular file (replaced atomically) or a new path: never a link, a
+    FIFO, a device (as root, `-o /dev/null` would replace /dev/null) or a folder."""
+    import stat
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise usage_error(f"-o {path} is a directory; name {what}")
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise usage_error(f"-o {path} is {kind}; name a regular file or a new path")
+
+
+def write_output_file(path: str, text: str) -> None:
+    refuse_output_target(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise StmError(f"-o {path}: folder {parent} does not exist; create it first")
+    atomic_write(path, text.encode("utf-8"))
+
+
+def read_free_text(words: list[str], verb: str, from_stdin: bool) -> str:
+    """The text of `log` or `note`: the words joined, or standard input (UTF-8, at most
+    1 MiB), normalised (normalise_message). Empty text is the caller's to judge."""
+    if from_stdin:
+        raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise usage_error(
+                f"{verb} -: standard input is not UTF-8 text; nothing written"
+            ) from None
+    else:
+        text = " ".join(words)
+    if len(text.encode("utf-8", "surrogateescape")) > MESSAGE_MAX_BYTES:
+        raise usage_error(f"{verb}: the text is larger than 1 MiB; put big text in refs/ instead")
+    return normalise_message(text)
+
+
+def append_log_entry(
+    store: Store, message: str, now: float | None = None, *, escaped: bool = False
+):
+    """Append one entry to today's log; call with the stacks lock held. Returns the undo.
+    `escaped`: the caller escaped all text in `message` and added stm's own markers (see
+    render_log_entry); every other message is escaped here."""
+    now = utc_now() if now is None else now
+    stamp = iso(now)
+    logs = store.logs_dir
+    refuse_symlink(logs, "logs folder")
+    make_dir(logs)
+    require_inside(logs, store.stacks, "logs folder")
+    path = store.log_path(stamp[:10])
+    refuse_symlink(path, "log file")
+    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
+    size = os.lstat(path).st_size if os.path.lexists(path) else 0
+    data = ("\n" + entry if size else entry).encode("utf-8")
+    return append_record(path, data, log_complete_end)
+
+
+def without_template_guidance(message: str) -> str:
+    """The message minus the `<!-- guidance -->` lines of the session-log template, which
+    would otherwise turn up in every search for their words."""
+    guidance = {
+        line.strip() for line in SESSION_LOG_TEMPLATE.splitlines() if line.startswith("<!--")
+    }
+    return "\n".join(line for line in message.split("\n") if line.strip() not in guidance)
+
+
+def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
+    """A log message fit to store, or a refusal: not empty, more than the session-log
+    template, at most 1 MiB, and (unless allowed) nothing that looks like a credential."""
+    message = without_template_guidance(refuse_oversized(message, "the log message"))
+    if not message.strip():
+        raise usage_error("log message is empty; nothing written")
+    if not content_beyond_template(message, SESSION_LOG_TEMPLATE):
+        raise usage_error(
+            "log entry holds no text of its own (only the session-log template's headings "
+            "or comments); fill it in; nothing written"
+        )
+    if not allow_secret:
+        refuse_secrets(message, "--allow-secret")
+    return message
+
+
+@memory_write
+def append_log(store: Store, message: str, *, allow_secret: bool = False) -> dict:
+    """The `log` operation: check a normalised message and append it under the lock.
+    Returns the entry's path, timestamp and author."""
+    message = checked_log_message(message, allow_secret=allow_secret)
+    now = utc_now()
+    with store.stacks_lock():
+        append_log_entry(store, message, now)
+    path = store.log_path(iso(now)[:10])
+    return {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
+
+
+LOG_TAIL_DEFAULT = 10
+LOG_TAIL_READ_BYTES = 1 << 20  # of a big day's log, only its last MiB is read for --tail
+
+
+def day_log_entries(store: Store, name: str) -> list[dict]:
+    """The complete entries of one day's log, in file order, as {timestamp, author, path,
+    line, text}; of a file over LOG_TAIL_READ_BYTES only the entries in its last MiB."""
+    path = os.path.join(store.logs_dir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        require_regular(fd, path)
+        size = os.fstat(fd).st_size
+        data = tail_bytes(fd, size, LOG_TAIL_READ_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    start, line = 0, 1
+    if size > len(data):  # cut inside the file: start at the first whole entry
+        first = LOG_HEADER_BYTES_RE.search(data)
+        start, line = (first.start(), 0) if first else (len(data), 0)
+    entries = []
+    for kind, *rest in parse_log(data[start:].replace(b"\r\n", b"\n"), max(line, 1)):
+        if kind == "entry" and rest[0].complete:
+            entry = rest[0]
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "line": entry.line if line else None,
+                    "text": "\n".join(entry.body).strip("\n"),
+                }
+            )
+    return entries
+
+
+def tail_log(store: Store, count: int = LOG_TAIL_DEFAULT) -> list[dict]:
+    """The `log --tail` operation: the newest `count` complete log entries, oldest of them
+    first (as `tail` prints), reading day files from the newest back until it has them."""
+    if count < 1:
+        raise usage_error("--tail needs a positive number of entries")
+    found: list[dict] = []
+    for name in reversed(log_file_names(store)):
+        found = day_log_entries(store, name) + found
+        if len(found) >= count:
+            break
+    found.sort(key=lambda entry: entry["timestamp"])  # a union merge may mix the order
+    return found[-count:]
+
+
+def staged_store_paths(store: Store) -> list[str] | None:
+    """The store's paths staged for the next commit (the index against HEAD: added,
+    changed or deleted), or None when git cannot say (no git, not a work tree). Only
+    the index is compared: comparing the work tree too would have git stat every file
+    it tracks, and a store's history is most of them. Under pre-commit the work tree
+    holds just what is staged anyway (it stashes the rest while hooks run)."""
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+    if not top:
+        return None
+    trees = {}  # each tree's path in git's terms (relative to the top, "/"), as stm has it
+    for tree in (store.stacks, store.state):
+        rel = os.path.relpath(os.path.realpath(tree), os.path.realpath(top))
+        if rel != ".." and not rel.startswith(".." + os.sep):  # else git does not track it
+            trees["" if rel == "." else rel.replace(os.sep, "/") + "/"] = tree
+    if not trees:
+        return []
+    specs = [rel or "." for rel in trees]
+    names = git_output(top, "diff", "--cached", "--name-only", "--no-renames", "-z", "--", *specs)
+    if names is None:  # before the first commit git compares with an empty tree: not None
+        return None
+    paths = []
+    for name in names.split("\0"):
+        for rel, tree in trees.items():
+            if name and name.startswith(rel):
+                paths.append(os.path.join(tree, *name[len(rel) :].split("/")))
+    return paths
+
+
+# ==== Operations: sessions and handoffs ======================================
+
+
+@memory_write
+def new_session(
+    store: Store,
+    *,
+    name: str | None = None,
+    phases: list[str] | None = None,
+    phase: str | None = None,
+    switch: bool = True,
+) -> tuple[SessionRef, dict]:
+    """The `session new` operation: create a session (and point this checkout at it
+    unless switch is False), all or nothing. Returns its ref and state."""
+    if phases is not None:
+        phases = check_phase_list(phases)
+    phase = check_phase_name(phase, "--phase") if phase is not None else None
+    phase = phase or (phases[0] if phases else "init")
+    if phases and phase not in phases:
+        raise usage_error(f"--phase {phase!r} is not one of --phases {','.join(phases)}")
+    name = clean_text(name, "--name", 200) if name is not None else None
+    if name:
+        refuse_secrets(name, "no flag")
+    now = utc_now()
+    with store.state_lock(), Rollback() as rollback:
+        session_id = unused_session_id(store, now)
+        state = new_state(session_id, iso(now), name, phase, phases, store.user)
+        ref = create_session(store, state, rollback)
+        if switch:
+            switch_pointer(store, session_id, rollback)
+    return ref, state
+
+
+def warn_about_pin(store: Store, session_id: str) -> None:
+    token = store.settings.session
+    if token:
+        warn(
+            f"the pointer now names {session_id}, but STM_SESSION={token} still decides "
+            "which session commands in this environment act on"
+        )
+
+
+def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -> dict:
+    return {
+        "session_id": ref.id,
+        "path": store.rel(ref.path),
+        "name": state.get("name"),
+        "phase": state.get("phase"),
+        "version": state.get("version"),
+        "updated_at": state.get("updated_at"),
+        "archived": ref.archived,
+        "current": current,
+        "handoff": handoff_summary(state),
+    }
+
+
+def handoff_summary(state: dict) -> dict | None:
+    """A handoff session's task, sender and addressee; None for other sessions."""
+    if not state.get("task_id"):
+        return None
+    return {key: state.get(key) for key in ("task_id", "from_agent", "to_agent")}
+
+
+def unused_session_id(store: Store, now: float) -> str:
+    """A fresh id; collisions (1 in 4 billion a day) are checked where they could land
+    for this user, without listing the sessions folder (new sessions stay O(1))."""
+    while True:
+        session_id = new_session_id(now)
+        places = (
+            session_folder(store, session_id),
+            os.path.join(store.sessions_dir, session_id),
+            os.path.join(store.history_dir, archive_month(session_id), session_id),
+        )
+        if not any(os.path.lexists(p) for p in places):
+            return session_id
+
+
+def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> None:
+    rollback.add(restorer(store.pointer_path))
+    write_pointer(store, session_id)
+
+
+def switch_session(store: Store, token: str) -> SessionRef:
+    """The `session switch` operation: point this checkout at an active session."""
+    ref = resolve_session(store, token)
+    if ref.archived:
+        raise StmError(
+            f"session {ref.id} is archived (read-only); start a new one with `stm session new`"
+        )
+    with store.state_lock():
+        write_pointer(store, ref.id)
+    return ref
+
+
+@memory_write
+def archive_session(
+    store: Store, token: str | None = None, *, expect_version: int | None = None
+) -> tuple[SessionRef, dict, bool]:
+    """The `session archive` operation: mark the session archived and move it to
+    history/YYYY-MM/ in one rename, clearing the pointer if it pointed there. Returns
+    (archived ref, state, moved); moved is False when it was archived already."""
+    ref = require_session(store, token)
+    if ref.archived:
+        return ref, load_state(ref), False
+    with store.state_lock(), Rollback() as rollback:
+        ref = locate_session(store, ref.id) or ref
+        if ref.archived:
+            return ref, load_state(ref), False
+        state = load_state(ref)
+        refuse_invalid_state(ref, state)
+        pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
+        check_expected_version(ref, state, expect_version)
+        destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
+        # Before the month folder is made: a link at history/ or history/YYYY-MM/ would
+        # have mkdir create it wherever the link points.
+        refuse_links_below(store.state, destination_dir)
+        make_dir_undoable(destination_dir, rollback)
+        require_inside(destination_dir, store.state, "history folder")
+        destination = os.path.join(destination_dir, ref.id)
+        if os.path.lexists(destination):
+            raise StmError(f"cannot archive {ref.id}: {destination} already exists")
+        state["version"] += 1
+        state["updated_at"] = state["archived_at"] = iso_now()
+        rollback.add(restorer(ref.state_path))
+        save_state(ref, state)
+        event = make_event(store, "archived", state, to=store.rel(destination))
+        rollback.add(append_event(ref, event))
+        os.rename(ref.path, destination)  # one rename: the session is never half-moved
+        rollback.add(lambda: os.rename(destination, ref.path))
+        fsync_dir(destination_dir)
+        fsync_dir(os.path.dirname(ref.path))
+        if pointed == ref.id:
+            switch_pointer(store, None, rollback)
+    return SessionRef(ref.id, destination, True), state, True
+
+
+def stale_sessions(store: Store) -> list[tuple[SessionRef, dict]]:
+    """Active sessions untouched for over SESSION_IDLE_DAYS, oldest first, but the one
+    this checkout (or STM_SESSION) works on: boot names them, `archive --stale` archives
+    them. A session whose state cannot be read is left to `check`."""
+    current = current_id_quietly(store)
+    found = []
+    now = utc_now()
+    for sid, path in iter_active_sessions(store):
+        ref = SessionRef(sid, path, False)
+        try:
+            state = load_state(ref)
+        except StmError:
+            continue
+        if sid != current and is_stale(state, now):
+            found.append((ref, state))
+    found.sort(key=lambda pair: str(pair[1].get("updated_at", "")))
+    return found
+
+
+def archive_stale(store: Store, *, dry_run: bool = False) -> list[tuple[SessionRef, dict]]:
+    """The `session archive --stale` operation: archive every stale session (see
+    stale_sessions), one by one, each as `session archive ID` would; returns the archived
+    (or, dry_run, the stale) sessions."""
+    stale = stale_sessions(store)
+    if dry_run:
+        return stale
+    done = []
+    for ref, _ in stale:
+        archived, state, moved = archive_session(store, ref.id)
+        if moved:
+            done.append((archived, state))
+    return done
+
+
+def current_id_quietly(store: Store) -> str | None:
+    """The current session's id for marking lists (STM_SESSION, else the pointer)."""
+    try:
+        pinned = pinned_session(store)
+        return pinned.id if pinned is not None else read_pointer(store)
+    except StmError:
+        return None
+
+
+def read_last_events(ref: SessionRef, count: int) -> list[dict]:
+    try:
+        fd = os.open(ref.history_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        size = os.fstat(fd).st_size
+        data = tail_bytes(fd, size, 65536)
+    finally:
+        os.close(fd)
+    events = []
+    for raw in data.split(b"\n")[-count - 1 :]:
+        try:
+            event = load_json(raw)
+        except ValueError:
+            continue  # a torn tail, or a line cut by the 64 KiB window
+        if isinstance(event, dict):
+            events.append(event)
+    return events[-count:]
+
+
+@memory_write
+def set_phase(
+    store: Store, phase: str, *, session: str | None = None, expect_version: int | None = None
+) -> tuple[SessionRef, dict, bool]:
+    """The `session phase` operation: close the current phase_history entry and open one
+    for `phase`. Returns (ref, state, changed); the same phase again changes nothing."""
+    phase = check_phase_name(phase, "phase")
+    ref = require_session(store, session)
+
+    def mutate(state: dict):
+        valid = state.get("valid_phases")
+        if isinstance(valid, list) and valid and phase not in valid:
+            raise usage_error(
+                f"phase {phase!r} is not one of this session's phases: {', '.join(valid)}"
+            )
+        old = state.get("phase")
+        if old == phase:
+            return "phase_change", {}
+        now = iso_now()
+        history = state.setdefault("phase_history", [])
+        if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
+            history[-1]["exited_at"] = now
+        history.append({"phase": phase, "entered_at": now, "exited_at": None})
+        state["phase"] = phase
+        return "phase_change", {"from": old, "to": phase}
+
+    state, changed = update_session(store, ref, mutate, expect_version)
+    return ref, state, changed
+
+
+def match_done_step(done: str, steps: list, phases=()) -> str:
+    """What `--done` names among the pending steps `steps`: a step's exact text, its
+    number as boot shows it, or a part of its text (case-insensitive) found in exactly
+    one step; given back unchanged when it names none, or is one of the session's
+    `phases` (apply_checkpoint then says it is a phase). A part found in several steps
+    is refused, listing them: recording the wrong one would lose a step silently."""
+    text, matched = resolve_done(done, steps)
+    if matched or done in phases:
+        return text
+    wanted = done.casefold()
+    found = [step for step in steps if wanted in str(step).casefold()]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        shown = "; ".join(f"{steps.index(s) + 1}. {one_line(s, 80)}" for s in found[:10])
+        raise usage_error(
+            f"--done {one_line(done, 80)!r} matches {len(found)} pending steps: {shown}; "
+            "give more of the step's text, or its number; nothing written"
+        )
+    return done
+
+
+@memory_write
+def checkpoint_session(
+    store: Store,
+    *,
+    session: str | None = None,
+    done: str | list[str] | None = None,
+    pending: list[str] | None = None,
+    clear_pending: bool = False,
+    resume: str | None = None,
+    note: str | None = None,
+    interrupted: bool = False,
+    finish: bool = False,
+    expect_version: int | None = None,
+) -> tuple[SessionRef, dict, bool, list[str]]:
+    """The `session checkpoint` operation (spec/state-layout.md): record the steps done
+    (each by its text, its number as boot shows it, or a part of its text that only it
+    holds), the pending steps, how to resume, a recovery note ("" clears it), an
+    interruption, or that the work is finished. Returns (ref, state, changed, warnings);
+    repeating a call changes nothing."""
+    dones = [done] if isinstance(done, str) else list(done or [])
+    dones = [clean_text(step, "--done") for step in dones]
+    done = dones[-1] if dones else None
+    pending = [clean_text(p, "--pending") for p in pending] if pending else None
+    if clear_pending:
+        if pending:
+            raise usage_error("--clear-pending and --pending do not go together")
+        pending = []
+    resume = clean_text(resume, "--resume", 1000) if resume is not None else None
+    if note is not None:
+        note = clean_text(note, "--note", 2000) if note.strip() else ""
+    texts = (*dones, resume, note, *(pending or []))
+    refuse_secrets("\n".join(t for t in texts if t), "no flag")
+    given = (done, pending, resume, note)
+    if all(value is None for value in given) and not interrupted and not finish:
+        raise usage_error(
+            "checkpoint needs --done, --pending, --clear-pending, --resume, --note, "
+            "--interrupted or --finish"
+        )
+    ref = require_session(store, session)
+    now = iso_now()
+    warnings: list[str] = []
+
+    def mutate(state: dict):
+        shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
+        named = [match_done_step(step, shown, session_phases(state)) for step in dones]
+        change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
+        change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
+        if len(named) > 1:
+            change["done_steps"] = named
+        warnings[:] = apply_checkpoint(state, change, author=store.settings.author, now=now)
+        return "checkpoint", change
+
+    state, changed = update_session(store, ref, mutate, expect_version)
+    return ref, state, changed, warnings
+
+
+def received_handoff(ref: SessionRef) -> dict:
+    """The handoff a session was composed from (context/handoff.json), or {}."""
+    path = os.path.join(ref.path, "context", HANDOFF_JSON)
+    if not os.path.isfile(path) or os.path.islink(path):
+        return {}
+    try:
+        handoff = load_json(read_bytes(path).decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return handoff if isinstance(handoff, dict) else {}
+
+
+def text_items(value) -> list[str]:
+    """A handoff field (a string or a list of strings) as a list of its texts."""
+    value = [value] if isinstance(value, str) else value
+    return [v for v in value or [] if isinstance(v, str) and v.strip()]
+
+
+def session_handoff(
+    store: Store,
+    *,
+    to: str | None = None,
+    task: str | None = None,
+    task_id: str | None = None,
+    decisions: list[str] | None = None,
+    session: str | None = None,
+) -> dict:
+    """The `session handoff` operation: a handoff, as `compose-handoff` reads it, written
+    from a session (the current one by default): its pending steps as next_steps, its
+    resume line and recovery notes as notes, the decisions given and those of the handoff
+    it came from, its phase; from the author, to `to`. The task is `task`, else the
+    session's name. Writes nothing."""
+    ref = require_session(store, session)
+    state = load_state(ref)
+    came_from = received_handoff(ref)
+    task = clean_text(task, "--task", 2000) if task is not None else state.get("name")
+    if not task:
+        raise usage_error(
+            f"session {ref.id} has no name to serve as the task; say what the next agent "
+            'must do with --task "..."'
+        )
+    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
+    notes = []
+    if checkpoint.get("resume_instruction") and not came_from:
+        notes.append(f"Resume: {checkpoint['resume_instruction']}")
+    if recovery.get("recovery_notes"):
+        notes.append(f"Recovery notes: {recovery['recovery_notes']}")
+    summary = f"Session {ref.id}, phase {state.get('phase')}"
+    if checkpoint.get("last_completed_step"):
+        summary += f"; last completed step: {checkpoint['last_completed_step']}"
+    handoff = {
+        "task_id": task_id or state.get("task_id") or ref.id,
+        "from_agent": store.settings.author,
+        "task": task,
+        "status": "finished" if state.get("finished_at") else "in-progress",
+        "created_at": iso_now(),
+        "summary": summary + ".",
+        "context": [f"{store.rel(ref.path)}/ ({STATE_FILE}, {HISTORY_FILE})"],
+        "decisions": text_items(came_from.get("decisions"))
+        + [clean_text(d, "--decision", 2000) for d in decisions or []],
+        "next_steps": [s for s in checkpoint.get("pending_steps") or [] if isinstance(s, str)],
+        "notes": "\n".join(notes),
+    }
+    if to:
+        handoff["to_agent"] = clean_text(to, "--to", 200)
+    if isinstance(state.get("phase"), str) and PHASE_RE.match(state["phase"]):
+        handoff["phase"] = state["phase"]
+    problems = handoff_problems(handoff)
+    if problems:  # e.g. a --task-id longer than any handoff may carry
+        raise usage_error("the handoff would be invalid: " + "; ".join(problems))
+    order = list(HANDOFF_EXAMPLE)  # the fields in the order --example shows them
+    return {key: handoff[key] for key in order if has_content(handoff.get(key))}
+
+
+def read_handoff_input(source: str | None) -> tuple[bytes, str]:
+    if source in (None, "-"):
+        if source is None and sys.stdin.isatty():
+            raise usage_error("compose-handoff needs FILE, or `-` / a pipe on standard input")
+        return sys.stdin.buffer.read(HANDOFF_MAX_BYTES + 1), "<stdin>"
+    if os.path.isdir(source):
+        raise StmError(f"handoff {source} is a directory; name the JSON file")
+    try:
+        with open(source, "rb") as stream:
+            return stream.read(HANDOFF_MAX_BYTES + 1), source
+    except FileNotFoundError:
+        raise StmError(f"handoff file {source} not found") from None
+    except OSError as exc:
+        raise StmError(f"cannot read handoff {source}: {exc.strerror}") from None
+
+
+def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | None, list[str]]:
+    """(the session this very handoff became, ids of earlier ones for the same task)."""
+    same, earlier = None, []
+    listings = ((False, iter_active_sessions(store)), (True, iter_archived_sessions(store)))
+    for archived, listing in listings:
+        for sid, path in listing:
+            if not os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
+                continue
+            # An I/O error propagates: skipping a readable session could make a duplicate.
+            raw = read_bytes(os.path.join(path, STATE_FILE))
+            try:
+                state = load_json(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                continue  # corrupt: `stm check` reports it
+            if not isinstance(state, dict) or state.get("task_id") != handoff["task_id"]:
+                continue
+            key = [state.get("task_id"), state.get("from_agent"), state.get("handoff_created_at")]
+            if dumps_json(key, None) == handoff_key(handoff):
+                same = SessionRef(sid, path, archived)
+            else:
+                earlier.append(sid)
+    return same, earlier
+
+
+def handoff_receipt(state: dict, session_id: str) -> str:
+    """The log entry that records a handoff's arrival (check looks for its last line)."""
+    receipt = f"handoff {one_line(state.get('task_id', '?'))} received from "
+    receipt += one_line(state.get("from_agent") or "?")
+    if state.get("to_agent"):  # "from A to B", as every line names a handoff
+        receipt += f" to {one_line(state['to_agent'])}"
+    return receipt + f"\n\nsession: {session_id}"
+
+
+def receipt_logged(store: Store, session_id: str) -> bool:
+    """Whether a receipt names the session: in the log of the day it was created, or of
+    today (where a late receipt goes)."""
+    receipt = f"\n\nsession: {session_id}\n".encode()
+    for day in {session_id[:10], iso_now()[:10]}:
+        with contextlib.suppress(OSError):  # a block holds whole entries: never cut there
+            if any(receipt in data for data, _, _ in iter_log_blocks(store.log_path(day))):
+                return True
+    return False
+
+
+def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> dict:
+    """Create the handoff session, all or nothing. Call with both locks held."""
+    now = utc_now()
+    session_id = unused_session_id(store, now)
+    state = handoff_state(handoff, session_id, iso(now), store.user)
+    session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
+    files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
+    event = make_event(
+        store, "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
+    )
+    with Rollback() as rollback:
+        ref = create_session(store, state, rollback, files, [event])
+        if switch:
+            switch_pointer(store, session_id, rollback)
+        append_log_entry(store, handoff_receipt(state, session_id), now)
+    return {"ref": ref, "state": state}
+
+
+def compose_handoff_from(
+    store: Store, raw: bytes, source: str, *, switch: bool = True
+) -> tuple[SessionRef, dict, bool, list[str]]:
+    """`compose-handoff` for a front end that has the handoff as bytes (MCP): validate,
+    refuse secrets, create the session unless the same handoff was composed before.
+    Returns (ref, state, created, warnings). (cmd_compose_handoff does the same steps
+    with the CLI's printing between them.)"""
+    handoff = parse_handoff(raw, source)
+    refuse_secrets(raw.decode("utf-8-sig"), "no flag", f"handoff {source}: ")
+    warnings = []
+    with store.stacks_lock(), store.state_lock():
+        same, earlier = find_handoff_sessions(store, handoff)
+        if earlier:
+            warnings.append(
+                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
+                + ", ".join(earlier)
+            )
+        if same is not None:
+            if not same.archived and not receipt_logged(store, same.id):
+                append_log_entry(store, handoff_receipt(load_state(same), same.id))
+            where = " (archived: the work on it is finished)" if same.archived else ""
+            warnings.append(
+                f"this handoff was already composed into session {same.id}{where}; nothing created"
+            )
+            return same, load_state(same), False, warnings
+        result = compose_handoff(store, handoff, raw, switch)
+    return result["ref"], result["state"], True, warnings
+
+
+def handoff_example() -> str:
+    """A handoff to fill in (`compose-handoff --example`): every field, required first."""
+    example = {**HANDOFF_EXAMPLE, "created_at": iso_now()}
+    return json.dumps(example, indent=2, ensure_ascii=False) + "\n"
+
+
+def refuse_example_placeholders(handoff: dict, source: str) -> None:
+    fields = example_placeholders(handoff)
+    if fields:
+        raise StmError(
+            f"handoff {source} still holds the example's placeholder text in "
+            f"{', '.join(fields)}; fill them in (leave out the optional ones you do not "
+            "need), or write the handoff from your session with `stm session handoff`; "
+            "nothing created"
+        )
+
+
+def sent_by_me(store: Store, handoff: dict) -> bool:
+    """Whether `handoff` is one this user sends to someone else: its from_agent is the
+    author (STM_USER, else the login name) and its to_agent another name. Composing it
+    leaves the sender's pointer where it was: the session waits for the receiver."""
+    me = store.settings.author.strip().lower()
+    sender = str(handoff.get("from_agent", "")).strip().lower()
+    receiver = str(handoff.get("to_agent") or "").strip().lower()
+    return sender == me and bool(receiver) and receiver != me
+
+
+def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
+    """The session `handoff` becomes: created, or — when it was composed before (in this
+    clone, or in another and committed) — found, and made current when `switch`, so
+    composing a received handoff again in a fresh clone adopts it. Returns (ref, state,
+    created, adopted, warnings)."""
+    warnings = []
+    with store.stacks_lock(), store.state_lock():
+        same, earlier = find_handoff_sessions(store, handoff)
+        if earlier:
+            warnings.append(
+                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
+                + ", ".join(earlier)
+            )
+        if same is None:
+            result = compose_handoff(store, handoff, raw, switch)
+            return result["ref"], result["state"], True, False, warnings
+        state = load_state(same)
+        if not same.archived and not receipt_logged(store, same.id):
+            append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
+        adopted = switch and not same.archived and read_pointer(store) != same.id
+        if adopted:
+            write_pointer(store, same.id)
+        where = " (archived: the work on it is finished)" if same.archived else ""
+        now = "; it is now this clone's current session" if adopted else ""
+        warnings.append(
+            f"this handoff was already composed into session {same.id}{where}; nothing created{now}"
+        )
+    return same, state, False, adopted, warnings
+
+
+# ==== Operations: notes ======================================================
+
+
+def find_section(doc: MdDoc, name: str) -> MdPart | None:
+    """The `## ` section named `name` (case-insensitively; else a unique prefix), or None."""
+    headings = doc.headed()
+    wanted = name.strip().lower()
+    exact = [part for part in headings if part.name.lower() == wanted]
+    if len(exact) > 1:
+        raise StmError(f"section {name!r} appears {len(exact)} times; merge them first")
+    if exact:
+        return exact[0]
+    prefixed = [part for part in headings if part.name.lower().startswith(wanted)]
+    if len(prefixed) > 1:
+        names = ", ".join(repr(part.name) for part in prefixed)
+        raise usage_error(f"section {name!r} is ambiguous: it matches {names}; say which")
+    return prefixed[0] if prefixed else None
+
+
+def note_doc(text: str) -> MdDoc:
+    """The text note edits, read by the model (trailing blank lines are layout)."""
+    return MdDoc(md_lines(text.rstrip("\n")) if text.strip() else [])
+
+
+def as_bullet(text: str) -> list[str]:
+    first, *rest = text.split("\n")
+    return [f"- {first}"] + [f"  {line}" if line.strip() else "" for line in rest]
+
+
+def add_note(text: str, section: str, note: str, replace: bool, anchor: str | None) -> str:
+    """MEMORY.md (or AGENT.md) with `note` added to, or replacing, `## section`."""
+    doc = note_doc(text)
+    lines, part = doc.lines, find_section(doc, section)
+    if part is None:
+        block = [f"## {section.strip()}", "", *(note.split("\n") if replace else as_bullet(note))]
+        at = find_section(doc, anchor) if anchor else None
+        if at is None:
+            lines += ([""] if lines else []) + block
+        else:
+            lines[at.start : at.start] = block + [""]
+        return "\n".join(lines) + "\n"
+    end = part.end
+    if replace:
+        body = ["", *note.split("\n"), ""] if end < len(lines) else ["", note]
+        lines[part.start + 1 : end] = body
+        return "\n".join(lines).rstrip("\n") + "\n"
+    # newest first: above the section's first item that is not template guidance
+    first = next((item for item in doc.items(part) if item.kind != "comment"), None)
+    at = end if first is None else first.start
+    bullet = as_bullet(note)
+    if first is None or first.kind != "bullet":
+        bullet.append("")  # a blank line between the list and what follows
+    if lines[at - 1].strip():
+        bullet.insert(0, "")
+    lines[at:at] = bullet
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def stamp_last_updated(text: str, stamp: str) -> str:
+    doc = note_doc(text)
+    lines, part = doc.lines, find_section(doc, "Last Updated")
+    if part is None or part.name.lower() != "last updated":
+        return add_note(text, "Last Updated", stamp, True, None)
+    lines[part.start + 1 : part.end] = ["", stamp, ""] if part.end < len(lines) else ["", stamp]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def note_landed(text: str, section: str, note: str) -> bool:
+    """Read-back check: the note's lines stand under the section's heading."""
+    doc = MdDoc.of(text)
+    part = find_section(doc, section)
+    if part is None:
+        return False
+    body = "\n".join(doc.body(part))
+    return all(line.strip() in body for line in note.split("\n") if line.strip())
+
+
+SECTION_NAME_MAX = 500  # characters of a `## ` heading stm writes
+
+
+def clean_section_name(section: str) -> str:
+    """A `## ` heading name as given: one line, controls visible, not itself a heading,
+    at most SECTION_NAME_MAX characters."""
+    name = " ".join(escape_controls(section).split())
+    if not name or name.startswith("#"):
+        raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
+    if len(name) > SECTION_NAME_MAX:
+        raise usage_error(
+            f"the section name is longer than {SECTION_NAME_MAX} characters; a heading is a "
+            "short title: name it shortly; nothing written"
+        )
+    return name
+
+
+def refuse_breaking_body(note: str) -> None:
+    """A --replace body with a `#`/`##` line would end its section and start another."""
+    lines = md_lines(note)
+    found = md_heading_in_body(lines)
+    if found is not None:  # (a bullet's later lines are indented: they cannot break out)
+        number, line = found + 1, lines[found]
+        raise usage_error(
+            f"line {number} of the new body is a heading ({line[:40]!r}), which would end "
+            "the section; use `###` for a sub-heading, or note each section on its own"
+        )
+
+
+def ref_name_parts(name: str) -> list[str]:
+    """`note --ref NAME`: NAME or NAME.md under refs/, sub-folders allowed."""
+    parts = name.replace("\\", "/").split("/")
+    if parts[:1] == [REFS_DIR]:
+        parts = parts[1:]
+    for part in parts:
+        check_component(part, f"--ref {name!r}: component")
+    if not parts[-1].endswith(".md"):
+        parts[-1] += ".md"
+    problem = ref_path_problem(parts)
+    if problem:  # it would be written and then never read, searched or checked
+        raise usage_error(f"--ref {name!r}: {problem}; choose another name; nothing written")
+    return parts
+
+
+class SectionMissing(StmError):
+    """`note` to a `## SECTION` the file does not hold: refused unless asked to create it
+    (a typo would otherwise start a section no one reads). Carries the facts, so each
+    front end words the way out in its own terms (a flag, a tool argument)."""
+
+    def __init__(self, section: str, shown: str, nearest: tuple[list[str], list[str]]):
+        self.section, self.shown, self.nearest = section, shown, nearest
+        super().__init__(self.wording("pass --create"), EXIT_USAGE)
+
+    def wording(self, way_out: str) -> str:
+        close, others = self.nearest
+        if close:
+            near = " or ".join(f'"{name}"' for name in close)
+            near = f" (did you mean {near}?)"
+        else:
+            near = ", ".join(f'"{name}"' for name in others)
+            near = f" (its sections: {near})" if near else ""
+        return (
+            f'no section "{self.section}" in {self.shown}{near}; to start a new section, '
+            f"{way_out}; nothing written"
+        )
+
+
+def nearest_sections(text: str, section: str) -> tuple[list[str], list[str]] | None:
+    """None when `## section` is in `text`; else (its sections close to `section`,
+    closest first; its other sections, at most eight)."""
+    doc = MdDoc.of(text)
+    if find_section(doc, section) is not None:
+        return None
+    import difflib
+
+    names = [p.name for p in doc.headed() if p.name.lower() != "last updated"]
+    lowered = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.6)
+    close = [lowered[c] for c in close]
+    return close, [name for name in names if name not in close][:8]
+
+
+def refuse_conflicted(path: str, text: str, store: Store) -> None:
+    """A file that still holds merge conflict markers is not edited: an edit would keep
+    one side's text and drop the other's without anyone choosing."""
+    lines = md_has_conflict_markers(text)
+    if lines:
+        shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
+        raise StmError(
+            f"{store.rel(path)} has unresolved merge conflict markers (lines {shown}); "
+            "resolve them first (keep what both sides meant), then retry; nothing written"
+        )
+
+
+@memory_write
+def add_memory_note(
+    store: Store,
+    section: str,
+    note: str,
+    *,
+    replace: bool = False,
+    identity: bool = False,
+    allow_secret: bool = False,
+    create: bool = False,
+    ref: str | None = None,
+) -> dict:
+    """The `note` operation: add a bullet to (or replace the body of) `## section` in
+    MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
+    the lock and read the result back. A section the file lacks is refused
+    (SectionMissing) unless `create`. Returns the path, section and whether it replaced;
+    write_memory_note also says whether it created the section or changed anything."""
+    options = {"replace": replace, "identity": identity, "allow_secret": allow_secret}
+    result = write_memory_note(store, section, note, **options, create=create, ref=ref)
+    return {"path": result["path"], "section": section, "replaced": result["replaced"]}
+
+
+@memory_write
+def write_memory_note(
+    store: Store,
+    section: str,
+    note: str,
+    *,
+    replace: bool = False,
+    identity: bool = False,
+    allow_secret: bool = False,
+    create: bool = False,
+    ref: str | None = None,
+) -> dict:
+    """add_memory_note's work; the result also holds `created` and `changed`, and
+    `section` is the heading as the file spells it."""
+    section = clean_section_name(section)
+    refuse_oversized(note, "the note")
+    if not note.strip() and not replace:
+        raise usage_error("note is empty; nothing written")
+    # An HTML comment opener would hide everything after it from a Markdown reader, and
+    # an unclosed code fence would turn the sections below into text: neither may enter.
+    note = note.replace("<!--", "&lt;!--")
+    if md_fence_left_open(md_lines(note)):
+        raise usage_error(
+            "the note opens a code fence (``` or ~~~) it does not close, which would swallow "
+            "the sections below it; close it; nothing written"
+        )
+    if replace:
+        refuse_breaking_body(note)
+    if not allow_secret:
+        refuse_secrets(note, "--allow-secret")
+    path = store.agent_path if identity else store.memory_path
+    if ref is not None:
+        path = os.path.join(store.refs_dir, *ref_name_parts(ref))
+        refuse_links_below(store.stacks, path)
+    refuse_symlink(path, "memory file")
+    with store.stacks_lock():
+        new_file = False
+        try:
+            before = read_text_to_edit(path, store.rel(path))
+        except FileNotFoundError:
+            new_file = True  # a new ref: --ref NAME asked for it, with its first section
+            if ref is None:
+                raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
+            title = os.path.basename(path)[:-3].replace("-", " ").replace("_", " ")
+            before = f"# {title[:1].upper()}{title[1:]}\n"  # a new ref: titled, as check asks
+            make_dir(os.path.dirname(path))
+        refuse_conflicted(path, before, store)
+        if ref is not None and may_hold_facts(before):
+            for key, fact, _, _ in parse_fact_block(before)[1]:
+                if fact is not None and key.lower() == section.lower():
+                    raise usage_error(
+                        f"`## {key}` in {store.rel(path)} is a fact: set it with "
+                        f"`stm fact set {key} VALUE`; nothing written"
+                    )
+        nearest = nearest_sections(before, section)
+        if nearest is not None and not create and not new_file:
+            raise SectionMissing(section, path_from_here(path), nearest)
+        if not replace and nearest is None and bullet_present(before, section, note):
+            return note_result(store, path, section, replace, created=False, changed=False)
+        anchor = None if identity or ref is not None else "Last Updated"
+        after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
+        if not identity and ref is None:
+            after = stamp_last_updated(after, iso_now())
+        if not note_landed(after, section, note):  # refuse before writing anything
+            raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
+        atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
+        if not note_landed(read_text(path), section, note):
+            atomic_write(path, before.encode("utf-8"))
+            raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
+    heading = section
+    if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
+        heading = find_section(MdDoc.of(after), section).name
+    return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+
+
+def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
+    """What `note` did: the file (from the project root), the section, whether it replaced
+    the body, created the section, or changed anything at all."""
+    return {
+        "path": store.rel(path),
+        "section": section,
+        "replaced": bool(replace),
+        "created": bool(created),
+        "changed": bool(changed),
+    }
+
+
+def bullet_present(text: str, section: str, note: str) -> bool:
+    """Whether `note`, as the bullet `note` would write, already stands in the section:
+    the same note twice (an agent's retry) is not a second bullet."""
+    doc = MdDoc.of(text)
+    part = find_section(doc, section)
+    return part is not None and tuple(as_bullet(note)) in doc.bullets(part)
+
+
+def note_report(result: dict, shown: str) -> str:
+    """The one line `note` prints: where the text went (`shown`: the file's path)."""
+    where = f"## {result['section']} in {shown}"
+    if not result["changed"]:
+        return f"already under {where}; nothing changed"
+    if result["created"]:
+        return f"created {where}, with the note"
+    return f"replaced the body of {where}" if result["replaced"] else f"noted under {where}"
+
+
+# ==== Operations: facts, compaction and digest ===============================
+
+
+def fact_block_path(store: Store, block: str) -> str:
+    check_component(block, "--block")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", block) or block.endswith(".md"):
+        raise usage_error(
+            f"--block {block!r}: a block is a name like `facts` (refs/<name>.md): letters, "
+            "digits, '_', '.' or '-'"
+        )
+    return os.path.join(store.refs_dir, f"{block}.md")
+
+
+def read_fact_block(store: Store, path: str) -> str | None:
+    """A block's text (None when it does not exist); links and non-files refused."""
+    refuse_symlink(store.refs_dir, "refs folder")
+    refuse_symlink(path, "fact block")
+    if not os.path.lexists(path):
+        return None
+    if not os.path.isfile(path):
+        raise StmError(f"{store.rel(path)} is not a regular file")
+    return read_text_to_edit(path, store.rel(path))
+
+
+def find_fact(sections: list, key: str, shown: str):
+    for section in sections:
+        if section[0] == key:
+            if section[1] is None:
+                raise StmError(
+                    f"{shown}: `## {key}` is not in the fact format (**Current:** and "
+                    "**History:** lines); fix it by hand, nothing changed"
+                )
+            return section
+    return None
+
+
+@memory_write
+def set_fact(
+    store: Store,
+    key: str,
+    value: str,
+    *,
+    why: str | None = None,
+    block: str = FACT_BLOCK_DEFAULT,
+    allow_secret: bool = False,
+) -> dict:
+    """The `fact set` operation: a new Current value with a History entry, the --why
+    reason under that new entry (a Correction when it replaces a value, a Note on a first
+    set); the same value again changes nothing."""
+    key, value = check_fact_key(key), check_fact_value(value)
+    why = check_fact_value(why, "--why") if why is not None else None
+    if not allow_secret:
+        refuse_secrets(f"{value}\n{why or ''}", "--allow-secret")
+    path = fact_block_path(store, block)
+    with store.stacks_lock():
+        text = read_fact_block(store, path)
+        if text is not None:
+            refuse_conflicted(path, text, store)
+        title = block.replace("-", " ").replace("_", " ").capitalize()
+        preamble, sections = parse_fact_block(text or f"# {title}\n")
+        found = find_fact(sections, key, store.rel(path))
+        stamp = iso_now()
+        if found is not None and found[1].current == value:
+            return {"path": store.rel(path), "key": key, "value": value, "changed": False}
+        # The reason explains the new value: it goes under the new entry.
+        label = "Note" if found is None or not found[1].history else "Correction"
+        notes = [f"  - *{label}: {why}*"] if why else []
+        if found is None:
+            sections.append((key, Fact(key, value, [(stamp, value, notes)]), f"## {key}", []))
+        else:
+            fact = found[1]
+            fact.history.insert(0, (stamp, value, notes))
+            fact.current = value
+        make_dir(store.refs_dir)
+        rendered = in_line_ends_of(text or "", render_fact_block(preamble, sections))
+        atomic_write(path, rendered.encode("utf-8"))
+    return {"path": store.rel(path), "key": key, "value": value, "changed": True}
+
+
+def load_facts(store: Store, block: str = FACT_BLOCK_DEFAULT) -> tuple[str, list[Fact]]:
+    path = fact_block_path(store, block)
+    text = read_fact_block(store, path)
+    if text is None:
+        return path, []
+    _, sections = parse_fact_block(text)
+    return path, [fact for _, fact, _, _ in sections if fact is not None]
+
+
+def get_fact(store: Store, key: str, *, block: str = FACT_BLOCK_DEFAULT) -> Fact:
+    path, facts = load_facts(store, block)
+    key = check_fact_key(key)
+    for fact in facts:
+        if fact.key == key:
+            return fact
+    raise StmError(f"no fact {key!r} in {store.rel(path)}; `stm fact list` shows the keys")
+
+
+@memory_write
+def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEFAULT) -> dict:
+    """The `fact rm` operation: the section leaves the block, and its whole history goes
+    into today's log first (with the reason), so nothing is lost."""
+    key, why = check_fact_key(key), check_fact_value(why, "--why")
+    path = fact_block_path(store, block)
+    with store.stacks_lock():
+        text = read_fact_block(store, path)
+        if text is None:
+            raise StmError(f"no fact {key!r}: {store.rel(path)} does not exist")
+        refuse_conflicted(path, text, store)
+        preamble, sections = parse_fact_block(text)
+        found = find_fact(sections, key, store.rel(path))
+        if found is None:
+            raise StmError(f"no fact {key!r} in {store.rel(path)}")
+        removed = "\n".join(render_fact(found[1]))
+        message = f"removed from {store.rel(path)} by stm fact rm: {why}\n\n{removed}"
+        sections.remove(found)
+        rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
+        with Rollback() as rollback:  # a failed rewrite takes the log entry back out
+            rollback.add(append_log_entry(store, normalise_message(message)))
+            rollback.add(restorer(path))
+            atomic_write(path, rendered.encode("utf-8"))
+    return {"path": store.rel(path), "key": key, "removed": True}
+
+
+@memory_write
+def compact_store(store: Store, *, dry_run: bool = False) -> dict:
+    """The `compact` operation: MEMORY.md sections over their bullet limits and fact
+    histories over theirs lose their oldest items to one log entry of today. The log is
+    appended (and made durable) before any file is rewritten: a kill in between can only
+    leave an item in both places, which `check` reports and `check --fix` removes. A
+    write that fails (disk full, file too big) undoes the others, the log entry included:
+    the tree is left as it was."""
+    config = load_config(store, strict=True)
+    with store.stacks_lock():
+        rewrites, moves = [], []
+        try:
+            text = read_text_to_edit(store.memory_path, store.rel(store.memory_path))
+        except FileNotFoundError:
+            raise StmError(f"{store.rel(store.memory_path)} is missing; run `stm init`") from None
+        original, text = text, text.replace("\r\n", "\n")
+        refuse_conflicted(store.memory_path, text, store)
+        new, moved = compact_memory_text(text, config)
+        if moved:
+            rewrites.append((store.memory_path, in_line_ends_of(original, new)))
+            moves += [(store.memory_path, name, lines) for name, lines in moved]
+        for path in iter_ref_files(store.refs_dir):
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            block = read_text(path)
+            if may_hold_facts(block):
+                block = read_text_to_edit(path, store.rel(path))  # it may be rewritten
+                refuse_conflicted(path, block, store)  # before: markers hide the format
+            if fact_keys_summary(block) is None:
+                continue
+            new, moved = compact_fact_text(
+                block.replace("\r\n", "\n"), config["fact_history_limit"]
+            )
+            if moved:
+                rewrites.append((path, in_line_ends_of(block, new)))
+                moves += [(path, key, lines) for key, lines in moved]
+        if moves and not dry_run:
+            with Rollback() as rollback:
+                message = compact_message(store, moves)
+                rollback.add(append_log_entry(store, message, escaped=True))
+                for path, new in rewrites:
+                    rollback.add(restorer(path))
+                    atomic_write(path, new.encode("utf-8"))
+    return {
+        "dry_run": dry_run,
+        "moved": [{"path": store.rel(p), "section": n, "lines": lines} for p, n, lines in moves],
+    }
+
+
+def mark_boot(store: Store) -> None:
+    """Record when this checkout last booted, as the time of an empty, git-ignored file:
+    one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
+    path = os.path.join(store.state, LAST_BOOT_FILE)
+    if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, 0o644)
+        try:
+            os.utime(fd, None)
+        finally:
+            os.close(fd)
+
+
+def digest_since(store: Store, since: str | None) -> float:
+    """Epoch seconds of --since (a date, an ISO time, or `last-boot`), else of MEMORY.md's
+    Last Updated, else a week ago."""
+    if since == "last-boot":
+        path = os.path.join(store.state, LAST_BOOT_FILE)
+        try:
+            if os.path.islink(path):
+                raise OSError
+            return os.lstat(path).st_mtime
+        except OSError:
+            raise StmError(
+                "--since last-boot: this checkout has not booted yet (`stm boot` records it)"
+            ) from None
+    if since is not None:
+        moment = parse_iso(since, date_only_ok=True)
+        if moment is None:
+            raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD) or an ISO time")
+        return moment
+    try:
+        stamp = memory_stamp(read_text(store.memory_path))
+    except OSError:
+        stamp = None
+    return stamp if stamp is not None else utc_now() - 7 * 86400
+
+
+def digest(store: Store, *, since: str | None = None) -> dict:
+    """The `digest` operation: the log entries and fact changes since a moment, newest
+    first, with token counts: what an agent folds into MEMORY.md (`note --replace`)."""
+    start = digest_since(store, since)
+    day = iso(start)[:10]
+    entries = []
+    for name in reversed(log_file_names(store)):
+        if name[:10] < day:
+            break
+        path = os.path.join(store.logs_dir, name)
+        try:
+            found = digest_entries(store, path, start)
+        except OSError:
+            continue
+        entries += found
+    entries.sort(key=lambda e: e["timestamp"], reverse=True)
+    facts = []
+    for path in iter_ref_files(store.refs_dir):
+        if os.path.islink(path):
+            continue
+        text = read_text(path)
+        if fact_keys_summary(text) is None:
+            continue
+        for key, fact, _, _ in parse_fact_block(text)[1]:
+            for stamp, value, _ in fact.history if fact else []:
+                moment = parse_iso(stamp, need_zone=True)
+                if moment is not None and moment >= start:
+                    facts.append(
+                        {"path": store.rel(path), "key": key, "timestamp": stamp, "value": value}
+                    )
+    facts.sort(key=lambda f: f["timestamp"], reverse=True)
+    tokens = sum(e["tokens"] for e in entries) + sum(estimate_tokens(f["value"]) for f in facts)
+    return {"since": iso(start), "entries": entries, "facts": facts, "tokens": tokens}
+
+
+def digest_entries(store: Store, path: str, start: float) -> list[dict]:
+    """The complete entries of one day log written from `start` on, read a block at a
+    time (the file is never in memory whole; the entries digest shows are)."""
+    entries = []
+    for data, _, _ in iter_log_blocks(path):
+        for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+            entry = rest[0] if kind == "entry" else None
+            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
+            if moment is None or moment < start:
+                continue
+            if any(COMPACT_HEADER_RE.match(line) for line in entry.body):
+                continue  # what compact moved out of memory is not new work to fold back
+            text = "\n".join(entry.body).strip("\n")
+            entries.append(
+                {
+                    "timestamp": entry.stamp,
+                    "author": entry.author,
+                    "path": store.rel(path),
+                    "tokens": estimate_tokens(text),
+                    "text": text,
+                }
+            )
+    return entries
+
+
+# ==== Operations: refs and search ============================================
+
+
+def ref_path(store: Store, name: str) -> str:
+    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
+    on the way, a regular file; anything else is refused."""
+    parts = name.replace("\\", "/").split("/")
+    if parts[:1] == [REFS_DIR]:
+        parts = parts[1:]
+    if not parts or name.startswith("/"):
+        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
+    for part in parts:
+        check_component(part, f"ref {name!r}: component")
+    problem = ref_path_problem(parts)
+    if problem:  # not a ref for any other reader either
+        raise usage_error(f"ref {name!r}: {problem}")
+    path = os.path.join(store.refs_dir, *parts)
+    refuse_symlink(store.refs_dir, "refs folder")
+    refuse_links_below(store.refs_dir, path)
+    require_inside(path, store.refs_dir, "ref")
+    if not os.path.isfile(path) and not parts[-1].endswith(".md"):
+        path += ".md"  # `refs show deploy` means refs/deploy.md
+    if not os.path.isfile(path):
+        raise StmError(
+            f"no ref {name!r} in {store.rel(store.refs_dir)}/; `stm refs list` lists them"
+        )
+    return path
+
+
+def search_layers() -> tuple[str, ...]:
+    """What `search --layer` takes: every layer, then the sessions."""
+    return (*(layer.name for layer in LAYERS), "sessions")
+
+
+def search_files(store: Store, layers, since: str | None):
+    """(layer, path) to search, in order: identity, session, refs, logs newest first,
+    sessions newest first. --since applies to the dated layers (logs and sessions)."""
+    for layer in LAYERS:
+        if layer.name in layers:
+            for path in layer_files(store, layer, newest_first=True, since=since):
+                yield layer.name, path
+    if "sessions" in layers:
+        found = iter_active_sessions(store) + iter_archived_sessions(store, since=since)
+        for session_id, folder in sorted(found, reverse=True):
+            if since and session_id[:10] < since:
+                continue
+            # state.json is left out: each of its facts is an event in history.jsonl,
+            # which search reads as one line per event (session_event_lines)
+            for name in (SESSION_MD, HISTORY_FILE):
+                yield "sessions", os.path.join(folder, name)
+
+
+# Search runs over blocks of whole lines (about SEARCH_CHUNK bytes), not line by line:
+# one C-level scan of a block finds where a match can be, and only those lines are
+# decoded and tested with the per-line verdict (`LineMatcher.matches`, the one
+# definition of a match). The scan may propose lines that do not match, never miss one.
+
+
+def open_blocks(path: str):
+    """(number of its first line, bytes) for each block of whole lines of a file inside
+    a tree, each block ending with b"\n" (one is added after a last line without it), so
+    memory stays flat however big the file grows. Opens now (an error is the caller's to
+    handle), reads as it is iterated."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        size = require_regular(fd, path).st_size
+        if size < SEARCH_CHUNK:  # most files: one read, closed at once, no generator
+            data = os.read(fd, size + 1)
+            if len(data) <= size:  # all of it (a short read of a regular file is its end)
+                os.close(fd)
+                return ((1, data if data.endswith(b"\n") else data + b"\n"),) if data else ()
+            return _blocks_of(fd, size, data)
+    except BaseException:
+        os.close(fd)
+        raise
+    return _blocks_of(fd, size)
+
+
+def _blocks_of(fd: int, size: int, first: bytes = b""):
+    try:
+        number, rest, done = 1, [], 0  # rest: what follows the last newline read
+        while True:
+            # Ask for what the file holds and one byte more: a short read of a regular
+            # file is its end, so a small file costs one read (and no 1 MiB buffer).
+            want = min(SEARCH_CHUNK, size - done + 1) if done < size else SEARCH_CHUNK
+            chunk, first = (first, b"") if first else (os.read(fd, want), b"")
+            done += len(chunk)
+            if not chunk:
+                break
+            if len(chunk) < want and done >= size:
+                rest.append(chunk)
+                break
+            cut = chunk.rfind(b"\n") + 1
+            if not cut:  # no line ends here (a very long line): keep reading
+                rest.append(chunk)
+                continue
+            block = b"".join((*rest, chunk[:cut])) if rest else chunk[:cut]
+            rest = [chunk[cut:]] if cut < len(chunk) else []
+            yield number, block
+            number += block.count(b"\n")
+        tail = b"".join(rest)
+        if tail:
+            yield number, tail if tail.endswith(b"\n") else tail + b"\n"
+    finally:
+        os.close(fd)
+
+
+# A --regex search is bounded twice (spec/reliability.md, "Bounded input"): patterns that
+# can backtrack exponentially are refused before a line is read (regex_hazard), and the
+# matching of one search may take REGEX_BUDGET_S seconds in all (RegexBudget), which
+# stops what is only polynomial, such as `a.*b` on a line of a million a's.
+REGEX_BUDGET_S = 5.0
+REGEX_TICK_S = 0.05  # how often the budget is looked at while a search runs
+
+
+def regex_hazard(pattern: str) -> str | None:
+    """Why `pattern` could backtrack exponentially, or None. Python's re has no time
+    limit, so the rule is read off the parsed pattern: a repeat (`+`, `*`, `{2,}`, `{n}`)
+    may not hold another quantifier, `?` included, nor an alternation of several
+    characters (one-character alternatives are a set and safe); no backreferences."""
+    try:
+        from re import _parser as parser  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.9 and 3.10
+        import sre_parse as parser
+    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None)}
+    stack = [(parser.parse(pattern, re.IGNORECASE), False)]  # (subpattern, inside a repeat)
+    while stack:
+        items, inside = stack.pop()
+        for op, av in items:
+            if op in repeats:
+                low, high, body = av
+                if inside and low != high:
+                    return "repeats a group that holds another quantifier, as `(a+)+` does"
+                stack.append((body, inside or high > 1))
+            elif op == parser.BRANCH:
+                if inside:
+                    return "repeats an alternation, as `(a|ab)+` does"
+                stack.extend((branch, inside) for branch in av[1])
+            elif op in (parser.GROUPREF, parser.GROUPREF_EXISTS):
+                return "uses a backreference"
+            elif op == parser.SUBPATTERN or op in (parser.ASSERT, parser.ASSERT_NOT):
+                stack.append((av[-1], inside))
+            elif op == getattr(parser, "ATOMIC_GROUP", None):
+                stack.append((av, inside))
+    return None
+
+
+class RegexBudget:
+    """Seconds of matching left to one regex search. A periodic SIGALRM looks at the
+    clock; when the line being matched has used up the budget, its handler raises, which
+    re's engine lets through (it polls for signals). Time spent outside matching, such as
+    a slow reader of stdout, is not counted. Where there is no SIGALRM or this is not the
+    main thread, only the static rule (regex_hazard) bounds the search."""
+
+    def __init__(self, search, pattern: str):
+        self.search, self.pattern = search, pattern
+        self.spent, self.started, self.over = 0.0, None, False
+        self.saved = None
+
+    def __call__(self, line: str):
+        return self.timed(self.search, line)
+
+    def timed(self, function, *args):
+        """`function(*args)`, its time counted against the budget."""
+        self.started = time.monotonic()
+        try:
+            return function(*args)
+        finally:
+            started, self.started = self.started, None
+            self.spent += time.monotonic() - started
+
+    def _tick(self, signum, frame) -> None:
+        started = self.started
+        if started is None or self.over:
+            return  # not matching now (reading files, or a slow reader of the output)
+        if self.spent + time.monotonic() - started > REGEX_BUDGET_S:
+            self.over = True  # one refusal, even if the clock ticks again meanwhile
+            raise usage_error(
+                f"regex {self.pattern!r} took over {REGEX_BUDGET_S:g} s of matching "
+                "(it backtracks on these lines); make it more specific, or search "
+                "without --regex"
+            )
+
+    def __enter__(self):
+        import signal
+
+        if hasattr(signal, "setitimer"):
+            try:
+                handler = signal.signal(signal.SIGALRM, self._tick)
+            except ValueError:  # not the main thread
+                return self
+            timer = signal.setitimer(signal.ITIMER_REAL, REGEX_TICK_S, REGEX_TICK_S)
+            self.saved = (handler, timer)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.saved is not None:
+            import signal
+
+            handler, (delay, interval) = self.saved
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, handler)
+            if delay or interval:
+                signal.setitimer(signal.ITIMER_REAL, delay, interval)
+            self.saved = None
+        return False
+
+
+class BudgetedPattern:
+    """A compiled regex whose searches count against a RegexBudget (block scans too)."""
+
+    __slots__ = ("pattern", "budget")
+
+    def __init__(self, pattern, budget: RegexBudget):
+        self.pattern, self.budget = pattern, budget
+
+    def search(self, text, pos: int = 0):
+        return self.budget.timed(self.pattern.search, text, pos)
+
+
+# Characters outside ASCII whose case folding holds ASCII letters (ß -> ss, the Kelvin
+# sign -> k, ﬁ -> fi, ...): a line holding one can match an ASCII pattern that its bytes,
+# lowered, do not show. A test recomputes the list from the running Python's Unicode data.
+FOLDS_TO_ASCII = (
+    "\xdf\u0130\u0149\u017f\u01f0\u1e96\u1e97\u1e98\u1e99\u1e9a\u1e9e\u212a"
+    "\ufb00\ufb01\ufb02\ufb03\ufb04\ufb05\ufb06"
+)
+
+
+def folding_into(needle: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """The UTF-8 codes of the FOLDS_TO_ASCII characters that can fold into part of the
+    ASCII `needle` (ﬂ for "flow", none for "zzz"), and their first bytes."""
+    codes = tuple(c.encode() for c in FOLDS_TO_ASCII if set(c.casefold()) & set(needle))
+    return codes, tuple({code[:1]: None for code in codes})
+
+
+_ASCII_BYTES = bytes(range(128))
+
+
+def may_fold_into(block: bytes, codes, leads) -> bool:
+    """Whether `block` may hold one of `codes` (a yes can be wrong, a no cannot)."""
+    for lead in leads:  # a C-level scan for one byte each, usually none found
+        if lead in block:
+            rest = block.translate(None, _ASCII_BYTES)  # the few bytes outside ASCII
+            return any(code in rest for code in codes)
+    return False
+
+
+# Regex constructs that see past the ends of a line: a pattern holding one is run line
+# by line, since in a block it would see the neighbouring lines.
+SEARCH_LINE_ONLY = ("\\A", "\\Z", "(?<", "(?=", "(?!")
+
+
+class LineMatcher:
+    """A search pattern: `matches(line)` is whether one line matches (a case-insensitive
+    substring, or a case-insensitive regex search); `scan(block)` finds the matching
+    lines of a block of whole lines, returning the text it searched (the bytes, or their
+    decoded text) and an iterator of (offset in that text, line)."""
+
+    __slots__ = ("matches", "needle", "folded", "block_regex", "folding", "budget")
+
+    def __init__(self, pattern: str, regex: bool):
+        self.needle = self.folded = self.block_regex = self.budget = None
+        if regex:
+            self.matches = re.compile(pattern, re.IGNORECASE).search
+            if not any(construct in pattern for construct in SEARCH_LINE_ONLY):
+                self.block_regex = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+            return
+        self.folded = pattern.casefold()
+        if self.folded.isascii():
+            self.needle = self.folded.encode()
+            self.folding = folding_into(self.folded)
+        folded = self.folded
+        self.matches = lambda line: folded in line.casefold()
+
+    def scan(self, block: bytes):
+        if self.needle is not None and not may_fold_into(block, *self.folding):
+            # bytes.lower() lowers ASCII only; nothing else can fold into an ASCII needle
+            lowered = block.lower()
+            if self.needle not in lowered:
+                return block, ()  # most blocks: nothing more to do
+            return block, self._found(block, lowered, self.needle, b"\n", b"\r")
+        text = block.decode("utf-8", "replace")
+        if self.block_regex is not None:
+            if "\r" in text:  # a line's last \r goes before it is tested, as `$` must see
+                text = text.replace("\r\n", "\n")
+            return text, self._found(text, text, self.block_regex, "\n", "")
+        if self.folded is not None:
+            folded = text.casefold()
+            if len(folded) == len(text):  # one character each: the offsets line up
+                return text, self._found(text, folded, self.folded, "\n", "\r")
+        return text, self._each_line(text)
+
+    def _found(self, text, haystack, needle, newline, cr):
+        """(offset, line) of each line of `text` holding a match; `haystack` is `text` as
+        searched (lowered or folded, the same length), `needle` a string or a regex, `cr`
+        what to take off a line's end (nothing once taken off the whole text)."""
+        search = None if isinstance(needle, (str, bytes)) else needle.search
+        pos, size = 0, len(text)
+        while pos < size:
+            if search is None:
+                at = haystack.find(needle, pos)
+            else:
+                found = search(haystack, pos)
+                at = found.start() if found else -1
+            if at < 0 or at >= size:
+                return
+            start = text.rfind(newline, pos, at) + 1 or pos
+            end = text.find(newline, at)
+            end = size if end < 0 else end
+            line = text[start:end].removesuffix(cr) if cr else text[start:end]
+            if isinstance(line, bytes):
+                line = line.decode("utf-8", "replace")
+            if self.matches(line):
+                yield start, line
+            pos = end + 1
+
+    def _each_line(self, text: str):
+        start = 0
+        for line in text.split("\n")[:-1]:  # the block ends with a newline
+            if self.matches(line.removesuffix("\r")):
+                yield start, line.removesuffix("\r")
+            start += len(line) + 1
+
+
+def search_matcher(pattern: str, regex: bool) -> LineMatcher:
+    """The line test of a search: a case-blind substring, or a regex refused when it could
+    backtrack exponentially and timed against a RegexBudget (matcher.budget)."""
+    if not pattern:
+        raise usage_error("search needs a non-empty PATTERN")
+    try:
+        matcher = LineMatcher(pattern, regex)
+        hazard = regex_hazard(pattern) if regex else None
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise usage_error(f"--regex {pattern!r} is not a valid regular expression: {exc}") from None
+    if hazard:
+        raise usage_error(
+            f"regex {pattern!r} {hazard}, which can take exponential time on one line; "
+            "write it without that, or search without --regex"
+        )
+    if regex:
+        matcher.budget = RegexBudget(matcher.matches, pattern)
+        matcher.matches = matcher.budget
+        if matcher.block_regex is not None:
+            matcher.block_regex = BudgetedPattern(matcher.block_regex, matcher.budget)
+    return matcher
+
+
+def search_memory(
+    store: Store,
+    pattern: str,
+    *,
+    layer: str | None = None,
+    since: str | None = None,
+    regex: bool = False,
+):
+    """The `search` operation: yield each matching line as {path, line, text, layer},
+    in search_files' order, reading files as it goes (a caller may stop at any time).
+    Bad arguments are refused before the first file is opened."""
+    if since is not None and parse_iso(since, date_only_ok=True) is None:
+        raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD)")
+    if layer is not None and layer not in search_layers():
+        raise usage_error(f"--layer {layer!r} is not one of {', '.join(search_layers())}")
+    matcher = search_matcher(pattern, regex)
+    layers = (layer,) if layer else search_layers()
+    hits = _search_hits(store, matcher, layers, since[:10] if since else None)
+    return _budgeted(hits, matcher.budget) if matcher.budget else hits
+
+
+def _budgeted(hits, budget: RegexBudget):
+    """`hits` with the regex budget's timer running while they are produced; the timer
+    is put back when the search ends, fails, or its reader stops early."""
+    with budget:
+        yield from hits
+
+
+def _search_hits(store: Store, matcher, layers, since):
+    for layer, path in search_files(store, layers, since):
+        try:
+            blocks = open_blocks(path)
+        except OSError:
+            continue  # missing optional files (Session.md), links: nothing to search
+        if layer == "logs":
+            yield from log_hits_newest_first(store, path, blocks, matcher)
+            continue
+        if path.endswith(HISTORY_FILE):  # each event as one readable line, not JSON
+            for number, line in session_event_lines(block_lines(blocks)):
+                if matcher.matches(line):
+                    yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+            continue
+        shown = None
+        for number, line in matching_lines(blocks, matcher):
+            shown = shown or store.rel(path)
+            yield {"path": shown, "line": number, "text": line, "layer": layer}
+
+
+def block_lines(blocks):
+    """(line number, line) of every line of open_blocks' blocks, decoded."""
+    for number, block in blocks:
+        for offset, line in enumerate(block.decode("utf-8", "replace").split("\n")[:-1]):
+            yield number + offset, line.removesuffix("\r")
+
+
+def matching_lines(blocks, matcher):
+    """(line number, line) of each matching line, in file order."""
+    for number, block in blocks:
+        text, hits = matcher.scan(block)
+        newline, counted = ("\n" if isinstance(text, str) else b"\n"), 0
+        for start, line in hits:
+            number += text.count(newline, counted, start)
+            counted = start
+            yield number, line
+
+
+def session_event_lines(lines):
+    """(number, text) of history.jsonl lines, each event as one readable line
+    (event_text), so a search of the sessions layer finds facts, not JSON syntax."""
+    for number, line in lines:
+        try:
+            event = load_json(line)
+        except ValueError:
+            continue  # a torn tail: check reports it
+        if isinstance(event, dict):
+            yield number, event_text(event)
+
+
+def event_text(event: dict) -> str:
+    """One history event as a line: `TIME EVENT by ACTOR: field value; ...`, its values
+    one line each (lists joined with ` | `), without the bookkeeping (version)."""
+    parts = []
+    for key, value in sorted(event.items()):
+        if key in ("event", "timestamp", "actor", "version") or value is None:
+            continue
+        if isinstance(value, dict):
+            value = "; ".join(f"{k} {one_line(v, 200)}" for k, v in sorted(value.items()))
+        elif isinstance(value, list):
+            value = " | ".join(one_line(v, 200) for v in value)
+        parts.append(f"{key} {one_line(value, 500)}")
+    head = f"{one_line(event.get('timestamp', '?'), 40)} {one_line(event.get('event', '?'), 40)}"
+    if event.get("actor"):
+        head += f" by {one_line(event['actor'], 100)}"
+    return head + (": " + "; ".join(parts) if parts else "")
+
+
+LOG_HEADER_STAMP_RE = LazyRegex(r"^## (\S+) · .* <!-- stm:entry [0-9a-f]{8} -->$")
+
+
+def log_hits_newest_first(store: Store, path: str, blocks, matcher):
+    """A day's matches ordered by their entries' timestamps, newest first: a union merge
+    of two clones' logs can leave the entries out of time order. A match's timestamp is
+    that of the last header line at or above it, looked up only for matches. Only the
+    matches are kept in memory, never the file."""
+    hits, stamp, shown, before = [], "", None, None
+    header = LOG_HEADER_STAMP_RE.match  # resolved once: LazyRegex looks it up in Python
+    for number, block in blocks:
+        if before is not None:  # the block before may end with headers after its matches
+            text, looked = before
+            last = text.rfind(text[-1:], 0, len(text) - 1) + 1  # its last line
+            stamp = entry_stamp(text, looked, last, header) or stamp
+        text, found = matcher.scan(block)
+        newline, counted, looked = ("\n" if isinstance(text, str) else b"\n"), 0, 0
+        for start, line in found:
+            number += text.count(newline, counted, start)
+            counted = start
+            stamp = entry_stamp(text, looked, start, header) or stamp
+            looked = start
+            shown = shown or store.rel(path)
+            hits.append((stamp, {"path": shown, "line": number, "text": line, "layer": "logs"}))
+        before = text, looked
+    if not hits:
+        return
+    # Newest first, a match before a later one of the same entry: a stable sort, reversed,
+    # on the stamp with a last character above all others (so "" and any stamp that is
+    # the start of another come first, as by _descending, which costs a loop per match).
+    hits.sort(key=lambda item: item[0] + "\U0010ffff", reverse=True)
+    for _, hit in hits:
+        yield hit
+
+
+def entry_stamp(text, low: int, start: int, header) -> str | None:
+    """The timestamp of the last log header line (`header`: LOG_HEADER_STAMP_RE.match)
+    that starts between offsets `low` and `start` of a block (both line starts, both
+    included), or None when none does."""
+    newline, marker = (b"\n", b"\n## ") if isinstance(text, bytes) else ("\n", "\n## ")
+    end = start + 3  # "\n## " ending there: a header starting at `start`
+    while True:
+        at = text.rfind(marker, max(low - 1, 0), end)
+        if at < 0 and not (low == 0 and text[:3] == marker[1:]):
+            return None
+        line = text[at + 1 : text.find(newline, at + 1)]
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        found = header(line.removesuffix("\r"))
+        if found:
+            return found.group(1)
+        if at < 0:
+            return None
+        end = at + 3  # a `## ` line that is not a header: look further up
+
+
+# ---- capture: what an interrupted agent session leaves behind (spec/capture.md) -------
+#
+# `stm capture` runs from an agent client's lifecycle hooks with the hook's JSON payload
+# on stdin. It reads the client's transcript (the tail only) and git, and records what
+# the session did in the agent's stm session, beside the agent's own checkpoint, so the
+# next boot shows the work even when the agent never wrote to memory. A hook must never
+# break the agent: every failure is a one-line reason on stderr and exit 0.
+
+# ==== Operations: capture ====================================================
+
+
+HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
+HOOK_LOCK_TIMEOUT_S = 1.0  # a hook waits at most this long for the lock, then skips
+HOOK_RECORD_MAX = 64 * 1024
+HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
+CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
+HOOK_CLIENTS = ("claude", "codex")
+SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
+
+
+def read_hook_payload(data: bytes) -> dict:
+    """The hook's JSON object, or StmError saying why it is not one."""
+    if len(data) > HOOK_PAYLOAD_MAX:
+        raise StmError(f"the payload is over {HOOK_PAYLOAD_MAX} bytes; not a hook payload")
+    if not data.strip():
+        raise StmError("no payload on stdin (a hook passes one as JSON)")
+    try:
+        payload = load_json(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(f"the payload is not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise StmError("the payload is not a JSON object")
+    return payload
+
+
+def payload_text(payload: dict, key: str, limit: int = 4096) -> str:
+    """A string field of the payload, or "" (a hook tolerates every missing or odd field)."""
+    value = payload.get(key)
+    return value if isinstance(value, str) and len(value) <= limit else ""
+
+
+def payload_client(payload: dict, given: str | None) -> str:
+    """Which client ran the hook: --client, else Claude Code when its variable is set or
+    its transcript folder is named, else Codex when the transcript is a rollout."""
+    if given:
+        return given
+    path = payload_text(payload, "transcript_path")
+    if os.environ.get("CLAUDE_PROJECT_DIR") or f"{os.sep}.claude{os.sep}" in path:
+        return "claude"
+    if f"{os.sep}.codex{os.sep}" in path or os.path.basename(path).startswith("rollout-"):
+        return "codex"
+    return "agent"
+
+
+def read_hook_record(store: Store) -> dict:
+    """The local record of .state/.hooks.json: {"sessions": {client: {...}}, "runs":
+    {"client Event": stamp}}. A missing, unreadable or corrupt record starts afresh: it
+    only decides what to capture next, and a capture is never lost by re-reading."""
+    path = os.path.join(store.state, HOOKS_FILE)
+    record = {"sessions": {}, "runs": {}, "logged": {}}
+    if links_on_the_way(store.state, path) or not os.path.lexists(path):
+        return record
+    try:
+        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
+    except (OSError, StmError, UnicodeDecodeError, ValueError):
+        return record
+    if isinstance(data, dict):
+        for key in record:
+            if isinstance(data.get(key), dict):
+                record[key] = data[key]
+    return record
+
+
+def write_hook_record(store: Store, record: dict) -> None:
+    path = os.path.join(store.state, HOOKS_FILE)
+    refuse_links_below(store.state, path)
+    atomic_write(path, dumps_json(record).encode("utf-8"))
+
+
+def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
+    """What to capture for this hook: (client session, transcript path, log it?) rows.
+
+    A SessionStart for another client session first captures the previous one from the
+    transcript recorded when it started (or, with none recorded, the newest other
+    transcript beside this one that names this project); a start after compaction or a
+    resume of the same session captures the live transcript. Other events capture their
+    own session."""
+    session = client_session_id(payload)
+    transcript = payload_text(payload, "transcript_path")
+    if event != "SessionStart":
+        return [(session, transcript, event in CAPTURE_LOG_EVENTS)] if transcript else []
+    jobs = []
+    previous = record["sessions"].get(client)
+    previous = previous if isinstance(previous, dict) else {}
+    before, before_path = previous.get("id"), previous.get("transcript")
+    if before and before != session and is_project_transcript(before_path, root, payload):
+        jobs.append((str(before), before_path, True))
+    elif not before and transcript:
+        other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
+        if other:
+            name = os.path.splitext(os.path.basename(other))[0]
+            jobs.append((name, other, True))
+    source = payload_text(payload, "source", 40)
+    if transcript and source in ("compact", "resume") and before in (None, session):
+        jobs.append((session, transcript, False))
+    return jobs
+
+
+def is_project_transcript(path, root: str, payload: dict) -> bool:
+    """Whether a transcript path from the local record may be read: a `.jsonl` file whose
+    entries name this project (or the folder the client says it is in) as their working
+    folder. The record is a file in the repository's tree, which a hostile clone can fill:
+    it must never make stm read, and store, another file."""
+    if not isinstance(path, str) or not path.endswith(".jsonl"):
+        return False
+    places = same_folder_names(root)
+    here = payload_text(payload, "cwd")
+    if here and os.path.normpath(here).startswith(os.path.normpath(root) + os.sep):
+        places |= same_folder_names(here)
+    return transcript_names_folder(path, places)
+
+
+# What one capture keeps, so state.json stays far under its 10 KB warning and boot's
+# block under a tenth of the hook's cap whatever the transcript held.
+CAPTURE_PLAN_MAX, CAPTURE_FILES_MAX, CAPTURE_FAILURES_MAX = 12, 10, 3
+CAPTURE_ITEM_CHARS = 160
+
+
+def capture_item(text: str) -> str:
+    return text if len(text) <= CAPTURE_ITEM_CHARS else text[: CAPTURE_ITEM_CHARS - 3] + "..."
+
+
+def client_session_id(payload: dict) -> str:
+    """The payload's session id as stm stores it: letters, digits, `-`, `_`, `.`, at
+    most 100; anything else (a token, an escape, a newline) is never stored as given."""
+    raw = payload.get("session_id")
+    text = raw if isinstance(raw, str) else ""
+    if SESSION_TOKEN_RE.fullmatch(text) and not any(find_secrets(text)):
+        return text
+    if not text:
+        return ""
+    import hashlib
+
+    return "h-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:
+    """The "captured" object of state.json (CAPTURED_FIELDS) from one transcript read."""
+    plan = transcript.plan
+    if len(plan) > CAPTURE_PLAN_MAX:  # what is open matters most; then the newest done
+        open_items = [p for p in plan if p[1] != "completed"]
+        done = [p for p in plan if p[1] == "completed"]
+        keep = open_items[:CAPTURE_PLAN_MAX]
+        keep += (
+            done[len(done) - (CAPTURE_PLAN_MAX - len(keep)) :]
+            if len(keep) < CAPTURE_PLAN_MAX
+            else []
+        )
+        plan = [p for p in plan if p in keep]
+    failures = [f"{c} — {e}" if e else c for c, e in transcript.failures]
+    record = {
+        "at": iso_now(),
+        "client": client,
+        "client_session": session,
+        "event": event,
+        "plan": [{"text": capture_item(text), "status": status} for text, status in plan],
+        "files": [capture_item(f) for f in transcript.files[-CAPTURE_FILES_MAX:]],
+        "failures": [capture_item(f) for f in failures[-CAPTURE_FAILURES_MAX:]],
+        "position": str(transcript.position),
+    }
+    for key, value in (
+        ("request", transcript.request),
+        ("last_message", transcript.last_message),
+        ("ended_at", transcript.ended_at),
+        ("branch", git.branch if git else None),
+        ("head", git.head if git else None),
+    ):
+        if value:
+            record[key] = value
+    return record
+
+
+def capture_is_empty(transcript) -> bool:
+    return not (
+        transcript.request
+        or transcript.plan
+        or transcript.files
+        or transcript.failures
+        or transcript.last_message
+    )
+
+
+def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef, bool]:
+    """The stm session a capture goes to, and whether the capture made it: the current
+    one (STM_SESSION, else the pointer), else the active session an earlier capture of
+    the same client session went to, else a new one named after the client and its
+    session (current, when nothing is)."""
+    try:
+        ref = current_session(store)
+    except StmError:
+        ref = None  # a pointer to a session gone: a hook captures all the same
+    if ref is not None and not ref.archived:
+        return ref, False
+    for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
+        with contextlib.suppress(StmError):
+            state = load_state(SessionRef(sid, path, False))
+            captured = state.get("captured")
+            if isinstance(captured, dict) and captured.get("client_session") == session:
+                return SessionRef(sid, path, False), False
+    switch = ref is None and not store.settings.session
+    ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
+    return ref, True
+
+
+def capture_log_text(captured: dict) -> str:
+    """The log entry a capture writes: one paragraph a later search finds."""
+    how = CAPTURE_EVENT_WORDS.get(captured["event"], "by a hook")
+    lines = [
+        f"Captured by stm {how} from {captured['client']} session "
+        f"{captured['client_session'][:8]} (the agent did not write this itself)."
+    ]
+    if captured.get("request"):
+        lines.append(f"- Asked: {one_line(captured['request'], 400)}")
+    for status, word in PLAN_MARKS.items():
+        items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
+        if items:
+            lines.append(f"- Plan, {word}: " + "; ".join(items))
+    if captured["files"]:
+        lines.append("- Touched: " + ", ".join(one_line(f, 160) for f in captured["files"]))
+    if captured["failures"]:
+        lines.append("- Failed: " + "; ".join(one_line(f, 160) for f in captured["failures"]))
+    if captured.get("last_message"):
+        lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
+    return "\n".join(lines)
+
+
+# Fields of a capture that change every turn without saying anything new: a Stop hook
+# (every turn) writes only when something else changed, so history.jsonl does not grow
+# by a capture a turn.
+CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "ended_at", "head")
+
+
+def capture_content(captured: dict) -> dict:
+    return {k: v for k, v in captured.items() if k not in CAPTURE_VOLATILE}
+
+
+@memory_write
+def record_capture(
+    store: Store, captured: dict, *, log: bool, logged: dict
+) -> tuple[SessionRef, bool]:
+    """Write one capture into its session (and, when asked, the log). The same
+    transcript position twice writes nothing new; `logged` (client session: position,
+    from the local record) keeps a second log entry away when another session's capture
+    came in between. Returns (session, changed)."""
+    ref, made = capture_target(store, captured["client"], captured["client_session"])
+    state = load_state(ref)
+    previous = state.get("captured") if isinstance(state.get("captured"), dict) else {}
+    ours = previous.get("client_session") == captured["client_session"]
+    same = ours and previous.get("position") == captured["position"]
+    if ours and captured["event"] == "Stop" and not log:
+        same = same or capture_content(previous) == capture_content(captured)
+    if logged.get(captured["client_session"]) == captured["position"]:
+        log = False
+    if same and (not log or previous.get("logged") == captured["position"]):
+        return ref, False
+    if log:
+        # The log entry first: a capture killed between the two writes logs twice at
+        # worst, never not at all.
+        append_log(store, capture_log_text(captured))
+        captured["logged"] = captured["position"]
+    elif same or previous.get("logged") == captured["position"]:
+        captured["logged"] = previous.get("logged", "")
+
+    def mutate(state: dict):
+        before = state.get("captured") if isinstance(state.get("captured"), dict) else {}
+        if made:
+            agent_at = None  # the agent has not written this session yet
+        elif state.get("updated_at") == before.get("at"):
+            agent_at = before.get("agent_at")  # the last write was a capture: keep the agent's
+        else:
+            agent_at = state.get("updated_at")
+        if agent_at:
+            captured["agent_at"] = agent_at
+        state["captured"] = captured
+        return "captured", {"captured": captured}
+
+    state, changed = update_session(store, ref, mutate, now=captured["at"])
+    return ref, changed
+
+
+def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_run=False):
+    """The `capture` operation: record what the hook's client session did. Returns
+    {"event", "client", "captured": [records], "sessions": [ids], "skipped": [reasons]};
+    raises StmError only for a store it cannot use."""
+    event = payload_text(payload, "hook_event_name", 60) or "capture"
+    client = payload_client(payload, client)
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    result = {"event": event, "client": client, "captured": [], "sessions": []}
+    result.update(skipped=[], logged={})
+    record = read_hook_record(store)
+    git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
+    jobs = capture_jobs(record, payload, client, event, root)
+    if not jobs and event != "SessionStart":
+        result["skipped"].append("the payload names no transcript (transcript_path)")
+    for session, path, log in jobs:
+        try:
+            transcript = read_transcript(path, root=root)
+        except (OSError, StmError, ValueError) as exc:
+            result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
+            continue
+        if capture_is_empty(transcript):
+            result["skipped"].append(f"transcript {path}: nothing to capture")
+            continue
+        who = client if client != "agent" else transcript.client or client
+        captured = captured_record(transcript, git, client=who, session=session, event=event)
+        result["captured"].append(captured)
+        if not dry_run:
+            logged = record.get("logged") if isinstance(record.get("logged"), dict) else {}
+            ref, changed = record_capture(store, captured, log=log, logged=logged)
+            if changed:
+                result["sessions"].append(ref.id)
+            if captured.get("logged"):
+                result["logged"][session] = captured["logged"]
+    return result
+
+
+HOOK_LOGGED_MAX = 20  # client sessions whose last logged position the record keeps
+
+
+def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=None) -> None:
+    """Record that this hook ran, which client session it saw, and the transcript
+    positions just logged (re-read under the lock: hooks of one client run in parallel)."""
+    now = iso_now()
+    session = client_session_id(payload)
+    transcript = payload_text(payload, "transcript_path")
+    with store.state_lock():
+        record = read_hook_record(store)
+        record["runs"][f"{client} {event}"] = now
+        if session and (event == "SessionStart" or transcript):
+            record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
+        if logged:
+            kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}
+            kept = {k: v for k, v in kept.items() if k not in logged}
+            record["logged"] = dict(list({**kept, **logged}.items())[-HOOK_LOGGED_MAX:])
+        write_hook_record(store, record)
+
+
+def hook_shell_command(root: str) -> str:
+    """How the agent behind a hook runs stm from its own shell, anywhere in the project:
+    the installed `stm`, else this stm.py by its absolute path (the hook's own form, with
+    its PYTHONPATH, fails in the agent's shell)."""
+    import shlex
+    import shutil
+
+    if shutil.which("stm"):
+        return "stm"
+    return f"python3 {shlex.quote(os.path.abspath(__file__))}"
+
+
+def capture_report(result: dict) -> str:
+    """--print: what a capture would record, as the log entry it would write."""
+    if not result["captured"]:
+        return "nothing to capture\n"
+    return "\n\n".join(capture_log_text(c) for c in result["captured"]) + "\n"
+
+
+# ==== Operations: integrations and setup =====================================
+
+
+CLAUDE_MATCHER = "startup|resume|clear|compact"
+AGENTS_BEGIN = "<!-- stm:agents begin -->"
+AGENTS_END = "<!-- stm:agents end -->"
+
+
+def agents_block(stm: str = "stm") -> str:
+    """The AGENTS.md block; `stm` is how agents run stm in this project."""
+    boot, log = md_code(f"{stm} boot"), md_code(f'{stm} log "what changed, what was decided"')
+    note = md_code(f'{stm} note "Next Steps" "..."')
+    checkpoint = md_code(
+        f'{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"'
+    )
+    # A clone may lack the command: the block says how to get it (the hooks print it).
+    missing = (
+        "- No `stm` command here? `pip install stm-memory`, or copy stm.py into the "
+        "project and run `python3 stm.py setup agents-md --install`.\n"
+        if stm == "stm"
+        else ""
+    )
+    return f"""{AGENTS_BEGIN}
+## Memory (stm)
+{missing}- At the start of every session run {boot} and read all of it.
+- Before you stop, log what you did: {log}.
+- Keep the letter to the next session current: {note}.
+- In multi-step work, leave a resumable state for whoever goes on:
+  {checkpoint}.
+- Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
+{AGENTS_END}
+"""
+
+
+AGENTS_BLOCK = agents_block()
+# How a hook runs the project's own stm.py: by its path, imported with its bytecode
+# cached outside the project, in an isolated interpreter (-I: no PYTHONPATH, no user
+# site, and the project folder not on sys.path, so a json.py or an stm/ package in the
+# project cannot stand in for the standard library or for stm; -S: no site). A relative
+# path is looked for from the hook's folder upward (Codex names no project folder).
+HOOK_LOADER = (
+    "import os,sys,importlib.util as u;p=sys.argv[1];d=os.getcwd()\n"
+    "while not os.path.isfile(os.path.join(d,p)) and os.path.dirname(d)!=d:"
+    "d=os.path.dirname(d)\n"
+    "sys.dont_write_bytecode=False;sys.pycache_prefix=os.path.join(os.environ.get("
+    '"XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),"stm")\n'
+    's=u.spec_from_file_location("stm",os.path.join(d,p));m=u.module_from_spec(s)\n'
+    "s.loader.exec_module(m);sys.exit(m.main(sys.argv[2:]))"
+)
+HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
+# A hook command of stm's own, as older versions wrote it: one simple command (no `;`,
+# `&&` or `|`: a user's compound command that mentions stm is the user's) running stm,
+# `python3 -m stm` or a stm.py with boot or capture.
+STM_HOOK_COMMAND_RE = LazyRegex(
+    r"^(?:[A-Z_]+=\S+\s+)*(?:stm|python3?(?:\s+-\S+)*\s+(?:-m\s+stm|\S*stm\.py['\"]?))"
+    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture)(?:\s[^;&|`]*)?$"
+)
+
+
+def default_stm_command(root: str) -> str:
+    """How agents in the project at `root` run stm, in every clone of it: this stm.py by
+    its path from the project root when it is inside the project (every clone has it),
+    else the installed command (the block then says how to get it)."""
+    import shutil
+
+    rel = os.path.relpath(os.path.abspath(__file__), root)
+    if not rel.startswith(".."):
+        return shell_command("python3", rel.replace(os.sep, "/"))
+    if not shutil.which("stm"):
+        warn(
+            "the `stm` command is not installed and this stm.py is outside the project; "
+            "the block says `stm`: install it, or name the command with --command"
+        )
+    return "stm"
+
+
+class HookClient:
+    """An agent client whose hooks stm installs: where its project hook file lives, how a
+    hook command finds the project folder, and which hooks stm adds (event, matcher, stm
+    arguments). SessionStart captures the session that ended, then boots; the others
+    capture (spec/capture.md)."""
+
+    __slots__ = ("name", "title", "file", "project_dir", "hooks")
+
+    def __init__(self, name, title, file, project_dir, hooks):
+        self.name, self.title, self.file = name, title, file
+        self.project_dir, self.hooks = project_dir, hooks
+
+
+HOOK_CLIENTS_TABLE = (
+    HookClient(
+        "claude",
+        "Claude Code",
+        os.path.join(".claude", "settings.json"),
+        '"$CLAUDE_PROJECT_DIR"',
+        (
+            ("SessionStart", CLAUDE_MATCHER, ("--boot", "--max-chars", str(HOOK_MAX_CHARS))),
+            ("PreCompact", None, ()),
+            ("SessionEnd", None, ()),
+        ),
+    ),
+    HookClient(
+        "codex",
+        "Codex",
+        os.path.join(".codex", "hooks.json"),
+        None,  # Codex names no project folder: stm.py is looked for from the hook's folder up
+        (
+            ("SessionStart", None, ("--boot", "--max-tokens", str(CODEX_HOOK_MAX_TOKENS))),
+            ("PreCompact", None, ()),
+            ("Stop", None, ()),
+        ),
+    ),
+)
+
+
+def hook_client(name: str) -> HookClient:
+    return next(c for c in HOOK_CLIENTS_TABLE if c.name == name)
+
+
+def stm_in_project(root: str) -> str | None:
+    """This stm.py's folder relative to the project root, when it is inside the project
+    (then every clone has it); else None."""
+    rel = os.path.relpath(os.path.dirname(os.path.abspath(__file__)), root)
+    return None if rel.startswith("..") else rel
+
+
+def hook_command(root: str, client: HookClient, arguments) -> str:
+    """What one hook runs, quoted for sh. With stm.py in the project, that file imported
+    as `python3 -m stm` (cached bytecode, kept out of the project): it works in every
+    clone. Else the installed `stm`, and where a clone has none, one line saying how to
+    get it (on stdout at SessionStart, so the agent reads it; on stderr otherwise). With
+    neither, this stm.py by its absolute path, which only this machine has (`--check`
+    says so elsewhere)."""
+    import shutil
+
+    words = ("capture", "--client", client.name, *arguments)
+    rel = stm_in_project(root)
+    if rel is not None or not shutil.which("stm"):
+        if rel is None:  # neither in the project nor installed: this machine only
+            path = (os.path.abspath(__file__),)
+        elif client.project_dir:
+            file = "stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py"
+            path = (ShellText(client.project_dir), "/" + file)
+        else:  # found from the hook's folder upward
+            path = ("stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py",)
+        return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
+    to = "" if "--boot" in arguments else " >&2"
+    missing = shell_command(
+        "echo",
+        "stm memory: the stm command is not installed in this environment: "
+        "`pip install stm-memory`, or copy stm.py into the project and run "
+        f"`stm setup {client.name} --install` again",
+    )
+    return (
+        f"if command -v stm >/dev/null 2>&1; then {shell_command('stm', *words)}; "
+        f"else {missing}{to}; fi"
+    )
+
+
+def wanted_hooks(root: str, client: HookClient, session_start: str | None = None) -> dict:
+    """{event: (matcher, command)} of the hooks stm installs for `client`; `session_start`
+    replaces the SessionStart command (setup's --command)."""
+    wanted = {}
+    for event, matcher, arguments in client.hooks:
+        command = hook_command(root, client, arguments)
+        if event == "SessionStart" and session_start:
+            command = session_start
+        wanted[event] = (matcher, command)
+    return wanted
+
+
+def is_stm_hook(hook, command: str) -> bool:
+    """Whether a hook is one stm wrote (this version's or an older form), never a user's
+    own command that merely mentions stm."""
+    text = hook.get("command") if isinstance(hook, dict) else None
+    if not isinstance(text, str):
+        return False
+    if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
+        return True
+    if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
+        return True
+    return bool(STM_HOOK_COMMAND_RE.match(text))
+
+
+def load_settings(path: str, events=("SessionStart",)) -> tuple[dict, bytes | None]:
+    if not os.path.lexists(path):
+        return {}, None
+    refuse_symlink(path, "settings file")
+    raw = read_bytes(path)
+    try:
+        data = load_json(raw.decode("utf-8")) if raw.strip() else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
+    hooks = data.get("hooks", {}) if isinstance(data, dict) else None
+    for event in events:
+        entries = hooks.get(event, []) if isinstance(hooks, dict) else None
+        if not isinstance(entries, list):
+            raise StmError(
+                f"{path}: expected an object with hooks.{event} as a list; nothing changed"
+            )
+    return data, raw
+
+
+def hook_entry(command: str, matcher: str | None = CLAUDE_MATCHER) -> dict:
+    entry = {"matcher": matcher} if matcher else {}
+    entry["hooks"] = [{"type": "command", "command": command}]
+    return entry
+
+
+def stm_hook_commands(data: dict, event: str) -> list[str]:
+    """The commands of stm's own hooks for `event` in a settings object."""
+    return [
+        hook["command"]
+        for entry in data.get("hooks", {}).get(event, [])
+        if isinstance(entry, dict) and isinstance(entry.get("hooks"), list)
+        for hook in entry["hooks"]
+        if is_stm_hook(hook, "")
+    ]
+
+
+def settings_text(data: dict) -> str:
+    # The user's key order kept; allow_nan=False: what stm writes is JSON (load_json
+    # refuses a file holding NaN, so none can reach here).
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove deletes it
+
+
+def write_settings(path: str, data: dict) -> None:
+    """Write a client's settings file; a folder made for it (.claude/, .cursor/,
+    .vscode/) is removed again when the write fails (a full disk), so nothing is left."""
+    with Rollback() as rollback:
+        make_dir_undoable(os.path.dirname(path), rollback)
+        atomic_write(path, settings_text(data).encode("utf-8"))
+
+
+def remove_stm_hooks(data: dict, command: str, events=("SessionStart",)) -> None:
+    hooks = data.get("hooks", {})
+    for event in events:
+        if event not in hooks:
+            continue
+        kept = []
+        for entry in hooks.get(event, []):
+            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                entry["hooks"] = [h for h in entry["hooks"] if not is_stm_hook(h, command)]
+                if not entry["hooks"]:
+                    continue
+            kept.append(entry)
+        hooks[event] = kept
+        if not kept:
+            del hooks[event]
+    if not hooks and "hooks" in data:
+        del data["hooks"]
+
+
+def matching_backup(backup: str, data: dict) -> bytes | None:
+    """The backup's bytes when its content equals `data`: restoring them puts the user's
+    own formatting back exactly."""
+    try:
+        raw = read_bytes(backup)
+    except OSError:
+        return None
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        if load_json(raw.decode("utf-8")) == data:
+            return raw
+    return None
+
+
+def hook_command_problem(root: str, command: str) -> str | None:
+    """Why an installed hook command would not run stm in this clone, or None: the file
+    its PYTHONPATH names is missing, or it runs `stm` and none is installed."""
+    import shlex
+    import shutil
+
+    if HOOK_LOADER_MARK in command:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            return None
+        at = words.index(HOOK_LOADER) + 1 if HOOK_LOADER in words else len(words)
+        if at < len(words):
+            path = words[at].replace("$CLAUDE_PROJECT_DIR", root)
+            if not os.path.isfile(os.path.join(root, path)):
+                return f"it runs {path}, which this clone does not have"
+            return None
+    try:
+        words = shlex.split(command.split(";")[0])
+    except ValueError:
+        return None  # a hand-written command stm cannot read: not stm's to judge
+    for word in words:
+        if word.startswith("PYTHONPATH="):
+            folder = word.split("=", 1)[1].replace("$CLAUDE_PROJECT_DIR", root)
+            if not os.path.isfile(os.path.join(folder, "stm.py")):
+                return f"it runs {folder}/stm.py, which this clone does not have"
+            return None
+    runs_stm = words[:1] == ["stm"] or "command -v stm" in command
+    if runs_stm and shutil.which("stm") is None:
+        return "it runs the `stm` command, which is not installed here"
+    return None
+
+
+def hook_runs(store: Store | None, client: str) -> dict:
+    """{event: ISO time} of the last run of each of the client's hooks in this checkout."""
+    if store is None:
+        return {}
+    runs = read_hook_record(store)["runs"]
+    prefix = f"{client} "
+    return {k[len(prefix) :]: v for k, v in runs.items() if k.startswith(prefix)}
+
+
+def hook_run_notices(store: Store | None, client: HookClient, installed) -> list[str]:
+    """Installed hooks that never ran here, or not for HOOK_STALE_DAYS: a notice (the
+    likely cause and fix), never a failure."""
+    runs = hook_runs(store, client.name)
+    notices = []
+    for event in installed:
+        stamp = parse_iso(str(runs.get(event, "")), need_zone=True)
+        if stamp is None:
+            why = "has never run in this checkout"
+        elif utc_now() - stamp > HOOK_STALE_DAYS * 86400:
+            why = f"has not run for {age_words(utc_now() - stamp)}"
+        else:
+            continue
+        fix = (
+            "Codex skips a new or changed project hook until you trust it in `/hooks`"
+            if client.name == "codex"
+            else "check that Claude Code loads the project settings (`/hooks`)"
+        )
+        notices.append(f"the {client.title} {event} hook {why}: {fix}")
+    return notices
+
+
+# (config file, key holding the servers, whether entries carry "type") per client;
+# codex keeps its servers in ~/.codex/config.toml (TOML): printed, never written.
+MCP_CLIENT_FILES = {
+    "claude": (".mcp.json", "mcpServers", True),
+    "cursor": (os.path.join(".cursor", "mcp.json"), "mcpServers", False),
+    "vscode": (os.path.join(".vscode", "mcp.json"), "servers", True),
+    "codex": (None, "mcp_servers", False),
+}
+
+
+def mcp_server_entry(root: str, client: str) -> dict:
+    """How a client starts `stm mcp` in the project at `root`: the installed command,
+    else this stm.py by its path from the project root (clients start servers there), or
+    by its absolute path for a client whose config is global (Codex's
+    ~/.codex/config.toml serves every project: a relative path would name no file)."""
+    import shutil
+
+    if shutil.which("stm"):
+        command, args = "stm", ["mcp"]
+    else:
+        path = os.path.abspath(__file__)
+        rel = os.path.relpath(path, root)
+        is_global = MCP_CLIENT_FILES[client][0] is None
+        command, args = "python3", [path if is_global or rel.startswith("..") else rel, "mcp"]
+    entry = {"type": "stdio"} if MCP_CLIENT_FILES[client][2] else {}
+    entry.update({"command": command, "args": args})
+    user = Settings().user
+    if user:  # clients pass servers few variables: name the author explicitly
+        entry["env"] = {"STM_USER": user}
+    return entry
+
+
+def toml_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def codex_snippet(entry: dict) -> str:
+    lines = ["[mcp_servers.stm]", f"command = {toml_string(entry['command'])}"]
+    lines.append("args = [" + ", ".join(toml_string(a) for a in entry["args"]) + "]")
+    if entry.get("env"):
+        env = ", ".join(f"{k} = {toml_string(v)}" for k, v in entry["env"].items())
+        lines.append(f"env = {{ {env} }}")
+    return "\n".join(lines) + "\n"
+
+
+def load_json_config(path: str) -> tuple[dict, bytes | None]:
+    """A client's JSON config as an object (absent: {}); refuses invalid JSON or a
+    non-object, with nothing changed."""
+    if not os.path.lexists(path):
+        return {}, None
+    refuse_symlink(path, "config file")
+    if not os.path.isfile(path):
+        raise StmError(f"{path} is not a regular file; nothing changed")
+    raw = read_bytes(path)
+    try:
+        data = load_json(raw.decode("utf-8")) if raw.strip() else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
+    if not isinstance(data, dict):
+        raise StmError(f"{path}: expected a JSON object; nothing changed")
+    return data, raw
+
+
+def agents_block_span(text: str, source: str) -> tuple[int, int] | None:
+    """(start, end) of the stm block in an instructions file, end just past its end
+    marker; None when there is none. A begin marker without its end marker (or markers
+    out of order, or twice) is refused with its line: guessing where the block ends could
+    remove the user's own text."""
+    begins = [m.start() for m in re.finditer(re.escape(AGENTS_BEGIN), text)]
+    ends = [m.start() for m in re.finditer(re.escape(AGENTS_END), text)]
+    if not begins and not ends:
+        return None
+    if len(begins) == 1 and len(ends) == 1 and begins[0] < ends[0]:
+        return begins[0], ends[0] + len(AGENTS_END)
+    where = (begins or ends)[0]
+    if len(begins) == 1 and len(ends) == 1:
+        where = ends[0]
+    line = text.count("\n", 0, where) + 1
+    raise StmError(
+        f"{source}:{line}: the stm block's markers are unbalanced ({len(begins)} "
+        f"`{AGENTS_BEGIN}`, {len(ends)} `{AGENTS_END}`); fix the file by hand, nothing changed"
+    )
+
+
+def insert_agents_block(text: str, block: str, source: str = "AGENTS.md") -> str | None:
+    """`text` with the stm block added at the end, or put in place of an older block;
+    None when the same block is already there."""
+    span = agents_block_span(text, source)
+    if span is not None:
+        start, end = span
+        if text[start : end + 1] == block:
+            return None
+        return text[:start] + block + text[end:].lstrip("\n")
+    prefix = text if not text or text.endswith("\n") else text + "\n"
+    return prefix + ("\n" if prefix else "") + block
+
+
+def remove_agents_block(text: str, source: str = "AGENTS.md") -> str | None:
+    """`text` without the stm block (and the blank line install put before it); None
+    when there is no block."""
+    span = agents_block_span(text, source)
+    if span is None:
+        return None
+    before, after = text[: span[0]], text[span[1] :]
+    after = after[1:] if after.startswith("\n") else after
+    if before.endswith("\n\n"):
+        before = before[:-1]  # the blank line install put before the block
+    return before + after
+
+
+# ==== Operations: import =====================================================
+
+
+IMPORT_MAX_ENTRIES = 100_000
+IMPORT_MAX_BYTES = 256 * 1024 * 1024
+IMPORT_MAX_RATIO = 100  # uncompressed / compressed, for entries over 1 MiB: a zip bomb
+
+
+def parent_names(name: str) -> list[str]:
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def import_target(store: Store, name: str) -> str:
+    """Where an archive entry lands; refuses anything outside the memory directories."""
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or ":" in parts[0] or len(parts) < 2:
+        raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
+    roots = {STACKS_DIRNAME: store.stacks, STATE_DIRNAME: store.state}
+    if parts[0] not in roots:
+        raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
+    for part in parts[1:]:
+        check_component(part, f"unsafe entry {name!r}: component")
+    return os.path.join(roots[parts[0]], *parts[1:])
+
+
+def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]], list[str]]:
+    """Every (name, target, bytes) of the archive, all checked before anything is written,
+    and the names of entries left out (the session pointer: it belongs to one checkout)."""
+    import zipfile
+
+    if not os.path.isfile(source):
+        raise StmError(f"import: {source} not found")
+    if not zipfile.is_zipfile(source):
+        raise StmError(f"import: {source} is not a zip archive")
+    try:
+        return read_import_entries(store, source)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        raise StmError(f"import: {source} is damaged ({exc}); nothing written") from None
+    except RuntimeError as exc:  # encrypted entries
+        raise StmError(f"import: {source}: {exc}; stm reads no encrypted archive") from None
+    except NotImplementedError as exc:  # an unknown compression method
+        raise StmError(f"import: {source}: {exc}; nothing written") from None
+
+
+def read_import_entries(store: Store, source: str):
+    """read_import's body: every entry checked, then read (zipfile checks each CRC)."""
+    import stat
+    import zipfile
+
+    with zipfile.ZipFile(source) as zf:
+        infos = zf.infolist()
+        if len(infos) > IMPORT_MAX_ENTRIES:
+            raise StmError(f"import: {source} has more than {IMPORT_MAX_ENTRIES} entries; refused")
+        total = 0
+        planned, skipped, seen = [], [], {}
+        for info in infos:
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
+            if info.flag_bits & 0x1:
+                raise StmError(f"import: entry {info.filename!r} is encrypted; nothing written")
+            name = info.filename.rstrip("/")
+            if info.is_dir() and name in (STACKS_DIRNAME, STATE_DIRNAME):
+                continue  # `zip -r` lists the top folders themselves
+            if os.path.basename(name) == LOCK_NAME:
+                skipped.append(info.filename)  # a lock file zipped from a live tree
+                continue
+            target = import_target(store, name)
+            if info.is_dir():
+                continue
+            folded = name.casefold()
+            if folded in seen:
+                same = "twice" if seen[folded] == name else f"and as {seen[folded]!r}"
+                raise StmError(
+                    f"import: {source} holds {name!r} {same} (on a case-insensitive disk one "
+                    "would overwrite the other); nothing written"
+                )
+            seen[folded] = name
+            for parent in parent_names(name):  # a file and a folder of the same name
+                if parent.casefold() in seen:
+                    raise StmError(f"import: {source} holds {parent!r} as a file and a folder")
+            if target == store.pointer_path:
+                skipped.append(info.filename)
+                continue
+            total += info.file_size
+            ratio = info.file_size / max(info.compress_size, 1)
+            if total > IMPORT_MAX_BYTES or (info.file_size > 1 << 20 and ratio > IMPORT_MAX_RATIO):
+                raise StmError(f"import: {source} expands too much (a zip bomb?); refused")
+            planned.append((info, target))
+        files = []
+        for info, target in planned:
+            with zf.open(info) as member:
+                data = member.read(info.file_size + 1)  # sizes can lie: read one byte more
+            if len(data) != info.file_size:
+                raise StmError(f"import: entry {info.filename!r} is not the size it claims")
+            text = data.decode("utf-8", "replace")
+            refuse_secrets(text, "no flag", f"import: entry {info.filename!r}, ")
+            files.append((info.filename, target, data))
+    return files, skipped
+
+
+def apply_import(store: Store, plan: list) -> None:
+    make_dir(store.stacks)
+    with store.stacks_lock(), store.state_lock(), Rollback() as rollback:
+        for action, _, target, data in plan:
+            if action == "same":
+                continue
+            tree = store.stacks if target.startswith(store.stacks + os.sep) else store.state
+            folder = os.path.dirname(target)
+            make_dir_undoable(folder, rollback)
+            require_inside(folder, tree, "import folder")
+            if action == "replace":
+                # A hidden name: a backup in logs/ or refs/ must not read as a log or ref.
+                folder, name = os.path.split(target)
+                backup = backup_name(os.path.join(folder, "." + name))
+                rollback.add(restorer(backup))
+                atomic_write(backup, read_bytes(target))
+            rollback.add(restorer(target))
+            atomic_write(target, data)
+
+
+def import_summary(plan: list, dry_run: bool) -> str:
+    """The one line that ends `import`: how many files it created, replaced, left alone."""
+    counts = {action: 0 for action in ("create", "replace", "same")}
+    for action, *_ in plan:
+        counts[action] += 1
+    if dry_run:
+        done = f"{counts['create']} would be new, {counts['replace']} would be replaced"
+        tail = "; nothing written (--dry-run)"
+    else:
+        done = f"{counts['create']} new, {counts['replace']} replaced"
+        tail = " (each old one kept as a hidden .bak)" if counts["replace"] else ""
+    total = plural(len(plan), "file")
+    return f"import: {total}: {done}, {counts['same']} already the same{tail}"
+
+
+# ==== Operations: status =====================================================
+
+
+def file_facts(path: str, now: float) -> dict:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"exists": False, "files": 0, "bytes": 0, "tokens": 0}
+    return {
+        "exists": True,
+        "files": 1,
+        "bytes": st.st_size,
+        "tokens": (st.st_size + 3) // 4,
+        "modified": iso(st.st_mtime),
+        "age_days": round((now - st.st_mtime) / 86400, 1),
+    }
+
+
+def dir_facts(folder: str, paths: list[str], now: float) -> dict:
+    """Sizes and newest change of the files `paths` in `folder` (a real folder or not)."""
+    sizes = []
+    for path in paths:
+        with contextlib.suppress(OSError):  # removed meanwhile
+            sizes.append(os.lstat(path))
+    return sizes_facts(folder, sizes, now)
+
+
+def log_facts(store: Store, now: float) -> tuple[dict, list[str]]:
+    """dir_facts of logs/ and log_file_names, from one listing: each log's size from its
+    directory entry, with no path to build and resolve (ten years of logs: 3,650)."""
+    names, sizes = [], []
+    if not os.path.islink(store.logs_dir):
+        with contextlib.suppress(OSError), os.scandir(store.logs_dir) as entries:
+            for entry in entries:
+                if LOG_NAME_RE.match(entry.name):
+                    names.append(entry.name)
+                    with contextlib.suppress(OSError):  # removed meanwhile
+                        sizes.append(entry.stat(follow_symlinks=False))
+    return sizes_facts(store.logs_dir, sizes, now), sorted(names)
+
+
+def sizes_facts(folder: str, sizes: list, now: float) -> dict:
+    total = sum(s.st_size for s in sizes)
+    newest = max((s.st_mtime for s in sizes), default=None)
+    exists = os.path.isdir(folder) and not os.path.islink(folder)
+    facts = {"exists": exists, "files": len(sizes), "bytes": total, "tokens": (total + 3) // 4}
+    if newest is not None:
+        facts["modified"] = iso(newest)
+        facts["age_days"] = round((now - newest) / 86400, 1)
+    return facts
+
+
+def newest_log_entry(store: Store, names: list[str]) -> float | None:
+    """The time of the newest complete entry, read from the tail of the newest log file
+    only (status stays cheap and bounded however big the file is)."""
+    if not names:
+        return None
+    path = os.path.join(store.logs_dir, names[-1])
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        require_regular(fd, path)
+        data = tail_bytes(fd, os.fstat(fd).st_size, LOG_BLOCK_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    first = LOG_HEADER_BYTES_RE.search(data)
+    if first is None:
+        return None
+    entries = [
+        e for kind, *rest in parse_log(data[first.start() :]) if kind == "entry" for e in rest
+    ]
+    stamps = [parse_iso(e.stamp, need_zone=True) for e in entries if e.complete]
+    stamps = [s for s in stamps if s is not None]
+    return max(stamps) if stamps else None
+
+
+def memory_staleness(store: Store, now: float, names: list[str]) -> tuple[dict, list[str]]:
+    warnings = []
+    try:
+        text = read_text(store.memory_path)
+        mtime = os.lstat(store.memory_path).st_mtime
+    except OSError:
+        return {"updated": None, "source": None}, []
+    stamp = memory_stamp(text)
+    updated, source = (stamp, "Last Updated") if stamp is not None else (mtime, "file time")
+    info = {"updated": iso(updated), "source": source}
+    days = (now - updated) / 86400
+    if days > MEMORY_STALE_DAYS:
+        warnings.append(
+            f"MEMORY.md not updated for {int(days)} days ({source}); rewrite the letter"
+        )
+    newest = newest_log_entry(store, names)
+    if newest is not None and newest - updated > 86400:
+        warnings.append(
+            f"MEMORY.md is {plural(int((newest - updated) // 86400), 'day')} older than the "
+            "newest log entry; fold what happened into it"
+        )
+    return info, warnings
+
+
+def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
+    warnings = []
+    active = iter_active_sessions(store)
+    archived = sum(
+        count_dirs(os.path.join(store.history_dir, m)) for m in list_dirs(store.history_dir)
+    )
+    idle, handoffs = [], []
+    for sid, path in active:
+        try:
+            state = load_state(SessionRef(sid, path, False))
+        except StmError:
+            warnings.append(f"session {sid} has an unreadable state.json; run `stm check`")
+            continue
+        handoff = handoff_summary(state)
+        if handoff:
+            handoffs.append({"session_id": sid, **handoff})
+        updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
+        if updated is not None and now - updated > SESSION_IDLE_DAYS * 86400:
+            idle.append(sid)
+            warnings.append(
+                f"session {sid} untouched for {int((now - updated) // 86400)} days: "
+                f"archive it? (stm session archive {sid})"
+            )
+    current = None
+    try:
+        ref = current_session(store)
+        if ref is not None and ref.archived:
+            warnings.append(
+                f"the current session {ref.id} is archived (in another clone?); pick one "
+                "with `stm session switch ID` or start one with `stm session new`"
+            )
+            ref = None
+        if ref is not None:
+            state = load_state(ref)
+            history = state.get("phase_history")
+            last = history[-1] if isinstance(history, list) and history else {}
+            last = last if isinstance(last, dict) else {}
+            entered = parse_iso(str(last.get("entered_at", "")), need_zone=True)
+            current = {
+                "session_id": ref.id,
+                "name": state.get("name"),
+                "phase": state.get("phase"),
+                "in_phase_for": human_age(now - entered) if entered else None,
+                "version": state.get("version"),
+            }
+    except StmError as exc:
+        warnings.append(exc.message)
+    info = {"active": len(active), "archived": archived, "current": current, "idle": idle}
+    info["handoffs"] = handoffs
+    return info, warnings
+
+
+def unfilled_templates(store: Store) -> list[str]:
+    """A warning for AGENT.md / MEMORY.md still holding only their templates (check's
+    identity-template and session-template errors): boot would give the agent nothing."""
+    warnings = []
+    for layer in TEMPLATE_LAYERS:
+        path = store.layer_path(layer)
+        try:
+            text = read_text(path)
+        except OSError:
+            continue  # missing or unreadable: reported as such
+        if not content_beyond_template(text, layer.template):
+            warnings.append(
+                f"{store.rel(path)} holds only its template; write {layer.purpose} into it"
+            )
+    return warnings
+
+
+def gather_status(store: Store) -> dict:
+    now = utc_now()
+    logs, log_names = log_facts(store, now)
+    layers = {}
+    for layer in LAYERS:
+        path = store.layer_path(layer)
+        if layer.kind == "file":
+            layers[layer.name] = file_facts(path, now)
+        elif layer.name == "logs":
+            layers[layer.name] = logs
+        else:
+            layers[layer.name] = dir_facts(path, list(layer_files(store, layer)), now)
+    layers["logs"]["first"] = log_names[0][:-3] if log_names else None
+    layers["logs"]["last"] = log_names[-1][:-3] if log_names else None
+    warnings = [
+        f"{name} layer is missing; run `stm init`"
+        for name, facts in layers.items()
+        if not facts["exists"]
+    ]
+    warnings += unfilled_templates(store)
+    memory, memory_warnings = memory_staleness(store, now, log_names)
+    boot_tokens = estimate_tokens(render_boot(BootParts(store), "full"))
+    config = load_config(store)
+    budget = config["boot_budget_tokens"]
+    if boot_tokens > budget:
+        warnings.append(
+            f"boot is ~{boot_tokens} tokens, over the {budget} budget: run `stm compact`"
+        )
+    with contextlib.suppress(OSError):
+        bullets = MdDoc.of(read_text(store.memory_path)).bullet_count()
+        if bullets > config["consolidation_threshold"]:
+            warnings.append(
+                f"MEMORY.md holds {bullets} bullets, over the consolidation threshold of "
+                f"{config['consolidation_threshold']}: run `stm compact`"
+            )
+    sessions, session_warnings = session_status(store, now)
+    warnings += memory_warnings + session_warnings
+    verdict = "ok" if not warnings else plural(len(warnings), "warning")
+    return {
+        "stacks": store.stacks,
+        "state": store.state,
+        "layers": layers,
+        "memory": memory,
+        "boot": {"tokens": boot_tokens, "budget": budget},
+        "sessions": sessions,
+        "warnings": warnings,
+        "notices": installed_hook_notices(store),
+        "verdict": verdict,
+    }
+
+
+def installed_hook_notices(store: Store) -> list[str]:
+    """The hooks stm installed for agent clients that never ran here, or not for long
+    (spec/capture.md): notices, which never change a verdict."""
+    if store.settings.ci:
+        return []
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    notices = []
+    for client in HOOK_CLIENTS_TABLE:
+        path = os.path.join(root, client.file)
+        if not os.path.isfile(path) or links_on_the_way(root, path):
+            continue
+        events = tuple(event for event, _, _ in client.hooks)
+        try:
+            data, _ = load_settings(path, events)
+        except (StmError, OSError):
+            continue
+        installed = [e for e in events if stm_hook_commands(data, e)]
+        notices += hook_run_notices(store, client, installed)
+    return notices
+
+
 # ==== Check ==================================================================
 
 
@@ -7420,79 +12270,6 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
 # it: events in time order, versions made unique, each replayed (spec/state-layout.md,
 # "Rebuilding a merged session").
 
-STATE_STATIC_FIELDS = (
-    "created_at",
-    "name",
-    "valid_phases",
-    "user",
-    "task_id",
-    "from_agent",
-    "to_agent",
-    "handoff_status",
-    "handoff_created_at",
-    "context",
-)
-
-
-def conflict_sides(text: str) -> tuple[str, str]:
-    """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
-    ours, theirs, where = [], [], "both"
-    for line in text.split("\n"):
-        if line.startswith("<<<<<<<"):
-            where = "ours"
-        elif line.startswith("|||||||") and where == "ours":
-            where = "base"
-        elif line.rstrip() == "=======" and where in ("ours", "base"):
-            where = "theirs"
-        elif line.startswith(">>>>>>>") and where == "theirs":
-            where = "both"
-        else:
-            if where in ("both", "ours"):
-                ours.append(line)
-            if where in ("both", "theirs"):
-                theirs.append(line)
-    return "\n".join(ours), "\n".join(theirs)
-
-
-def state_sides(raw: str) -> list[dict]:
-    """The state objects in a state.json: the file's own, or each side's when git left
-    conflict markers in it. Empty when nothing parses."""
-    texts = [raw]
-    if md_has_conflict_markers(raw):
-        texts = list(conflict_sides(raw))
-    sides = []
-    for text in texts:
-        try:
-            state = load_json(text)
-        except ValueError:
-            continue
-        if isinstance(state, dict):
-            sides.append(state)
-    return sides
-
-
-def repeated_values(values: list) -> list:
-    """The values that occur more than once, sorted (linear: check runs it per session)."""
-    if len(set(values)) == len(values):
-        return []  # the common case
-    seen, repeated = set(), set()
-    for value in values:
-        (repeated if value in seen else seen).add(value)
-    return sorted(repeated)
-
-
-def event_versions(events: list) -> list[int]:
-    """The versions the events record. A handoff's `handoff` event shares its session's
-    first version with `created` by design (one write made both): it is left out."""
-    versions = [e.get("version") for e in events]
-    if set(map(type, versions)) == {int} and "handoff" not in [e.get("event") for e in events]:
-        return versions  # the common case, without a Python step per event (check: 10,000)
-    return [
-        e["version"]
-        for e in events
-        if type(e.get("version")) is int and e.get("event") != "handoff"
-    ]
-
 
 def state_conflict_reason(state, events: list | None, conflicted: bool) -> str | None:
     """Why a session's state.json does not reflect its merged history, or None. Events
@@ -7521,237 +12298,6 @@ def state_conflict_reason(state, events: list | None, conflicted: bool) -> str |
             f"version {newest} that it does not reflect (merged from another clone)"
         )
     return None
-
-
-# What replay reads from each kind of event, checked as state.json's fields are
-# (field_problem): a merged line comes from another clone, or from a hand, and an event
-# that does not pass is skipped and reported, never written into the state. Kinds not
-# listed (handoff, recovered) are kept in the history and not replayed.
-EVENT_REPLAY_FIELDS = {
-    "created": {"name": "str", "valid_phases": "strs", "phase": "phase"},
-    "phase_change": {"to": "phase"},
-    "checkpoint": {
-        "done": "str",
-        "done_steps": "strs",
-        "pending": "strs",
-        "resume": "str",
-        "note": "str",
-        "interrupted": "bool",
-        "finish": "bool",
-    },
-    "archived": {},
-    "captured": {"captured": CAPTURED_FIELDS},
-}
-
-
-def replay_problem(event: dict, valid_phases) -> str | None:
-    """Why `event` may not be replayed into a state whose valid phases are
-    `valid_phases`, or None: a field of the wrong type, a timestamp without a zone, a
-    phase that is no phase name or not one of the session's phases."""
-    fields = EVENT_REPLAY_FIELDS.get(event.get("event"))
-    if fields is None:
-        return None
-    for key, kind in {"timestamp": "stamp", "actor": "str", **fields}.items():
-        value = event.get(key)
-        problem = None if value is None and key != "timestamp" else field_problem(value, kind)
-        if problem:
-            return f"{key} {problem}"
-    if event["event"] == "created" and event.get("valid_phases"):
-        valid_phases = event["valid_phases"]
-    phase = event.get("phase" if event["event"] == "created" else "to")
-    listed = isinstance(valid_phases, list) and valid_phases
-    if phase is not None and listed and phase not in valid_phases:
-        return f"phase {one_line(phase, 64)!r} is not one of the session's valid_phases"
-    return None
-
-
-def replay_event(state: dict, event: dict) -> None:
-    """Apply one history event, which passed replay_problem, to a state being rebuilt."""
-    name, stamp = event.get("event"), event.get("timestamp")
-    if name == "created":
-        state.setdefault("created_at", stamp)
-        for key in ("name", "valid_phases"):
-            if event.get(key) is not None:
-                state.setdefault(key, event[key])
-        phase = event.get("phase")
-        if phase and not state.get("phase_history"):
-            state["phase"] = phase
-            state["phase_history"] = [{"phase": phase, "entered_at": stamp, "exited_at": None}]
-    elif name == "phase_change" and event.get("to") is not None:
-        history = state.setdefault("phase_history", [])
-        if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
-            history[-1]["exited_at"] = stamp
-        history.append({"phase": event["to"], "entered_at": stamp, "exited_at": None})
-        state["phase"] = event["to"]
-    elif name == "checkpoint":
-        change = {
-            key: event.get(key)
-            for key in ("done", "done_steps", "pending", "resume", "note", "interrupted", "finish")
-        }
-        apply_checkpoint(state, change, author=event.get("actor") or "?", now=stamp)
-    elif name == "archived":
-        state["archived_at"] = stamp
-    elif name == "captured" and isinstance(event.get("captured"), dict):
-        state["captured"] = dict(event["captured"])  # the newest capture wins
-
-
-def numbered_events(data: bytes) -> list[tuple[int, dict]] | None:
-    """(line number, event) of every complete line of a history file; None when a line
-    is not an event object (history-invalid: for a person to restore)."""
-    found = []
-    for number, line in enumerate(data.split(b"\n")[:-1], 1):  # after the last \n: torn
-        if not line.strip():
-            continue
-        try:
-            event = load_json(line)
-        except ValueError:
-            return None
-        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-            return None
-        found.append((number, event))
-    return found
-
-
-def rebuild_state(
-    folder: str, base: dict | None = None
-) -> tuple[dict, list[dict], list[str]] | None:
-    """(state, events, skipped) rebuilt from a session folder's merged history and the
-    sides of its state.json: events ordered by time (ties in file order), exact
-    duplicates dropped, versions 1..n, each replayed only when replay_problem finds
-    nothing (`skipped` says which were not, by line); the replayed state and each side
-    of state.json then merged by merge_states, against `base` (git's common version)
-    or else the events before the clones forked, so nothing only state.json held (a
-    note joined by an earlier merge, a step of either clone) is lost. None when the
-    history holds no event, a line is not an event, or the result would still not be a
-    valid state."""
-    session_id = os.path.basename(folder)
-    numbered = numbered_events(read_bytes(os.path.join(folder, HISTORY_FILE)))
-    if not numbered:
-        return None
-    unique: dict[str, tuple[int, dict]] = {}
-    for number, event in numbered:
-        unique.setdefault(dumps_json(event, None), (number, event))
-    order = sorted(  # stable: ties stay in file order
-        unique.values(),
-        key=lambda item: parse_iso(str(item[1].get("timestamp", "")), need_zone=True) or 0,
-    )
-    try:
-        sides = state_sides(read_text(os.path.join(folder, STATE_FILE)))
-    except OSError:
-        sides = []
-    sides = [side for side in sides if side_is_state(side, session_id)]
-    # Versions shared at or below a merge the driver made are merged already: the clones
-    # forked where versions repeat above it.
-    merged = max(
-        (s["merged_version"] for s in [*sides, base or {}] if type(s.get("merged_version")) is int),
-        default=0,
-    )
-    repeated = repeated_values(event_versions([event for _, event in order]))
-    fork = min((v for v in repeated if v > merged), default=None)
-    start = rebuilt_start(folder, session_id, sides)
-    state, skipped = replay_events(start, order)
-    if fork is not None:  # each clone's events on their own, merged as the driver merges
-        prefix, chains = history_chains(list(unique.values()), fork)
-        base = base if base is not None else replay_events(start, prefix)[0]
-        state = base
-        for chain in chains:
-            state = merge_states(base, state, replay_events(base, chain)[0])
-    events = [dict(event) for _, event in order]
-    for number, event in enumerate(events, 1):
-        event["version"] = number
-    for side in sides:
-        state = merge_states(base, state, side)
-    state.pop("merged_version", None)
-    # Each clone's events are in the history, so their count is above either clone's
-    # version; a side numbered past its events (merged by the driver before) still wins.
-    state["version"] = max([len(events)] + [side["version"] for side in sides])
-    if state["version"] > len(events):
-        state["merged_version"] = state["version"]  # no event of its own
-    if not is_iso_utc(state.get("updated_at")):
-        state["updated_at"] = iso_now()
-    if any(rule != "state-phase" for rule, _ in state_problems(state, session_id)):
-        return None  # never write a state that every update would then refuse
-    return state, events, skipped
-
-
-def history_chains(numbered: list, fork: int) -> tuple[list, list[list]]:
-    """(the events before the fork, [each clone's events after it]) from the events of a
-    union-merged history in file order: git's union merge writes one side's appended
-    lines, then the other's, so a clone's events run with rising versions and the next
-    clone's start lower again."""
-    prefix, chains, last = [], [], None
-    for number, event in numbered:
-        version = event.get("version") if type(event.get("version")) is int else None
-        if version is not None and version < fork:
-            prefix.append((number, event))
-            continue
-        if not chains or version is None or last is None or version <= last:
-            chains.append([])
-        chains[-1].append((number, event))
-        last = version
-    return prefix, chains
-
-
-def side_is_state(side: dict, session_id: str) -> bool:
-    """Whether one side of a conflicted state.json can take part in a rebuild: its own
-    fields pass the checks every update applies (a side is merged text, like history)."""
-    if type(side.get("version")) is not int:
-        return False
-    return not any(rule != "state-phase" for rule, _ in state_problems(side, session_id))
-
-
-def replay_events(start: dict, order: list) -> tuple[dict, list[str]]:
-    """`start` with the (line number, event) pairs replayed in order, and the events
-    skipped because replay_problem found them invalid, by line."""
-    state, skipped = copy_json(start), []
-    stamps = []
-    for number, event in order:
-        problem = replay_problem(event, state.get("valid_phases"))
-        if problem:
-            skipped.append(f"line {number} ({one_line(event['event'], 40)}): {problem}")
-            continue
-        replay_event(state, event)
-        if event.get("timestamp") is not None:
-            stamps.append(event["timestamp"])
-    if stamps:
-        state["updated_at"] = stamps[-1]
-    return state, skipped
-
-
-def copy_json(value):
-    """A deep copy of a JSON value (dicts and lists), cheap and without `copy`."""
-    if isinstance(value, dict):
-        return {key: copy_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [copy_json(item) for item in value]
-    return value
-
-
-def rebuilt_start(folder: str, session_id: str, sides: list[dict]) -> dict:
-    """What a rebuilt state starts from before its events: the fields no event records
-    (name, phases, handoff fields), from the handoff or either side of state.json."""
-    state = {"session_id": session_id}
-    for side in sides:
-        for key in STATE_STATIC_FIELDS:
-            if key in side and key not in state and static_field_ok(key, side[key]):
-                state[key] = side[key]
-    handoff_path = os.path.join(folder, "context", HANDOFF_JSON)
-    with contextlib.suppress(OSError, StmError):
-        handoff = parse_handoff(read_bytes(handoff_path, HANDOFF_MAX_BYTES + 1), handoff_path)
-        start = handoff_state(handoff, session_id, state.get("created_at", ""), state.get("user"))
-        state.update({k: v for k, v in start.items() if k not in state or k == "checkpoint"})
-        state.pop("phase_history", None)  # the created/handoff events say when it began
-    return state
-
-
-def static_field_ok(key: str, value) -> bool:
-    """Whether a field copied from one side of a conflicted state.json passes the checks
-    state.json's own fields pass (a side is merged text, like the history)."""
-    if key == "created_at":
-        return is_iso_utc(value)
-    if field_problem(value, STATE_OPTIONAL_FIELDS.get(key)):
-        return False
-    return key != "context" or all(context_path_problem(v) is None for v in value.values())
 
 
 def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
@@ -8047,185 +12593,60 @@ def newest_version(events: list) -> int | None:
     return max((v for v in versions if type(v) is int), default=None)
 
 
-def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | None:
-    """(state version, newest event version) when state.json is ahead of its history.
-
-    Every update writes state.json and then appends its event; a writer killed between
-    the two leaves the state one version ahead (spec/state-layout.md).
-    """
-    version = state.get("version") if isinstance(state, dict) else None
-    if type(version) is not int or newest is None or version <= newest:
-        return None
-    if version == state.get("merged_version"):
-        return None  # a merge of two clones' states: no event of its own
-    return version, newest
-
-
-# What each state.json field must hold (spec/state-layout.md): a kind, and for objects
-# and lists what their members must be. "stamp" is an ISO-8601 time with a zone.
-STATE_OPTIONAL_FIELDS = {
-    "name": "str",
-    "valid_phases": "strs",
-    "phase_history": "phases",
-    "checkpoint": {
-        "last_completed_step": "str",
-        "pending_steps": "strs",
-        "can_resume": "bool",
-        "resume_instruction": "str",
-    },
-    "recovery": {
-        "last_agent": "str",
-        "last_action": "str",
-        "interrupted_at": "stamp",
-        "recovery_notes": "str",
-    },
-    "context": "paths",
-    "user": "str",
-    "archived_at": "stamp",
-    "finished_at": "stamp",
-    "task_id": "str",
-    "from_agent": "str",
-    "to_agent": "str",
-    "handoff_status": "str",
-    "handoff_created_at": "str",
-    "captured": CAPTURED_FIELDS,
-    "merged_version": "int",
-}
+def check_store(
+    store: Store, *, fix: bool = False, dry_run: bool = False, only: list[str] | None = None
+) -> tuple[list[Finding], list]:
+    """The `check` operation: every rule's findings, and with fix (or dry_run) the
+    repairs made (or that would be made) as (finding, action) pairs. After real repairs
+    the findings are those of a second run. `only` (staged_store_paths): the logs and
+    sessions to read, instead of all of them."""
+    findings = Checker(store, only).run()
+    fixed = []
+    if fix or dry_run:
+        fixed = fix_findings(store, findings, dry_run=dry_run)
+        if fixed and not dry_run:
+            findings = Checker(store, only).run()
+    return findings, fixed
 
 
-def field_problem(value, kind) -> str | None:
-    """Why `value` is not of `kind` (see STATE_OPTIONAL_FIELDS), or None."""
-    if isinstance(kind, dict):
-        if not isinstance(value, dict):
-            return "must be an object"
-        for key, member in kind.items():
-            problem = field_problem(value[key], member) if key in value else None
-            if problem:
-                return f"{key} {problem}"
-        return None
-    if kind == "str":
-        return None if isinstance(value, str) else "must be a string"
-    if kind == "bool":
-        return None if isinstance(value, bool) else "must be true or false"
-    if kind == "int":
-        return None if type(value) is int and value >= 1 else "must be a positive integer"
-    if kind == "stamp":
-        return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
-    if kind == "strs":
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return None if ok else "must be a list of strings"
-    if kind == "paths":
-        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-        return None if ok else "must be an object of paths"
-    if kind == "plan":
-        ok = isinstance(value, list) and all(
-            isinstance(e, dict)
-            and isinstance(e.get("text"), str)
-            and e.get("status") in PLAN_STATUSES
-            for e in value
-        )
-        return None if ok else "must be a list of {text, status} objects"
-    if kind == "phase":  # a history event's phase (state.json's own is checked apart)
-        ok = isinstance(value, str) and PHASE_RE.match(value) is not None
-        return None if ok else "must be a phase name (letters, digits, `.`, `_`, `-`; 1-64)"
-    if kind == "phases":
-        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-            return "must be a list of {phase, entered_at, exited_at} objects"
-        for entry in value:
-            if not isinstance(entry.get("phase"), str):
-                return "entries need a string phase"
-            for key in ("entered_at", "exited_at"):
-                stamp = entry.get(key)
-                if (stamp is not None or key == "entered_at") and not is_iso_utc(stamp):
-                    return f"{key} {one_line(repr(stamp), 40)} is not ISO-8601 with a zone"
-        return None
-    return None
+# ==== Front ends: the commands ==============================================
 
 
-def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
-    """Required fields, the type of every field check reads or a command updates,
-    timestamps and phases of one state.json."""
-    problems = []
-    for key, kind in (
-        ("session_id", str),
-        ("created_at", str),
-        ("updated_at", str),
-        ("phase", str),
-        ("version", int),
-    ):
-        value = state.get(key)
-        if key not in state:
-            problems.append(("state-field", f"required field {key!r} is missing"))
-        elif not isinstance(value, kind) or isinstance(value, bool):
-            problems.append(("state-field", f"{key!r} must be a {kind.__name__}"))
-    if isinstance(state.get("session_id"), str) and state["session_id"] != folder_name:
-        problems.append(
-            ("state-field", f"session_id {state['session_id']!r} is not the folder name")
-        )
-    for key in ("created_at", "updated_at"):
-        if isinstance(state.get(key), str) and not is_iso_utc(state[key]):
-            problems.append(
-                ("state-timestamp", f"{key} {state[key]!r} is not ISO-8601 with a zone")
-            )
-    for key, kind in STATE_OPTIONAL_FIELDS.items():
-        problem = field_problem(state[key], kind) if key in state else None
-        if problem:
-            rule = "state-timestamp" if "ISO-8601" in problem else "state-field"
-            problems.append((rule, f"{key!r} {one_line(problem, 120)}"))
-    valid = state.get("valid_phases")
-    phase = state.get("phase")
-    strings = isinstance(valid, list) and all(isinstance(p, str) for p in valid)
-    if strings and valid and isinstance(phase, str) and phase not in valid:
-        problems.append(("state-phase", f"phase {phase!r} is not in valid_phases"))
-    if isinstance(state.get("context"), dict):
-        for name, value in sorted(state["context"].items()):
-            problem = context_path_problem(value)
-            if problem:
-                problems.append(
-                    ("state-field", f"context {name!r}: {one_line(repr(value), 80)} {problem}")
-                )
-    return problems
+def options_json(p) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def refuse_invalid_state(ref: SessionRef, state: dict) -> None:
-    """An update never builds on a state.json whose fields have the wrong types: what it
-    wrote could not be read back. Exit 1, nothing written."""
-    problems = [m for rule, m in state_problems(state, ref.id) if rule != "state-phase"]
-    if problems:
-        raise StmError(
-            f"state file {ref.state_path} is invalid ({'; '.join(problems[:3])}); fix the "
-            "field or restore the file from git (`stm check` lists every problem); nothing written"
-        )
+def setup_actions(p, *, shows: str, installs: str, removes: str, check: bool = True) -> None:
+    """The actions every `setup` verb takes, one at a time: --print (the default),
+    --install, --check (exit 0 when installed, 1 when not), --remove."""
+    actions = p.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--print", dest="print_only", action="store_true", help=f"show {shows} (the default)"
+    )
+    actions.add_argument("--install", action="store_true", help=installs)
+    if check:
+        actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
+    actions.add_argument("--remove", action="store_true", help=removes)
 
 
-# ==== Operations and commands ================================================
-#
-# Each operation is a plain function that takes a Store and keyword arguments, returns a
-# result (and warnings) and prints nothing: append_log, add_memory_note, search_memory,
-# check_store, new_session, set_phase, checkpoint_session, archive_session, set_fact,
-# compact_store, digest, ... The CLI's cmd_<verb>(args) beside each one parses, calls it
-# and prints; the MCP server and the merge driver call the same operations.
+def options_fact_block(p) -> None:
+    p.add_argument(
+        "--block",
+        default=FACT_BLOCK_DEFAULT,
+        metavar="NAME",
+        help="the block: .stacks/refs/NAME.md (default: %(default)s)",
+    )
 
 
-def memory_write(operation):
-    """Mark an operation that writes memory. When the outermost one returns, its locks
-    released, the write is counted for checkpoints (`checkpoint_every`, spec/sync.md): a
-    capture that logs and checkpoints a session is one write, not three. A dry run is
-    not a write."""
-    import functools
-
-    @functools.wraps(operation)
-    def counted(store, *args, **kwargs):
-        store.write_depth += 1
-        try:
-            result = operation(store, *args, **kwargs)
-        finally:
-            store.write_depth -= 1
-        if not store.write_depth and not kwargs.get("dry_run"):
-            checkpoint_after_write(store)
-        return result
-
-    return counted
+def options_update(p) -> None:
+    p.add_argument("--session", metavar="ID", help="act on this session, not the current one")
+    p.add_argument(
+        "--expect-version",
+        type=int,
+        metavar="N",
+        help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def out(text: str = "") -> None:
@@ -8236,67 +12657,6 @@ def out(text: str = "") -> None:
 def print_json(obj: dict) -> None:
     """A command's --json report: sorted keys, with the schema version (spec/json.md)."""
     print(dumps_json({"schema_version": JSON_SCHEMA_VERSION, **obj}), end="")
-
-
-def backup_name(path: str) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(utc_now()))
-    candidate = f"{path}.{stamp}.bak"
-    counter = 2
-    while os.path.lexists(candidate):
-        candidate = f"{path}.{stamp}-{counter}.bak"
-        counter += 1
-    return candidate
-
-
-def install_file(store: Store, path: str, content: str, *, force: bool, report: list) -> None:
-    """Create `path` from `content`; with force, rewrite it and keep a backup first."""
-    refuse_symlink(path, "file")
-    data = content.encode("utf-8")
-    if os.path.exists(path):
-        if not force:
-            report.append(("kept", store.rel(path), "exists; left untouched"))
-            return
-        old = read_bytes(path)
-        if old == data:
-            report.append(("kept", store.rel(path), "already the template"))
-            return
-        backup = backup_name(path)
-        atomic_write(backup, old)
-        atomic_write(path, data)
-        report.append(("rewrote", store.rel(path), f"previous content kept in {store.rel(backup)}"))
-        return
-    atomic_write(path, data)
-    report.append(("created", store.rel(path), ""))
-
-
-def install_dir(store: Store, path: str, report: list) -> None:
-    refuse_symlink(path, "folder")
-    if make_dir(path):
-        report.append(("created", store.rel(path) + "/", ""))
-    keep = os.path.join(path, ".gitkeep")
-    if not os.path.lexists(keep):
-        atomic_write(keep, b"")
-
-
-def install_driver_for_init(store: Store, report: list) -> None:
-    """In a git clone, the merge driver the attributes name goes into this clone's git
-    config (`stm setup git --install`), so the first merge is already stm's. Elsewhere,
-    or when git says no, init goes on: `check` names it later."""
-    import shutil
-
-    root = os.path.dirname(os.path.abspath(store.stacks))
-    if not inside_git_work_tree(root) or shutil.which("git") is None:
-        return
-    top = git_output(root, "rev-parse", "--show-toplevel")
-    if top is None or installed_git_driver(top.strip()):
-        return  # one already there (perhaps a --command of the user's own) stays
-    try:
-        added = install_git_driver(top.strip())
-    except StmError as exc:
-        report.append(("skipped", "git config merge.stm", exc.message))
-        return
-    if added:
-        report.append(("installed", "git config merge.stm", "the stm merge driver, this clone"))
 
 
 def cmd_init(args) -> int:
@@ -8349,20 +12709,13 @@ def cmd_init(args) -> int:
     return EXIT_OK
 
 
-def store_below_repository_root(store: Store) -> str | None:
-    """Why a store made below its repository's root (whose root has none) may surprise:
-    stm finds it only from its own folder down. None when it sits at the root."""
-    project = os.path.dirname(store.stacks)
-    root = repository_root(project)
-    if root is None or root == project or os.path.isdir(os.path.join(root, STACKS_DIRNAME)):
-        return None
-    here = path_from_here(store.stacks)
-    return (
-        f"the store ({here}/) is in {project}, below the root of its git repository, "
-        f"{root}, which has no store: stm finds this one only from {project} and below; "
-        f"to keep one store for the whole repository instead, remove {here}/ and "
-        f"{path_from_here(store.state)}/ and run `stm init` in {root}"
+def options_init(p) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="rewrite the template files, keeping the old content as a .bak beside them",
     )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_boot(args) -> int:
@@ -8385,64 +12738,30 @@ def cmd_boot(args) -> int:
     return EXIT_OK
 
 
-def boot_json(parts: BootParts, text: str) -> dict:
-    return {
-        "tokens": estimate_tokens(text),
-        "budget": load_config(parts.store)["boot_budget_tokens"],
-        "text": text,
-        "sections": {
-            **{
-                name: {"text": text, "tokens": estimate_tokens(text)}
-                for name, text in parts.texts.items()
-            },
-            "workflow": None
-            if parts.workflow is None
-            else {"text": parts.workflow, "tokens": estimate_tokens(parts.workflow)},
-            "waiting": parts.waiting,
-            "notices": parts.notices,
-            "refs": [{"path": r.path, "title": r.title, "summary": r.summary} for r in parts.refs],
-        },
-    }
-
-
-def refuse_output_target(path: str, what: str = "a file") -> None:
-    """-o may name a regular file (replaced atomically) or a new path: never a link, a
-    FIFO, a device (as root, `-o /dev/null` would replace /dev/null) or a folder."""
-    import stat
-
-    if os.path.isdir(path) and not os.path.islink(path):
-        raise usage_error(f"-o {path} is a directory; name {what}")
-    if os.path.lexists(path):
-        mode = os.lstat(path).st_mode
-        if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
-            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-            raise usage_error(f"-o {path} is {kind}; name a regular file or a new path")
-
-
-def write_output_file(path: str, text: str) -> None:
-    refuse_output_target(path)
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise StmError(f"-o {path}: folder {parent} does not exist; create it first")
-    atomic_write(path, text.encode("utf-8"))
-
-
-def read_free_text(words: list[str], verb: str, from_stdin: bool) -> str:
-    """The text of `log` or `note`: the words joined, or standard input (UTF-8, at most
-    1 MiB), normalised (normalise_message). Empty text is the caller's to judge."""
-    if from_stdin:
-        raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise usage_error(
-                f"{verb} -: standard input is not UTF-8 text; nothing written"
-            ) from None
-    else:
-        text = " ".join(words)
-    if len(text.encode("utf-8", "surrogateescape")) > MESSAGE_MAX_BYTES:
-        raise usage_error(f"{verb}: the text is larger than 1 MiB; put big text in refs/ instead")
-    return normalise_message(text)
+def options_boot(p) -> None:
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically), not stdout")
+    p.add_argument("--no-refs", action="store_true", help="leave out the refs index")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help=f"print at most N tokens (characters / 4), cutting refs, then the oldest memory "
+        f"bullets, then the workflow, identity last (without it: no cut; over the "
+        f"{BOOT_BUDGET_TOKENS}-token budget boot warns)",
+    )
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        metavar="N",
+        help=f"print at most N characters, cut as --max-tokens cuts (a hook: "
+        f"{HOOK_MAX_CHARS}, under Claude Code's 10,000-character limit)",
+    )
+    p.add_argument(
+        "--no-limit",
+        action="store_true",
+        help="ignore --max-tokens and --max-chars: print everything (what a cut boot points to)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
 
 
 def read_message(args) -> str:
@@ -8453,129 +12772,6 @@ def read_message(args) -> str:
     if not message.strip():
         raise usage_error("log message is empty; nothing written")
     return message
-
-
-def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
-    """Refuse text that looks like a credential (exit 1); `flag_hint` names the flag that
-    allows it, or "no flag"."""
-    allow = None if flag_hint == "no flag" else flag_words(flag_hint)  # a tool may have none
-    for kind, line, excerpt in find_secrets(text):
-        way = "remove it" if allow is None else f"remove it, or pass {allow} if it is not a secret"
-        raise StmError(
-            f"refused: {what}line {line} looks like {a_kind(kind)} ({excerpt}); memory is "
-            f"committed to git, so nothing was written: {way}"
-        )
-
-
-def append_log_entry(
-    store: Store, message: str, now: float | None = None, *, escaped: bool = False
-):
-    """Append one entry to today's log; call with the stacks lock held. Returns the undo.
-    `escaped`: the caller escaped all text in `message` and added stm's own markers (see
-    render_log_entry); every other message is escaped here."""
-    now = utc_now() if now is None else now
-    stamp = iso(now)
-    logs = store.logs_dir
-    refuse_symlink(logs, "logs folder")
-    make_dir(logs)
-    require_inside(logs, store.stacks, "logs folder")
-    path = store.log_path(stamp[:10])
-    refuse_symlink(path, "log file")
-    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
-    size = os.lstat(path).st_size if os.path.lexists(path) else 0
-    data = ("\n" + entry if size else entry).encode("utf-8")
-    return append_record(path, data, log_complete_end)
-
-
-def without_template_guidance(message: str) -> str:
-    """The message minus the `<!-- guidance -->` lines of the session-log template, which
-    would otherwise turn up in every search for their words."""
-    guidance = {
-        line.strip() for line in SESSION_LOG_TEMPLATE.splitlines() if line.startswith("<!--")
-    }
-    return "\n".join(line for line in message.split("\n") if line.strip() not in guidance)
-
-
-def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
-    """A log message fit to store, or a refusal: not empty, more than the session-log
-    template, at most 1 MiB, and (unless allowed) nothing that looks like a credential."""
-    message = without_template_guidance(refuse_oversized(message, "the log message"))
-    if not message.strip():
-        raise usage_error("log message is empty; nothing written")
-    if not content_beyond_template(message, SESSION_LOG_TEMPLATE):
-        raise usage_error(
-            "log entry holds no text of its own (only the session-log template's headings "
-            "or comments); fill it in; nothing written"
-        )
-    if not allow_secret:
-        refuse_secrets(message, "--allow-secret")
-    return message
-
-
-@memory_write
-def append_log(store: Store, message: str, *, allow_secret: bool = False) -> dict:
-    """The `log` operation: check a normalised message and append it under the lock.
-    Returns the entry's path, timestamp and author."""
-    message = checked_log_message(message, allow_secret=allow_secret)
-    now = utc_now()
-    with store.stacks_lock():
-        append_log_entry(store, message, now)
-    path = store.log_path(iso(now)[:10])
-    return {"path": store.rel(path), "timestamp": iso(now), "author": store.settings.author}
-
-
-LOG_TAIL_DEFAULT = 10
-LOG_TAIL_READ_BYTES = 1 << 20  # of a big day's log, only its last MiB is read for --tail
-
-
-def day_log_entries(store: Store, name: str) -> list[dict]:
-    """The complete entries of one day's log, in file order, as {timestamp, author, path,
-    line, text}; of a file over LOG_TAIL_READ_BYTES only the entries in its last MiB."""
-    path = os.path.join(store.logs_dir, name)
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    except OSError:
-        return []
-    try:
-        require_regular(fd, path)
-        size = os.fstat(fd).st_size
-        data = tail_bytes(fd, size, LOG_TAIL_READ_BYTES)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    start, line = 0, 1
-    if size > len(data):  # cut inside the file: start at the first whole entry
-        first = LOG_HEADER_BYTES_RE.search(data)
-        start, line = (first.start(), 0) if first else (len(data), 0)
-    entries = []
-    for kind, *rest in parse_log(data[start:].replace(b"\r\n", b"\n"), max(line, 1)):
-        if kind == "entry" and rest[0].complete:
-            entry = rest[0]
-            entries.append(
-                {
-                    "timestamp": entry.stamp,
-                    "author": entry.author,
-                    "path": store.rel(path),
-                    "line": entry.line if line else None,
-                    "text": "\n".join(entry.body).strip("\n"),
-                }
-            )
-    return entries
-
-
-def tail_log(store: Store, count: int = LOG_TAIL_DEFAULT) -> list[dict]:
-    """The `log --tail` operation: the newest `count` complete log entries, oldest of them
-    first (as `tail` prints), reading day files from the newest back until it has them."""
-    if count < 1:
-        raise usage_error("--tail needs a positive number of entries")
-    found: list[dict] = []
-    for name in reversed(log_file_names(store)):
-        found = day_log_entries(store, name) + found
-        if len(found) >= count:
-            break
-    found.sort(key=lambda entry: entry["timestamp"])  # a union merge may mix the order
-    return found[-count:]
 
 
 def cmd_log(args) -> int:
@@ -8606,49 +12802,22 @@ def cmd_log(args) -> int:
     return EXIT_OK
 
 
-def check_store(
-    store: Store, *, fix: bool = False, dry_run: bool = False, only: list[str] | None = None
-) -> tuple[list[Finding], list]:
-    """The `check` operation: every rule's findings, and with fix (or dry_run) the
-    repairs made (or that would be made) as (finding, action) pairs. After real repairs
-    the findings are those of a second run. `only` (staged_store_paths): the logs and
-    sessions to read, instead of all of them."""
-    findings = Checker(store, only).run()
-    fixed = []
-    if fix or dry_run:
-        fixed = fix_findings(store, findings, dry_run=dry_run)
-        if fixed and not dry_run:
-            findings = Checker(store, only).run()
-    return findings, fixed
-
-
-def staged_store_paths(store: Store) -> list[str] | None:
-    """The store's paths staged for the next commit (the index against HEAD: added,
-    changed or deleted), or None when git cannot say (no git, not a work tree). Only
-    the index is compared: comparing the work tree too would have git stat every file
-    it tracks, and a store's history is most of them. Under pre-commit the work tree
-    holds just what is staged anyway (it stashes the rest while hooks run)."""
-    root = os.path.dirname(os.path.abspath(store.stacks))
-    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
-    if not top:
-        return None
-    trees = {}  # each tree's path in git's terms (relative to the top, "/"), as stm has it
-    for tree in (store.stacks, store.state):
-        rel = os.path.relpath(os.path.realpath(tree), os.path.realpath(top))
-        if rel != ".." and not rel.startswith(".." + os.sep):  # else git does not track it
-            trees["" if rel == "." else rel.replace(os.sep, "/") + "/"] = tree
-    if not trees:
-        return []
-    specs = [rel or "." for rel in trees]
-    names = git_output(top, "diff", "--cached", "--name-only", "--no-renames", "-z", "--", *specs)
-    if names is None:  # before the first commit git compares with an empty tree: not None
-        return None
-    paths = []
-    for name in names.split("\0"):
-        for rel, tree in trees.items():
-            if name and name.startswith(rel):
-                paths.append(os.path.join(tree, *name[len(rel) :].split("/")))
-    return paths
+def options_log(p) -> None:
+    p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
+    p.add_argument("--template", action="store_true", help="print the session-log template")
+    p.add_argument(
+        "--tail",
+        type=int,
+        nargs="?",
+        const=LOG_TAIL_DEFAULT,
+        metavar="N",
+        help=f"print the newest N entries, oldest first (default N: {LOG_TAIL_DEFAULT}); "
+        "writes nothing",
+    )
+    p.add_argument(
+        "--allow-secret", action="store_true", help="log text even if it looks like a credential"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
 
 
 def cmd_check(args) -> int:
@@ -8697,246 +12866,22 @@ def cmd_check(args) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
-def file_facts(path: str, now: float) -> dict:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return {"exists": False, "files": 0, "bytes": 0, "tokens": 0}
-    return {
-        "exists": True,
-        "files": 1,
-        "bytes": st.st_size,
-        "tokens": (st.st_size + 3) // 4,
-        "modified": iso(st.st_mtime),
-        "age_days": round((now - st.st_mtime) / 86400, 1),
-    }
-
-
-def dir_facts(folder: str, paths: list[str], now: float) -> dict:
-    """Sizes and newest change of the files `paths` in `folder` (a real folder or not)."""
-    sizes = []
-    for path in paths:
-        with contextlib.suppress(OSError):  # removed meanwhile
-            sizes.append(os.lstat(path))
-    return sizes_facts(folder, sizes, now)
-
-
-def log_facts(store: Store, now: float) -> tuple[dict, list[str]]:
-    """dir_facts of logs/ and log_file_names, from one listing: each log's size from its
-    directory entry, with no path to build and resolve (ten years of logs: 3,650)."""
-    names, sizes = [], []
-    if not os.path.islink(store.logs_dir):
-        with contextlib.suppress(OSError), os.scandir(store.logs_dir) as entries:
-            for entry in entries:
-                if LOG_NAME_RE.match(entry.name):
-                    names.append(entry.name)
-                    with contextlib.suppress(OSError):  # removed meanwhile
-                        sizes.append(entry.stat(follow_symlinks=False))
-    return sizes_facts(store.logs_dir, sizes, now), sorted(names)
-
-
-def sizes_facts(folder: str, sizes: list, now: float) -> dict:
-    total = sum(s.st_size for s in sizes)
-    newest = max((s.st_mtime for s in sizes), default=None)
-    exists = os.path.isdir(folder) and not os.path.islink(folder)
-    facts = {"exists": exists, "files": len(sizes), "bytes": total, "tokens": (total + 3) // 4}
-    if newest is not None:
-        facts["modified"] = iso(newest)
-        facts["age_days"] = round((now - newest) / 86400, 1)
-    return facts
-
-
-def newest_log_entry(store: Store, names: list[str]) -> float | None:
-    """The time of the newest complete entry, read from the tail of the newest log file
-    only (status stays cheap and bounded however big the file is)."""
-    if not names:
-        return None
-    path = os.path.join(store.logs_dir, names[-1])
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        require_regular(fd, path)
-        data = tail_bytes(fd, os.fstat(fd).st_size, LOG_BLOCK_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    first = LOG_HEADER_BYTES_RE.search(data)
-    if first is None:
-        return None
-    entries = [
-        e for kind, *rest in parse_log(data[first.start() :]) if kind == "entry" for e in rest
-    ]
-    stamps = [parse_iso(e.stamp, need_zone=True) for e in entries if e.complete]
-    stamps = [s for s in stamps if s is not None]
-    return max(stamps) if stamps else None
-
-
-def memory_staleness(store: Store, now: float, names: list[str]) -> tuple[dict, list[str]]:
-    warnings = []
-    try:
-        text = read_text(store.memory_path)
-        mtime = os.lstat(store.memory_path).st_mtime
-    except OSError:
-        return {"updated": None, "source": None}, []
-    stamp = memory_stamp(text)
-    updated, source = (stamp, "Last Updated") if stamp is not None else (mtime, "file time")
-    info = {"updated": iso(updated), "source": source}
-    days = (now - updated) / 86400
-    if days > MEMORY_STALE_DAYS:
-        warnings.append(
-            f"MEMORY.md not updated for {int(days)} days ({source}); rewrite the letter"
-        )
-    newest = newest_log_entry(store, names)
-    if newest is not None and newest - updated > 86400:
-        warnings.append(
-            f"MEMORY.md is {plural(int((newest - updated) // 86400), 'day')} older than the "
-            "newest log entry; fold what happened into it"
-        )
-    return info, warnings
-
-
-def session_status(store: Store, now: float) -> tuple[dict, list[str]]:
-    warnings = []
-    active = iter_active_sessions(store)
-    archived = sum(
-        count_dirs(os.path.join(store.history_dir, m)) for m in list_dirs(store.history_dir)
+def options_check(p) -> None:
+    p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument(
+        "--staged",
+        action="store_true",
+        help="read only the logs and sessions staged for the next commit (with the layers, "
+        "refs and git files): a cost that follows the commit, not the history; what "
+        "pre-commit hooks run (CI runs the full check)",
     )
-    idle, handoffs = [], []
-    for sid, path in active:
-        try:
-            state = load_state(SessionRef(sid, path, False))
-        except StmError:
-            warnings.append(f"session {sid} has an unreadable state.json; run `stm check`")
-            continue
-        handoff = handoff_summary(state)
-        if handoff:
-            handoffs.append({"session_id": sid, **handoff})
-        updated = parse_iso(str(state.get("updated_at", "")), need_zone=True)
-        if updated is not None and now - updated > SESSION_IDLE_DAYS * 86400:
-            idle.append(sid)
-            warnings.append(
-                f"session {sid} untouched for {int((now - updated) // 86400)} days: "
-                f"archive it? (stm session archive {sid})"
-            )
-    current = None
-    try:
-        ref = current_session(store)
-        if ref is not None and ref.archived:
-            warnings.append(
-                f"the current session {ref.id} is archived (in another clone?); pick one "
-                "with `stm session switch ID` or start one with `stm session new`"
-            )
-            ref = None
-        if ref is not None:
-            state = load_state(ref)
-            history = state.get("phase_history")
-            last = history[-1] if isinstance(history, list) and history else {}
-            last = last if isinstance(last, dict) else {}
-            entered = parse_iso(str(last.get("entered_at", "")), need_zone=True)
-            current = {
-                "session_id": ref.id,
-                "name": state.get("name"),
-                "phase": state.get("phase"),
-                "in_phase_for": human_age(now - entered) if entered else None,
-                "version": state.get("version"),
-            }
-    except StmError as exc:
-        warnings.append(exc.message)
-    info = {"active": len(active), "archived": archived, "current": current, "idle": idle}
-    info["handoffs"] = handoffs
-    return info, warnings
-
-
-def unfilled_templates(store: Store) -> list[str]:
-    """A warning for AGENT.md / MEMORY.md still holding only their templates (check's
-    identity-template and session-template errors): boot would give the agent nothing."""
-    warnings = []
-    for layer in TEMPLATE_LAYERS:
-        path = store.layer_path(layer)
-        try:
-            text = read_text(path)
-        except OSError:
-            continue  # missing or unreadable: reported as such
-        if not content_beyond_template(text, layer.template):
-            warnings.append(
-                f"{store.rel(path)} holds only its template; write {layer.purpose} into it"
-            )
-    return warnings
-
-
-def gather_status(store: Store) -> dict:
-    now = utc_now()
-    logs, log_names = log_facts(store, now)
-    layers = {}
-    for layer in LAYERS:
-        path = store.layer_path(layer)
-        if layer.kind == "file":
-            layers[layer.name] = file_facts(path, now)
-        elif layer.name == "logs":
-            layers[layer.name] = logs
-        else:
-            layers[layer.name] = dir_facts(path, list(layer_files(store, layer)), now)
-    layers["logs"]["first"] = log_names[0][:-3] if log_names else None
-    layers["logs"]["last"] = log_names[-1][:-3] if log_names else None
-    warnings = [
-        f"{name} layer is missing; run `stm init`"
-        for name, facts in layers.items()
-        if not facts["exists"]
-    ]
-    warnings += unfilled_templates(store)
-    memory, memory_warnings = memory_staleness(store, now, log_names)
-    boot_tokens = estimate_tokens(render_boot(BootParts(store), "full"))
-    config = load_config(store)
-    budget = config["boot_budget_tokens"]
-    if boot_tokens > budget:
-        warnings.append(
-            f"boot is ~{boot_tokens} tokens, over the {budget} budget: run `stm compact`"
-        )
-    with contextlib.suppress(OSError):
-        bullets = MdDoc.of(read_text(store.memory_path)).bullet_count()
-        if bullets > config["consolidation_threshold"]:
-            warnings.append(
-                f"MEMORY.md holds {bullets} bullets, over the consolidation threshold of "
-                f"{config['consolidation_threshold']}: run `stm compact`"
-            )
-    sessions, session_warnings = session_status(store, now)
-    warnings += memory_warnings + session_warnings
-    verdict = "ok" if not warnings else plural(len(warnings), "warning")
-    return {
-        "stacks": store.stacks,
-        "state": store.state,
-        "layers": layers,
-        "memory": memory,
-        "boot": {"tokens": boot_tokens, "budget": budget},
-        "sessions": sessions,
-        "warnings": warnings,
-        "notices": installed_hook_notices(store),
-        "verdict": verdict,
-    }
-
-
-def installed_hook_notices(store: Store) -> list[str]:
-    """The hooks stm installed for agent clients that never ran here, or not for long
-    (spec/capture.md): notices, which never change a verdict."""
-    if store.settings.ci:
-        return []
-    root = os.path.dirname(os.path.abspath(store.stacks))
-    notices = []
-    for client in HOOK_CLIENTS_TABLE:
-        path = os.path.join(root, client.file)
-        if not os.path.isfile(path) or links_on_the_way(root, path):
-            continue
-        events = tuple(event for event, _, _ in client.hooks)
-        try:
-            data, _ = load_settings(path, events)
-        except (StmError, OSError):
-            continue
-        installed = [e for e in events if stm_hook_commands(data, e)]
-        notices += hook_run_notices(store, client, installed)
-    return notices
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="repair what is safe: torn tails, temp files, lost events, headings, git rules",
+    )
+    p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
 
 
 def cmd_status(args) -> int:
@@ -8978,46 +12923,6 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
-def clean_text(value: str, flag: str, limit: int = 500) -> str:
-    """Free text for state.json: stripped, controls made visible, bounded."""
-    text = escape_controls(value.replace("\r\n", "\n")).strip()
-    if not text:
-        raise usage_error(f"{flag} needs non-empty text")
-    if len(text) > limit:
-        raise usage_error(f"{flag} is longer than {limit} characters; keep state small")
-    return text
-
-
-@memory_write
-def new_session(
-    store: Store,
-    *,
-    name: str | None = None,
-    phases: list[str] | None = None,
-    phase: str | None = None,
-    switch: bool = True,
-) -> tuple[SessionRef, dict]:
-    """The `session new` operation: create a session (and point this checkout at it
-    unless switch is False), all or nothing. Returns its ref and state."""
-    if phases is not None:
-        phases = check_phase_list(phases)
-    phase = check_phase_name(phase, "--phase") if phase is not None else None
-    phase = phase or (phases[0] if phases else "init")
-    if phases and phase not in phases:
-        raise usage_error(f"--phase {phase!r} is not one of --phases {','.join(phases)}")
-    name = clean_text(name, "--name", 200) if name is not None else None
-    if name:
-        refuse_secrets(name, "no flag")
-    now = utc_now()
-    with store.state_lock(), Rollback() as rollback:
-        session_id = unused_session_id(store, now)
-        state = new_state(session_id, iso(now), name, phase, phases, store.user)
-        ref = create_session(store, state, rollback)
-        if switch:
-            switch_pointer(store, session_id, rollback)
-    return ref, state
-
-
 def cmd_session_new(args) -> int:
     store = store_from_args(args)
     phases = parse_phase_list(args.phases) if args.phases is not None else None
@@ -9034,65 +12939,12 @@ def cmd_session_new(args) -> int:
     return EXIT_OK
 
 
-def warn_about_pin(store: Store, session_id: str) -> None:
-    token = store.settings.session
-    if token:
-        warn(
-            f"the pointer now names {session_id}, but STM_SESSION={token} still decides "
-            "which session commands in this environment act on"
-        )
-
-
-def session_summary(store: Store, ref: SessionRef, state: dict, current: bool) -> dict:
-    return {
-        "session_id": ref.id,
-        "path": store.rel(ref.path),
-        "name": state.get("name"),
-        "phase": state.get("phase"),
-        "version": state.get("version"),
-        "updated_at": state.get("updated_at"),
-        "archived": ref.archived,
-        "current": current,
-        "handoff": handoff_summary(state),
-    }
-
-
-def handoff_summary(state: dict) -> dict | None:
-    """A handoff session's task, sender and addressee; None for other sessions."""
-    if not state.get("task_id"):
-        return None
-    return {key: state.get(key) for key in ("task_id", "from_agent", "to_agent")}
-
-
-def unused_session_id(store: Store, now: float) -> str:
-    """A fresh id; collisions (1 in 4 billion a day) are checked where they could land
-    for this user, without listing the sessions folder (new sessions stay O(1))."""
-    while True:
-        session_id = new_session_id(now)
-        places = (
-            session_folder(store, session_id),
-            os.path.join(store.sessions_dir, session_id),
-            os.path.join(store.history_dir, archive_month(session_id), session_id),
-        )
-        if not any(os.path.lexists(p) for p in places):
-            return session_id
-
-
-def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> None:
-    rollback.add(restorer(store.pointer_path))
-    write_pointer(store, session_id)
-
-
-def switch_session(store: Store, token: str) -> SessionRef:
-    """The `session switch` operation: point this checkout at an active session."""
-    ref = resolve_session(store, token)
-    if ref.archived:
-        raise StmError(
-            f"session {ref.id} is archived (read-only); start a new one with `stm session new`"
-        )
-    with store.state_lock():
-        write_pointer(store, ref.id)
-    return ref
+def options_session_new(p) -> None:
+    p.add_argument("--name", help="a short human name for the session")
+    p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
+    p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
+    p.add_argument("--no-switch", action="store_true", help="do not make it current")
+    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
 
 
 def cmd_session_switch(args) -> int:
@@ -9107,80 +12959,9 @@ def cmd_session_switch(args) -> int:
     return EXIT_OK
 
 
-@memory_write
-def archive_session(
-    store: Store, token: str | None = None, *, expect_version: int | None = None
-) -> tuple[SessionRef, dict, bool]:
-    """The `session archive` operation: mark the session archived and move it to
-    history/YYYY-MM/ in one rename, clearing the pointer if it pointed there. Returns
-    (archived ref, state, moved); moved is False when it was archived already."""
-    ref = require_session(store, token)
-    if ref.archived:
-        return ref, load_state(ref), False
-    with store.state_lock(), Rollback() as rollback:
-        ref = locate_session(store, ref.id) or ref
-        if ref.archived:
-            return ref, load_state(ref), False
-        state = load_state(ref)
-        refuse_invalid_state(ref, state)
-        pointed = read_pointer(store)  # before any change: an unreadable pointer stops us here
-        check_expected_version(ref, state, expect_version)
-        destination_dir = os.path.join(store.history_dir, archive_month(ref.id))
-        # Before the month folder is made: a link at history/ or history/YYYY-MM/ would
-        # have mkdir create it wherever the link points.
-        refuse_links_below(store.state, destination_dir)
-        make_dir_undoable(destination_dir, rollback)
-        require_inside(destination_dir, store.state, "history folder")
-        destination = os.path.join(destination_dir, ref.id)
-        if os.path.lexists(destination):
-            raise StmError(f"cannot archive {ref.id}: {destination} already exists")
-        state["version"] += 1
-        state["updated_at"] = state["archived_at"] = iso_now()
-        rollback.add(restorer(ref.state_path))
-        save_state(ref, state)
-        event = make_event(store, "archived", state, to=store.rel(destination))
-        rollback.add(append_event(ref, event))
-        os.rename(ref.path, destination)  # one rename: the session is never half-moved
-        rollback.add(lambda: os.rename(destination, ref.path))
-        fsync_dir(destination_dir)
-        fsync_dir(os.path.dirname(ref.path))
-        if pointed == ref.id:
-            switch_pointer(store, None, rollback)
-    return SessionRef(ref.id, destination, True), state, True
-
-
-def stale_sessions(store: Store) -> list[tuple[SessionRef, dict]]:
-    """Active sessions untouched for over SESSION_IDLE_DAYS, oldest first, but the one
-    this checkout (or STM_SESSION) works on: boot names them, `archive --stale` archives
-    them. A session whose state cannot be read is left to `check`."""
-    current = current_id_quietly(store)
-    found = []
-    now = utc_now()
-    for sid, path in iter_active_sessions(store):
-        ref = SessionRef(sid, path, False)
-        try:
-            state = load_state(ref)
-        except StmError:
-            continue
-        if sid != current and is_stale(state, now):
-            found.append((ref, state))
-    found.sort(key=lambda pair: str(pair[1].get("updated_at", "")))
-    return found
-
-
-def archive_stale(store: Store, *, dry_run: bool = False) -> list[tuple[SessionRef, dict]]:
-    """The `session archive --stale` operation: archive every stale session (see
-    stale_sessions), one by one, each as `session archive ID` would; returns the archived
-    (or, dry_run, the stale) sessions."""
-    stale = stale_sessions(store)
-    if dry_run:
-        return stale
-    done = []
-    for ref, _ in stale:
-        archived, state, moved = archive_session(store, ref.id)
-        if moved:
-            done.append((archived, state))
-    return done
+def options_session_switch(p) -> None:
+    p.add_argument("id", metavar="ID", help="full id, or 4+ characters of it, e.g. 3f9a")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_session_archive(args) -> int:
@@ -9199,6 +12980,26 @@ def cmd_session_archive(args) -> int:
     else:
         warn(f"session {ref.id} is already archived ({store.rel(ref.path)}); nothing to do")
     return EXIT_OK
+
+
+def options_session_archive(p) -> None:
+    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help=f"archive every session untouched for over {SESSION_IDLE_DAYS} days (but this "
+        "checkout's current one)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --stale: list them, archive nothing"
+    )
+    p.add_argument(
+        "--expect-version",
+        type=int,
+        metavar="N",
+        help="refuse (exit 3) unless the stored version is N",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def report_archive_stale(args, store: Store) -> int:
@@ -9223,15 +13024,6 @@ def report_archive_stale(args, store: Store) -> int:
     if not sessions:
         warn(f"no session untouched for over {SESSION_IDLE_DAYS} days; nothing to archive")
     return EXIT_OK
-
-
-def current_id_quietly(store: Store) -> str | None:
-    """The current session's id for marking lists (STM_SESSION, else the pointer)."""
-    try:
-        pinned = pinned_session(store)
-        return pinned.id if pinned is not None else read_pointer(store)
-    except StmError:
-        return None
 
 
 def cmd_session_list(args) -> int:
@@ -9279,29 +13071,9 @@ def cmd_session_list(args) -> int:
     return EXIT_OK
 
 
-def read_last_events(ref: SessionRef, count: int) -> list[dict]:
-    try:
-        fd = os.open(ref.history_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    except OSError:
-        return []
-    try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        size = os.fstat(fd).st_size
-        data = tail_bytes(fd, size, 65536)
-    finally:
-        os.close(fd)
-    events = []
-    for raw in data.split(b"\n")[-count - 1 :]:
-        try:
-            event = load_json(raw)
-        except ValueError:
-            continue  # a torn tail, or a line cut by the 64 KiB window
-        if isinstance(event, dict):
-            events.append(event)
-    return events[-count:]
+def options_session_list(p) -> None:
+    p.add_argument("--all", action="store_true", help="include archived sessions")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_session_show(args) -> int:
@@ -9330,34 +13102,9 @@ def cmd_session_show(args) -> int:
     return EXIT_OK
 
 
-@memory_write
-def set_phase(
-    store: Store, phase: str, *, session: str | None = None, expect_version: int | None = None
-) -> tuple[SessionRef, dict, bool]:
-    """The `session phase` operation: close the current phase_history entry and open one
-    for `phase`. Returns (ref, state, changed); the same phase again changes nothing."""
-    phase = check_phase_name(phase, "phase")
-    ref = require_session(store, session)
-
-    def mutate(state: dict):
-        valid = state.get("valid_phases")
-        if isinstance(valid, list) and valid and phase not in valid:
-            raise usage_error(
-                f"phase {phase!r} is not one of this session's phases: {', '.join(valid)}"
-            )
-        old = state.get("phase")
-        if old == phase:
-            return "phase_change", {}
-        now = iso_now()
-        history = state.setdefault("phase_history", [])
-        if history and isinstance(history[-1], dict) and history[-1].get("exited_at") is None:
-            history[-1]["exited_at"] = now
-        history.append({"phase": phase, "entered_at": now, "exited_at": None})
-        state["phase"] = phase
-        return "phase_change", {"from": old, "to": phase}
-
-    state, changed = update_session(store, ref, mutate, expect_version)
-    return ref, state, changed
+def options_session_show(p) -> None:
+    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_session_phase(args) -> int:
@@ -9369,6 +13116,11 @@ def cmd_session_phase(args) -> int:
     return EXIT_OK
 
 
+def options_session_phase(p) -> None:
+    p.add_argument("name", metavar="NAME", help="the new phase")
+    options_update(p)
+
+
 def report_update(args, store, ref, state, changed: bool, what: str) -> None:
     if args.json:
         summary = session_summary(store, ref, state, current_id_quietly(store) == ref.id)
@@ -9378,174 +13130,6 @@ def report_update(args, store, ref, state, changed: bool, what: str) -> None:
         out(f"{ref.id}: {what} (version {state['version']})")
     else:
         out(f"{ref.id}: {what}; nothing changed (version {state['version']})")
-
-
-def resolve_done(done: str, steps: list) -> tuple[str, bool]:
-    """--done as boot numbers the pending steps (`2`), or a step's exact text; returns
-    (the step's text, whether it named a pending step)."""
-    if done.isdigit() and 1 <= int(done) <= len(steps) and done not in steps:
-        return steps[int(done) - 1], True
-    return done, done in steps
-
-
-def match_done_step(done: str, steps: list, phases=()) -> str:
-    """What `--done` names among the pending steps `steps`: a step's exact text, its
-    number as boot shows it, or a part of its text (case-insensitive) found in exactly
-    one step; given back unchanged when it names none, or is one of the session's
-    `phases` (apply_checkpoint then says it is a phase). A part found in several steps
-    is refused, listing them: recording the wrong one would lose a step silently."""
-    text, matched = resolve_done(done, steps)
-    if matched or done in phases:
-        return text
-    wanted = done.casefold()
-    found = [step for step in steps if wanted in str(step).casefold()]
-    if len(found) == 1:
-        return found[0]
-    if found:
-        shown = "; ".join(f"{steps.index(s) + 1}. {one_line(s, 80)}" for s in found[:10])
-        raise usage_error(
-            f"--done {one_line(done, 80)!r} matches {len(found)} pending steps: {shown}; "
-            "give more of the step's text, or its number; nothing written"
-        )
-    return done
-
-
-def session_phases(state: dict) -> list[str]:
-    """Every phase name a session knows: its valid phases, its history, its phase."""
-    names = list(state.get("valid_phases") or [])
-    history = state.get("phase_history") if isinstance(state.get("phase_history"), list) else []
-    names += [h.get("phase") for h in history if isinstance(h, dict)]
-    names.append(state.get("phase"))
-    return [n for n in names if isinstance(n, str)]
-
-
-def done_list(change: dict) -> list[str]:
-    """The steps a checkpoint marks done, in order: `done_steps` when several were given
-    (`done` is then the last), else `done` alone."""
-    several = change.get("done_steps")
-    if isinstance(several, list) and several:
-        return [str(step) for step in several]
-    return [] if change.get("done") is None else [change["done"]]
-
-
-def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> list[str]:
-    """Apply one checkpoint (`change`: done or done_steps, pending, resume, note,
-    interrupted, finish; absent keys change nothing) to `state` in place; returns
-    warnings. The same function replays checkpoint events when a merged state is rebuilt
-    from its history."""
-    warnings = []
-    checkpoint = dict(state.get("checkpoint") or {})
-    steps = list(checkpoint.get("pending_steps") or [])
-    done = None
-    shown = list(steps)  # numbers name steps as boot showed them, before any is removed
-    resolved = []
-    for given in done_list(change):
-        done, matched = resolve_done(given, shown)
-        resolved.append(done)
-        checkpoint["last_completed_step"] = done
-        steps = [s for s in steps if s != done]
-        if matched:
-            continue
-        if done in session_phases(state):
-            warnings.append(
-                f"--done {done!r} is a phase, not a pending step: recorded as the last "
-                "completed step; a phase is changed with `stm session phase NAME`, a step "
-                "is one line of --pending"
-            )
-        else:
-            warnings.append(f"--done {done!r} matched no pending step; recorded as done")
-    if resolved:
-        change["done"] = done
-        if len(resolved) > 1:
-            change["done_steps"] = resolved
-    if change.get("pending") is not None:
-        steps = list(change["pending"])
-    if change.get("finish"):
-        steps = []
-        state["finished_at"] = now
-        checkpoint.pop("resume_instruction", None)
-    checkpoint["pending_steps"] = steps
-    if change.get("resume") is not None:
-        checkpoint["resume_instruction"] = change["resume"]
-    resumable = steps or checkpoint.get("resume_instruction")
-    checkpoint["can_resume"] = bool(resumable) and not state.get("finished_at")
-    state["checkpoint"] = checkpoint
-    recovery = dict(state.get("recovery") or {})
-    note = change.get("note")
-    if note:
-        recovery["recovery_notes"] = note
-    elif note == "":
-        recovery.pop("recovery_notes", None)  # --note "" clears it
-    if change.get("interrupted"):  # the first cut-off time stands until work moves on
-        recovery.setdefault("interrupted_at", now)
-    elif done is not None:
-        recovery.pop("interrupted_at", None)
-    recovery["last_agent"] = author
-    if change.get("finish"):
-        recovery["last_action"] = "checkpoint: finished"
-    elif done:
-        recovery["last_action"] = f"checkpoint: done {'; '.join(resolved)}"
-    else:
-        interrupted = change.get("interrupted")
-        recovery["last_action"] = "checkpoint: interrupted" if interrupted else "checkpoint"
-    state["recovery"] = recovery
-    return warnings
-
-
-@memory_write
-def checkpoint_session(
-    store: Store,
-    *,
-    session: str | None = None,
-    done: str | list[str] | None = None,
-    pending: list[str] | None = None,
-    clear_pending: bool = False,
-    resume: str | None = None,
-    note: str | None = None,
-    interrupted: bool = False,
-    finish: bool = False,
-    expect_version: int | None = None,
-) -> tuple[SessionRef, dict, bool, list[str]]:
-    """The `session checkpoint` operation (spec/state-layout.md): record the steps done
-    (each by its text, its number as boot shows it, or a part of its text that only it
-    holds), the pending steps, how to resume, a recovery note ("" clears it), an
-    interruption, or that the work is finished. Returns (ref, state, changed, warnings);
-    repeating a call changes nothing."""
-    dones = [done] if isinstance(done, str) else list(done or [])
-    dones = [clean_text(step, "--done") for step in dones]
-    done = dones[-1] if dones else None
-    pending = [clean_text(p, "--pending") for p in pending] if pending else None
-    if clear_pending:
-        if pending:
-            raise usage_error("--clear-pending and --pending do not go together")
-        pending = []
-    resume = clean_text(resume, "--resume", 1000) if resume is not None else None
-    if note is not None:
-        note = clean_text(note, "--note", 2000) if note.strip() else ""
-    texts = (*dones, resume, note, *(pending or []))
-    refuse_secrets("\n".join(t for t in texts if t), "no flag")
-    given = (done, pending, resume, note)
-    if all(value is None for value in given) and not interrupted and not finish:
-        raise usage_error(
-            "checkpoint needs --done, --pending, --clear-pending, --resume, --note, "
-            "--interrupted or --finish"
-        )
-    ref = require_session(store, session)
-    now = iso_now()
-    warnings: list[str] = []
-
-    def mutate(state: dict):
-        shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
-        named = [match_done_step(step, shown, session_phases(state)) for step in dones]
-        change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
-        change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
-        if len(named) > 1:
-            change["done_steps"] = named
-        warnings[:] = apply_checkpoint(state, change, author=store.settings.author, now=now)
-        return "checkpoint", change
-
-    state, changed = update_session(store, ref, mutate, expect_version)
-    return ref, state, changed, warnings
 
 
 def cmd_session_checkpoint(args) -> int:
@@ -9566,81 +13150,6 @@ def cmd_session_checkpoint(args) -> int:
         warn(warning)
     report_update(args, store, ref, state, changed, "checkpoint saved" if changed else "checkpoint")
     return EXIT_OK
-
-
-def received_handoff(ref: SessionRef) -> dict:
-    """The handoff a session was composed from (context/handoff.json), or {}."""
-    path = os.path.join(ref.path, "context", HANDOFF_JSON)
-    if not os.path.isfile(path) or os.path.islink(path):
-        return {}
-    try:
-        handoff = load_json(read_bytes(path).decode("utf-8-sig"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return handoff if isinstance(handoff, dict) else {}
-
-
-def text_items(value) -> list[str]:
-    """A handoff field (a string or a list of strings) as a list of its texts."""
-    value = [value] if isinstance(value, str) else value
-    return [v for v in value or [] if isinstance(v, str) and v.strip()]
-
-
-def session_handoff(
-    store: Store,
-    *,
-    to: str | None = None,
-    task: str | None = None,
-    task_id: str | None = None,
-    decisions: list[str] | None = None,
-    session: str | None = None,
-) -> dict:
-    """The `session handoff` operation: a handoff, as `compose-handoff` reads it, written
-    from a session (the current one by default): its pending steps as next_steps, its
-    resume line and recovery notes as notes, the decisions given and those of the handoff
-    it came from, its phase; from the author, to `to`. The task is `task`, else the
-    session's name. Writes nothing."""
-    ref = require_session(store, session)
-    state = load_state(ref)
-    came_from = received_handoff(ref)
-    task = clean_text(task, "--task", 2000) if task is not None else state.get("name")
-    if not task:
-        raise usage_error(
-            f"session {ref.id} has no name to serve as the task; say what the next agent "
-            'must do with --task "..."'
-        )
-    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
-    recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
-    notes = []
-    if checkpoint.get("resume_instruction") and not came_from:
-        notes.append(f"Resume: {checkpoint['resume_instruction']}")
-    if recovery.get("recovery_notes"):
-        notes.append(f"Recovery notes: {recovery['recovery_notes']}")
-    summary = f"Session {ref.id}, phase {state.get('phase')}"
-    if checkpoint.get("last_completed_step"):
-        summary += f"; last completed step: {checkpoint['last_completed_step']}"
-    handoff = {
-        "task_id": task_id or state.get("task_id") or ref.id,
-        "from_agent": store.settings.author,
-        "task": task,
-        "status": "finished" if state.get("finished_at") else "in-progress",
-        "created_at": iso_now(),
-        "summary": summary + ".",
-        "context": [f"{store.rel(ref.path)}/ ({STATE_FILE}, {HISTORY_FILE})"],
-        "decisions": text_items(came_from.get("decisions"))
-        + [clean_text(d, "--decision", 2000) for d in decisions or []],
-        "next_steps": [s for s in checkpoint.get("pending_steps") or [] if isinstance(s, str)],
-        "notes": "\n".join(notes),
-    }
-    if to:
-        handoff["to_agent"] = clean_text(to, "--to", 200)
-    if isinstance(state.get("phase"), str) and PHASE_RE.match(state["phase"]):
-        handoff["phase"] = state["phase"]
-    problems = handoff_problems(handoff)
-    if problems:  # e.g. a --task-id longer than any handoff may carry
-        raise usage_error("the handoff would be invalid: " + "; ".join(problems))
-    order = list(HANDOFF_EXAMPLE)  # the fields in the order --example shows them
-    return {key: handoff[key] for key in order if has_content(handoff.get(key))}
 
 
 def cmd_session_handoff(args) -> int:
@@ -9664,161 +13173,21 @@ def cmd_session_handoff(args) -> int:
     return EXIT_OK
 
 
-def read_handoff_input(source: str | None) -> tuple[bytes, str]:
-    if source in (None, "-"):
-        if source is None and sys.stdin.isatty():
-            raise usage_error("compose-handoff needs FILE, or `-` / a pipe on standard input")
-        return sys.stdin.buffer.read(HANDOFF_MAX_BYTES + 1), "<stdin>"
-    if os.path.isdir(source):
-        raise StmError(f"handoff {source} is a directory; name the JSON file")
-    try:
-        with open(source, "rb") as stream:
-            return stream.read(HANDOFF_MAX_BYTES + 1), source
-    except FileNotFoundError:
-        raise StmError(f"handoff file {source} not found") from None
-    except OSError as exc:
-        raise StmError(f"cannot read handoff {source}: {exc.strerror}") from None
-
-
-def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | None, list[str]]:
-    """(the session this very handoff became, ids of earlier ones for the same task)."""
-    same, earlier = None, []
-    listings = ((False, iter_active_sessions(store)), (True, iter_archived_sessions(store)))
-    for archived, listing in listings:
-        for sid, path in listing:
-            if not os.path.exists(os.path.join(path, "context", HANDOFF_JSON)):
-                continue
-            # An I/O error propagates: skipping a readable session could make a duplicate.
-            raw = read_bytes(os.path.join(path, STATE_FILE))
-            try:
-                state = load_json(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                continue  # corrupt: `stm check` reports it
-            if not isinstance(state, dict) or state.get("task_id") != handoff["task_id"]:
-                continue
-            key = [state.get("task_id"), state.get("from_agent"), state.get("handoff_created_at")]
-            if dumps_json(key, None) == handoff_key(handoff):
-                same = SessionRef(sid, path, archived)
-            else:
-                earlier.append(sid)
-    return same, earlier
-
-
-def handoff_state(handoff: dict, session_id: str, now: str, user) -> dict:
-    task = handoff["task"].strip().splitlines()[0]
-    phase = handoff.get("phase") or "handoff"
-    state = new_state(session_id, now, one_line(task, 80), phase, None, user)
-    state["task_id"] = handoff["task_id"]
-    state["from_agent"] = handoff["from_agent"]
-    if handoff.get("to_agent"):
-        state["to_agent"] = handoff["to_agent"]
-    state["handoff_status"] = handoff["status"]
-    state["handoff_created_at"] = handoff["created_at"]
-    state["context"] = {"handoff": f"context/{HANDOFF_JSON}", "session": SESSION_MD}
-    steps = handoff.get("next_steps")
-    steps = [steps] if isinstance(steps, str) else steps
-    pending = [one_line(s, 500) for s in steps or [] if isinstance(s, str) and s.strip()]
-    state["checkpoint"] = {
-        "pending_steps": pending,
-        "resume_instruction": "Read the handoff's full text (named on the Handoff line), "
-        "then continue the task",
-        "can_resume": True,
-    }
-    return state
-
-
-def handoff_receipt(state: dict, session_id: str) -> str:
-    """The log entry that records a handoff's arrival (check looks for its last line)."""
-    receipt = f"handoff {one_line(state.get('task_id', '?'))} received from "
-    receipt += one_line(state.get("from_agent") or "?")
-    if state.get("to_agent"):  # "from A to B", as every line names a handoff
-        receipt += f" to {one_line(state['to_agent'])}"
-    return receipt + f"\n\nsession: {session_id}"
-
-
-def receipt_logged(store: Store, session_id: str) -> bool:
-    """Whether a receipt names the session: in the log of the day it was created, or of
-    today (where a late receipt goes)."""
-    receipt = f"\n\nsession: {session_id}\n".encode()
-    for day in {session_id[:10], iso_now()[:10]}:
-        with contextlib.suppress(OSError):  # a block holds whole entries: never cut there
-            if any(receipt in data for data, _, _ in iter_log_blocks(store.log_path(day))):
-                return True
-    return False
-
-
-def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> dict:
-    """Create the handoff session, all or nothing. Call with both locks held."""
-    now = utc_now()
-    session_id = unused_session_id(store, now)
-    state = handoff_state(handoff, session_id, iso(now), store.user)
-    session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
-    files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
-    event = make_event(
-        store, "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
+def options_session_handoff(p) -> None:
+    p.add_argument("--to", metavar="NAME", help="the agent or person it is for (to_agent)")
+    p.add_argument(
+        "--task", metavar="TEXT", help="what the next agent must do (default: the session's name)"
     )
-    with Rollback() as rollback:
-        ref = create_session(store, state, rollback, files, [event])
-        if switch:
-            switch_pointer(store, session_id, rollback)
-        append_log_entry(store, handoff_receipt(state, session_id), now)
-    return {"ref": ref, "state": state}
-
-
-def compose_handoff_from(
-    store: Store, raw: bytes, source: str, *, switch: bool = True
-) -> tuple[SessionRef, dict, bool, list[str]]:
-    """`compose-handoff` for a front end that has the handoff as bytes (MCP): validate,
-    refuse secrets, create the session unless the same handoff was composed before.
-    Returns (ref, state, created, warnings). (cmd_compose_handoff does the same steps
-    with the CLI's printing between them.)"""
-    handoff = parse_handoff(raw, source)
-    refuse_secrets(raw.decode("utf-8-sig"), "no flag", f"handoff {source}: ")
-    warnings = []
-    with store.stacks_lock(), store.state_lock():
-        same, earlier = find_handoff_sessions(store, handoff)
-        if earlier:
-            warnings.append(
-                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
-                + ", ".join(earlier)
-            )
-        if same is not None:
-            if not same.archived and not receipt_logged(store, same.id):
-                append_log_entry(store, handoff_receipt(load_state(same), same.id))
-            where = " (archived: the work on it is finished)" if same.archived else ""
-            warnings.append(
-                f"this handoff was already composed into session {same.id}{where}; nothing created"
-            )
-            return same, load_state(same), False, warnings
-        result = compose_handoff(store, handoff, raw, switch)
-    return result["ref"], result["state"], True, warnings
-
-
-def handoff_example() -> str:
-    """A handoff to fill in (`compose-handoff --example`): every field, required first."""
-    example = {**HANDOFF_EXAMPLE, "created_at": iso_now()}
-    return json.dumps(example, indent=2, ensure_ascii=False) + "\n"
-
-
-def refuse_example_placeholders(handoff: dict, source: str) -> None:
-    fields = example_placeholders(handoff)
-    if fields:
-        raise StmError(
-            f"handoff {source} still holds the example's placeholder text in "
-            f"{', '.join(fields)}; fill them in (leave out the optional ones you do not "
-            "need), or write the handoff from your session with `stm session handoff`; "
-            "nothing created"
-        )
-
-
-def sent_by_me(store: Store, handoff: dict) -> bool:
-    """Whether `handoff` is one this user sends to someone else: its from_agent is the
-    author (STM_USER, else the login name) and its to_agent another name. Composing it
-    leaves the sender's pointer where it was: the session waits for the receiver."""
-    me = store.settings.author.strip().lower()
-    sender = str(handoff.get("from_agent", "")).strip().lower()
-    receiver = str(handoff.get("to_agent") or "").strip().lower()
-    return sender == me and bool(receiver) and receiver != me
+    p.add_argument(
+        "--task-id",
+        metavar="ID",
+        help="the task's id (default: the id of the handoff it came from, else the session's)",
+    )
+    p.add_argument(
+        "--decision", metavar="TEXT", action="append", help="a decision to pass on (repeat)"
+    )
+    p.add_argument("--session", metavar="ID", help="write it from this session, not the current")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE, not stdout")
 
 
 def cmd_compose_handoff(args) -> int:
@@ -9873,108 +13242,33 @@ def cmd_compose_handoff(args) -> int:
     return EXIT_OK
 
 
-def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
-    """The session `handoff` becomes: created, or — when it was composed before (in this
-    clone, or in another and committed) — found, and made current when `switch`, so
-    composing a received handoff again in a fresh clone adopts it. Returns (ref, state,
-    created, adopted, warnings)."""
-    warnings = []
-    with store.stacks_lock(), store.state_lock():
-        same, earlier = find_handoff_sessions(store, handoff)
-        if earlier:
-            warnings.append(
-                f"an earlier handoff for task {one_line(handoff['task_id'])} exists: "
-                + ", ".join(earlier)
-            )
-        if same is None:
-            result = compose_handoff(store, handoff, raw, switch)
-            return result["ref"], result["state"], True, False, warnings
-        state = load_state(same)
-        if not same.archived and not receipt_logged(store, same.id):
-            append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
-        adopted = switch and not same.archived and read_pointer(store) != same.id
-        if adopted:
-            write_pointer(store, same.id)
-        where = " (archived: the work on it is finished)" if same.archived else ""
-        now = "; it is now this clone's current session" if adopted else ""
-        warnings.append(
-            f"this handoff was already composed into session {same.id}{where}; nothing created{now}"
-        )
-    return same, state, False, adopted, warnings
-
-
-def find_section(doc: MdDoc, name: str) -> MdPart | None:
-    """The `## ` section named `name` (case-insensitively; else a unique prefix), or None."""
-    headings = doc.headed()
-    wanted = name.strip().lower()
-    exact = [part for part in headings if part.name.lower() == wanted]
-    if len(exact) > 1:
-        raise StmError(f"section {name!r} appears {len(exact)} times; merge them first")
-    if exact:
-        return exact[0]
-    prefixed = [part for part in headings if part.name.lower().startswith(wanted)]
-    if len(prefixed) > 1:
-        names = ", ".join(repr(part.name) for part in prefixed)
-        raise usage_error(f"section {name!r} is ambiguous: it matches {names}; say which")
-    return prefixed[0] if prefixed else None
-
-
-def note_doc(text: str) -> MdDoc:
-    """The text note edits, read by the model (trailing blank lines are layout)."""
-    return MdDoc(md_lines(text.rstrip("\n")) if text.strip() else [])
-
-
-def as_bullet(text: str) -> list[str]:
-    first, *rest = text.split("\n")
-    return [f"- {first}"] + [f"  {line}" if line.strip() else "" for line in rest]
-
-
-def add_note(text: str, section: str, note: str, replace: bool, anchor: str | None) -> str:
-    """MEMORY.md (or AGENT.md) with `note` added to, or replacing, `## section`."""
-    doc = note_doc(text)
-    lines, part = doc.lines, find_section(doc, section)
-    if part is None:
-        block = [f"## {section.strip()}", "", *(note.split("\n") if replace else as_bullet(note))]
-        at = find_section(doc, anchor) if anchor else None
-        if at is None:
-            lines += ([""] if lines else []) + block
-        else:
-            lines[at.start : at.start] = block + [""]
-        return "\n".join(lines) + "\n"
-    end = part.end
-    if replace:
-        body = ["", *note.split("\n"), ""] if end < len(lines) else ["", note]
-        lines[part.start + 1 : end] = body
-        return "\n".join(lines).rstrip("\n") + "\n"
-    # newest first: above the section's first item that is not template guidance
-    first = next((item for item in doc.items(part) if item.kind != "comment"), None)
-    at = end if first is None else first.start
-    bullet = as_bullet(note)
-    if first is None or first.kind != "bullet":
-        bullet.append("")  # a blank line between the list and what follows
-    if lines[at - 1].strip():
-        bullet.insert(0, "")
-    lines[at:at] = bullet
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def stamp_last_updated(text: str, stamp: str) -> str:
-    doc = note_doc(text)
-    lines, part = doc.lines, find_section(doc, "Last Updated")
-    if part is None or part.name.lower() != "last updated":
-        return add_note(text, "Last Updated", stamp, True, None)
-    lines[part.start + 1 : part.end] = ["", stamp, ""] if part.end < len(lines) else ["", stamp]
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def note_landed(text: str, section: str, note: str) -> bool:
-    """Read-back check: the note's lines stand under the section's heading."""
-    doc = MdDoc.of(text)
-    part = find_section(doc, section)
-    if part is None:
-        return False
-    body = "\n".join(doc.body(part))
-    return all(line.strip() in body for line in note.split("\n") if line.strip())
+def options_compose_handoff(p) -> None:
+    p.add_argument(
+        "file", metavar="FILE", nargs="?", help="the handoff JSON; - or a pipe reads stdin"
+    )
+    p.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="render Session.md to stdout and create nothing",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
+    switching = p.add_mutually_exclusive_group()
+    switching.add_argument(
+        "--no-switch", action="store_true", help="do not make the session current"
+    )
+    switching.add_argument(
+        "--switch",
+        action="store_true",
+        help="make it current even when it is one you send (from_agent you, to_agent someone "
+        "else), which by default leaves your current session alone",
+    )
+    p.add_argument(
+        "--example",
+        action="store_true",
+        help="print a handoff JSON to fill in (every field, created_at now) and exit",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def read_note_text(args) -> str:
@@ -9989,227 +13283,6 @@ def read_note_text(args) -> str:
     if args.replace:
         refuse_breaking_body(note)
     return note
-
-
-SECTION_NAME_MAX = 500  # characters of a `## ` heading stm writes
-
-
-def clean_section_name(section: str) -> str:
-    """A `## ` heading name as given: one line, controls visible, not itself a heading,
-    at most SECTION_NAME_MAX characters."""
-    name = " ".join(escape_controls(section).split())
-    if not name or name.startswith("#"):
-        raise usage_error('note needs a SECTION name, e.g. `stm note "Next Steps" "..."`')
-    if len(name) > SECTION_NAME_MAX:
-        raise usage_error(
-            f"the section name is longer than {SECTION_NAME_MAX} characters; a heading is a "
-            "short title: name it shortly; nothing written"
-        )
-    return name
-
-
-def refuse_breaking_body(note: str) -> None:
-    """A --replace body with a `#`/`##` line would end its section and start another."""
-    lines = md_lines(note)
-    found = md_heading_in_body(lines)
-    if found is not None:  # (a bullet's later lines are indented: they cannot break out)
-        number, line = found + 1, lines[found]
-        raise usage_error(
-            f"line {number} of the new body is a heading ({line[:40]!r}), which would end "
-            "the section; use `###` for a sub-heading, or note each section on its own"
-        )
-
-
-def ref_name_parts(name: str) -> list[str]:
-    """`note --ref NAME`: NAME or NAME.md under refs/, sub-folders allowed."""
-    parts = name.replace("\\", "/").split("/")
-    if parts[:1] == [REFS_DIR]:
-        parts = parts[1:]
-    for part in parts:
-        check_component(part, f"--ref {name!r}: component")
-    if not parts[-1].endswith(".md"):
-        parts[-1] += ".md"
-    problem = ref_path_problem(parts)
-    if problem:  # it would be written and then never read, searched or checked
-        raise usage_error(f"--ref {name!r}: {problem}; choose another name; nothing written")
-    return parts
-
-
-class SectionMissing(StmError):
-    """`note` to a `## SECTION` the file does not hold: refused unless asked to create it
-    (a typo would otherwise start a section no one reads). Carries the facts, so each
-    front end words the way out in its own terms (a flag, a tool argument)."""
-
-    def __init__(self, section: str, shown: str, nearest: tuple[list[str], list[str]]):
-        self.section, self.shown, self.nearest = section, shown, nearest
-        super().__init__(self.wording("pass --create"), EXIT_USAGE)
-
-    def wording(self, way_out: str) -> str:
-        close, others = self.nearest
-        if close:
-            near = " or ".join(f'"{name}"' for name in close)
-            near = f" (did you mean {near}?)"
-        else:
-            near = ", ".join(f'"{name}"' for name in others)
-            near = f" (its sections: {near})" if near else ""
-        return (
-            f'no section "{self.section}" in {self.shown}{near}; to start a new section, '
-            f"{way_out}; nothing written"
-        )
-
-
-def nearest_sections(text: str, section: str) -> tuple[list[str], list[str]] | None:
-    """None when `## section` is in `text`; else (its sections close to `section`,
-    closest first; its other sections, at most eight)."""
-    doc = MdDoc.of(text)
-    if find_section(doc, section) is not None:
-        return None
-    import difflib
-
-    names = [p.name for p in doc.headed() if p.name.lower() != "last updated"]
-    lowered = {name.lower(): name for name in names}
-    close = difflib.get_close_matches(section.lower(), list(lowered), n=3, cutoff=0.6)
-    close = [lowered[c] for c in close]
-    return close, [name for name in names if name not in close][:8]
-
-
-def refuse_conflicted(path: str, text: str, store: Store) -> None:
-    """A file that still holds merge conflict markers is not edited: an edit would keep
-    one side's text and drop the other's without anyone choosing."""
-    lines = md_has_conflict_markers(text)
-    if lines:
-        shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
-        raise StmError(
-            f"{store.rel(path)} has unresolved merge conflict markers (lines {shown}); "
-            "resolve them first (keep what both sides meant), then retry; nothing written"
-        )
-
-
-@memory_write
-def add_memory_note(
-    store: Store,
-    section: str,
-    note: str,
-    *,
-    replace: bool = False,
-    identity: bool = False,
-    allow_secret: bool = False,
-    create: bool = False,
-    ref: str | None = None,
-) -> dict:
-    """The `note` operation: add a bullet to (or replace the body of) `## section` in
-    MEMORY.md (AGENT.md with identity), restamp `## Last Updated`, write atomically under
-    the lock and read the result back. A section the file lacks is refused
-    (SectionMissing) unless `create`. Returns the path, section and whether it replaced;
-    write_memory_note also says whether it created the section or changed anything."""
-    options = {"replace": replace, "identity": identity, "allow_secret": allow_secret}
-    result = write_memory_note(store, section, note, **options, create=create, ref=ref)
-    return {"path": result["path"], "section": section, "replaced": result["replaced"]}
-
-
-@memory_write
-def write_memory_note(
-    store: Store,
-    section: str,
-    note: str,
-    *,
-    replace: bool = False,
-    identity: bool = False,
-    allow_secret: bool = False,
-    create: bool = False,
-    ref: str | None = None,
-) -> dict:
-    """add_memory_note's work; the result also holds `created` and `changed`, and
-    `section` is the heading as the file spells it."""
-    section = clean_section_name(section)
-    refuse_oversized(note, "the note")
-    if not note.strip() and not replace:
-        raise usage_error("note is empty; nothing written")
-    # An HTML comment opener would hide everything after it from a Markdown reader, and
-    # an unclosed code fence would turn the sections below into text: neither may enter.
-    note = note.replace("<!--", "&lt;!--")
-    if md_fence_left_open(md_lines(note)):
-        raise usage_error(
-            "the note opens a code fence (``` or ~~~) it does not close, which would swallow "
-            "the sections below it; close it; nothing written"
-        )
-    if replace:
-        refuse_breaking_body(note)
-    if not allow_secret:
-        refuse_secrets(note, "--allow-secret")
-    path = store.agent_path if identity else store.memory_path
-    if ref is not None:
-        path = os.path.join(store.refs_dir, *ref_name_parts(ref))
-        refuse_links_below(store.stacks, path)
-    refuse_symlink(path, "memory file")
-    with store.stacks_lock():
-        new_file = False
-        try:
-            before = read_text_to_edit(path, store.rel(path))
-        except FileNotFoundError:
-            new_file = True  # a new ref: --ref NAME asked for it, with its first section
-            if ref is None:
-                raise StmError(f"{store.rel(path)} is missing; run `stm init`") from None
-            title = os.path.basename(path)[:-3].replace("-", " ").replace("_", " ")
-            before = f"# {title[:1].upper()}{title[1:]}\n"  # a new ref: titled, as check asks
-            make_dir(os.path.dirname(path))
-        refuse_conflicted(path, before, store)
-        if ref is not None and may_hold_facts(before):
-            for key, fact, _, _ in parse_fact_block(before)[1]:
-                if fact is not None and key.lower() == section.lower():
-                    raise usage_error(
-                        f"`## {key}` in {store.rel(path)} is a fact: set it with "
-                        f"`stm fact set {key} VALUE`; nothing written"
-                    )
-        nearest = nearest_sections(before, section)
-        if nearest is not None and not create and not new_file:
-            raise SectionMissing(section, path_from_here(path), nearest)
-        if not replace and nearest is None and bullet_present(before, section, note):
-            return note_result(store, path, section, replace, created=False, changed=False)
-        anchor = None if identity or ref is not None else "Last Updated"
-        after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
-        if not identity and ref is None:
-            after = stamp_last_updated(after, iso_now())
-        if not note_landed(after, section, note):  # refuse before writing anything
-            raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
-        atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
-        if not note_landed(read_text(path), section, note):
-            atomic_write(path, before.encode("utf-8"))
-            raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
-    heading = section
-    if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
-        heading = find_section(MdDoc.of(after), section).name
-    return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
-
-
-def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
-    """What `note` did: the file (from the project root), the section, whether it replaced
-    the body, created the section, or changed anything at all."""
-    return {
-        "path": store.rel(path),
-        "section": section,
-        "replaced": bool(replace),
-        "created": bool(created),
-        "changed": bool(changed),
-    }
-
-
-def bullet_present(text: str, section: str, note: str) -> bool:
-    """Whether `note`, as the bullet `note` would write, already stands in the section:
-    the same note twice (an agent's retry) is not a second bullet."""
-    doc = MdDoc.of(text)
-    part = find_section(doc, section)
-    return part is not None and tuple(as_bullet(note)) in doc.bullets(part)
-
-
-def note_report(result: dict, shown: str) -> str:
-    """The one line `note` prints: where the text went (`shown`: the file's path)."""
-    where = f"## {result['section']} in {shown}"
-    if not result["changed"]:
-        return f"already under {where}; nothing changed"
-    if result["created"]:
-        return f"created {where}, with the note"
-    return f"replaced the body of {where}" if result["replaced"] else f"noted under {where}"
 
 
 def note_command(args, section: str, text: str, *extra: str) -> str:
@@ -10273,124 +13346,31 @@ def cmd_note(args) -> int:
     return EXIT_OK
 
 
-def fact_block_path(store: Store, block: str) -> str:
-    check_component(block, "--block")
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", block) or block.endswith(".md"):
-        raise usage_error(
-            f"--block {block!r}: a block is a name like `facts` (refs/<name>.md): letters, "
-            "digits, '_', '.' or '-'"
-        )
-    return os.path.join(store.refs_dir, f"{block}.md")
-
-
-def read_fact_block(store: Store, path: str) -> str | None:
-    """A block's text (None when it does not exist); links and non-files refused."""
-    refuse_symlink(store.refs_dir, "refs folder")
-    refuse_symlink(path, "fact block")
-    if not os.path.lexists(path):
-        return None
-    if not os.path.isfile(path):
-        raise StmError(f"{store.rel(path)} is not a regular file")
-    return read_text_to_edit(path, store.rel(path))
-
-
-def find_fact(sections: list, key: str, shown: str):
-    for section in sections:
-        if section[0] == key:
-            if section[1] is None:
-                raise StmError(
-                    f"{shown}: `## {key}` is not in the fact format (**Current:** and "
-                    "**History:** lines); fix it by hand, nothing changed"
-                )
-            return section
-    return None
-
-
-@memory_write
-def set_fact(
-    store: Store,
-    key: str,
-    value: str,
-    *,
-    why: str | None = None,
-    block: str = FACT_BLOCK_DEFAULT,
-    allow_secret: bool = False,
-) -> dict:
-    """The `fact set` operation: a new Current value with a History entry, the --why
-    reason under that new entry (a Correction when it replaces a value, a Note on a first
-    set); the same value again changes nothing."""
-    key, value = check_fact_key(key), check_fact_value(value)
-    why = check_fact_value(why, "--why") if why is not None else None
-    if not allow_secret:
-        refuse_secrets(f"{value}\n{why or ''}", "--allow-secret")
-    path = fact_block_path(store, block)
-    with store.stacks_lock():
-        text = read_fact_block(store, path)
-        if text is not None:
-            refuse_conflicted(path, text, store)
-        title = block.replace("-", " ").replace("_", " ").capitalize()
-        preamble, sections = parse_fact_block(text or f"# {title}\n")
-        found = find_fact(sections, key, store.rel(path))
-        stamp = iso_now()
-        if found is not None and found[1].current == value:
-            return {"path": store.rel(path), "key": key, "value": value, "changed": False}
-        # The reason explains the new value: it goes under the new entry.
-        label = "Note" if found is None or not found[1].history else "Correction"
-        notes = [f"  - *{label}: {why}*"] if why else []
-        if found is None:
-            sections.append((key, Fact(key, value, [(stamp, value, notes)]), f"## {key}", []))
-        else:
-            fact = found[1]
-            fact.history.insert(0, (stamp, value, notes))
-            fact.current = value
-        make_dir(store.refs_dir)
-        rendered = in_line_ends_of(text or "", render_fact_block(preamble, sections))
-        atomic_write(path, rendered.encode("utf-8"))
-    return {"path": store.rel(path), "key": key, "value": value, "changed": True}
-
-
-def load_facts(store: Store, block: str = FACT_BLOCK_DEFAULT) -> tuple[str, list[Fact]]:
-    path = fact_block_path(store, block)
-    text = read_fact_block(store, path)
-    if text is None:
-        return path, []
-    _, sections = parse_fact_block(text)
-    return path, [fact for _, fact, _, _ in sections if fact is not None]
-
-
-def get_fact(store: Store, key: str, *, block: str = FACT_BLOCK_DEFAULT) -> Fact:
-    path, facts = load_facts(store, block)
-    key = check_fact_key(key)
-    for fact in facts:
-        if fact.key == key:
-            return fact
-    raise StmError(f"no fact {key!r} in {store.rel(path)}; `stm fact list` shows the keys")
-
-
-@memory_write
-def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEFAULT) -> dict:
-    """The `fact rm` operation: the section leaves the block, and its whole history goes
-    into today's log first (with the reason), so nothing is lost."""
-    key, why = check_fact_key(key), check_fact_value(why, "--why")
-    path = fact_block_path(store, block)
-    with store.stacks_lock():
-        text = read_fact_block(store, path)
-        if text is None:
-            raise StmError(f"no fact {key!r}: {store.rel(path)} does not exist")
-        refuse_conflicted(path, text, store)
-        preamble, sections = parse_fact_block(text)
-        found = find_fact(sections, key, store.rel(path))
-        if found is None:
-            raise StmError(f"no fact {key!r} in {store.rel(path)}")
-        removed = "\n".join(render_fact(found[1]))
-        message = f"removed from {store.rel(path)} by stm fact rm: {why}\n\n{removed}"
-        sections.remove(found)
-        rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
-        with Rollback() as rollback:  # a failed rewrite takes the log entry back out
-            rollback.add(append_log_entry(store, normalise_message(message)))
-            rollback.add(restorer(path))
-            atomic_write(path, rendered.encode("utf-8"))
-    return {"path": store.rel(path), "key": key, "removed": True}
+def options_note(p) -> None:
+    p.add_argument("section", metavar="SECTION", help="the `## SECTION` heading of MEMORY.md")
+    p.add_argument("text", metavar="TEXT", nargs="*", help="the note; - reads stdin")
+    p.add_argument(
+        "--replace", action="store_true", help="replace the section's body (TEXT or stdin)"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
+    where.add_argument(
+        "--ref",
+        metavar="NAME",
+        help="write .stacks/refs/NAME.md instead (created with a title if new)",
+    )
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="start SECTION when the file has no such section (refused otherwise: a typo)",
+    )
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing on success (not where it went)"
+    )
+    p.add_argument(
+        "--allow-secret", action="store_true", help="write text even if it looks like a credential"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_fact_set(args) -> int:
@@ -10410,6 +13390,17 @@ def cmd_fact_set(args) -> int:
     return EXIT_OK
 
 
+def options_fact_set(p) -> None:
+    p.add_argument("key", metavar="KEY", help="a slug: lowercase letters, digits, _ . -")
+    p.add_argument("value", metavar="VALUE", nargs="+", help="the new value (one line)")
+    p.add_argument("--why", metavar="TEXT", help="why it changed: a correction note")
+    p.add_argument(
+        "--allow-secret", action="store_true", help="store it even if it looks like a credential"
+    )
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def cmd_fact_get(args) -> int:
     fact = get_fact(store_from_args(args), args.key, block=args.block)
     if args.json:
@@ -10424,6 +13415,13 @@ def cmd_fact_get(args) -> int:
     return EXIT_OK
 
 
+def options_fact_get(p) -> None:
+    p.add_argument("key", metavar="KEY", help="the fact's key")
+    p.add_argument("--history", action="store_true", help="also every earlier value")
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def cmd_fact_list(args) -> int:
     path, facts = load_facts(store_from_args(args), args.block)
     if args.json:
@@ -10434,6 +13432,11 @@ def cmd_fact_list(args) -> int:
     return EXIT_OK
 
 
+def options_fact_list(p) -> None:
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def cmd_fact_rm(args) -> int:
     result = remove_fact(store_from_args(args), args.key, why=args.why, block=args.block)
     if args.json:
@@ -10441,53 +13444,11 @@ def cmd_fact_rm(args) -> int:
     return EXIT_OK
 
 
-@memory_write
-def compact_store(store: Store, *, dry_run: bool = False) -> dict:
-    """The `compact` operation: MEMORY.md sections over their bullet limits and fact
-    histories over theirs lose their oldest items to one log entry of today. The log is
-    appended (and made durable) before any file is rewritten: a kill in between can only
-    leave an item in both places, which `check` reports and `check --fix` removes. A
-    write that fails (disk full, file too big) undoes the others, the log entry included:
-    the tree is left as it was."""
-    config = load_config(store, strict=True)
-    with store.stacks_lock():
-        rewrites, moves = [], []
-        try:
-            text = read_text_to_edit(store.memory_path, store.rel(store.memory_path))
-        except FileNotFoundError:
-            raise StmError(f"{store.rel(store.memory_path)} is missing; run `stm init`") from None
-        original, text = text, text.replace("\r\n", "\n")
-        refuse_conflicted(store.memory_path, text, store)
-        new, moved = compact_memory_text(text, config)
-        if moved:
-            rewrites.append((store.memory_path, in_line_ends_of(original, new)))
-            moves += [(store.memory_path, name, lines) for name, lines in moved]
-        for path in iter_ref_files(store.refs_dir):
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            block = read_text(path)
-            if may_hold_facts(block):
-                block = read_text_to_edit(path, store.rel(path))  # it may be rewritten
-                refuse_conflicted(path, block, store)  # before: markers hide the format
-            if fact_keys_summary(block) is None:
-                continue
-            new, moved = compact_fact_text(
-                block.replace("\r\n", "\n"), config["fact_history_limit"]
-            )
-            if moved:
-                rewrites.append((path, in_line_ends_of(block, new)))
-                moves += [(path, key, lines) for key, lines in moved]
-        if moves and not dry_run:
-            with Rollback() as rollback:
-                message = compact_message(store, moves)
-                rollback.add(append_log_entry(store, message, escaped=True))
-                for path, new in rewrites:
-                    rollback.add(restorer(path))
-                    atomic_write(path, new.encode("utf-8"))
-    return {
-        "dry_run": dry_run,
-        "moved": [{"path": store.rel(p), "section": n, "lines": lines} for p, n, lines in moves],
-    }
+def options_fact_rm(p) -> None:
+    p.add_argument("key", metavar="KEY", help="the fact's key")
+    p.add_argument("--why", metavar="TEXT", required=True, help="why it goes (logged)")
+    options_fact_block(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_compact(args) -> int:
@@ -10505,103 +13466,9 @@ def cmd_compact(args) -> int:
     return EXIT_OK
 
 
-def mark_boot(store: Store) -> None:
-    """Record when this checkout last booted, as the time of an empty, git-ignored file:
-    one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
-    path = os.path.join(store.state, LAST_BOOT_FILE)
-    if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, 0o644)
-        try:
-            os.utime(fd, None)
-        finally:
-            os.close(fd)
-
-
-def digest_since(store: Store, since: str | None) -> float:
-    """Epoch seconds of --since (a date, an ISO time, or `last-boot`), else of MEMORY.md's
-    Last Updated, else a week ago."""
-    if since == "last-boot":
-        path = os.path.join(store.state, LAST_BOOT_FILE)
-        try:
-            if os.path.islink(path):
-                raise OSError
-            return os.lstat(path).st_mtime
-        except OSError:
-            raise StmError(
-                "--since last-boot: this checkout has not booted yet (`stm boot` records it)"
-            ) from None
-    if since is not None:
-        moment = parse_iso(since, date_only_ok=True)
-        if moment is None:
-            raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD) or an ISO time")
-        return moment
-    try:
-        stamp = memory_stamp(read_text(store.memory_path))
-    except OSError:
-        stamp = None
-    return stamp if stamp is not None else utc_now() - 7 * 86400
-
-
-def digest(store: Store, *, since: str | None = None) -> dict:
-    """The `digest` operation: the log entries and fact changes since a moment, newest
-    first, with token counts: what an agent folds into MEMORY.md (`note --replace`)."""
-    start = digest_since(store, since)
-    day = iso(start)[:10]
-    entries = []
-    for name in reversed(log_file_names(store)):
-        if name[:10] < day:
-            break
-        path = os.path.join(store.logs_dir, name)
-        try:
-            found = digest_entries(store, path, start)
-        except OSError:
-            continue
-        entries += found
-    entries.sort(key=lambda e: e["timestamp"], reverse=True)
-    facts = []
-    for path in iter_ref_files(store.refs_dir):
-        if os.path.islink(path):
-            continue
-        text = read_text(path)
-        if fact_keys_summary(text) is None:
-            continue
-        for key, fact, _, _ in parse_fact_block(text)[1]:
-            for stamp, value, _ in fact.history if fact else []:
-                moment = parse_iso(stamp, need_zone=True)
-                if moment is not None and moment >= start:
-                    facts.append(
-                        {"path": store.rel(path), "key": key, "timestamp": stamp, "value": value}
-                    )
-    facts.sort(key=lambda f: f["timestamp"], reverse=True)
-    tokens = sum(e["tokens"] for e in entries) + sum(estimate_tokens(f["value"]) for f in facts)
-    return {"since": iso(start), "entries": entries, "facts": facts, "tokens": tokens}
-
-
-def digest_entries(store: Store, path: str, start: float) -> list[dict]:
-    """The complete entries of one day log written from `start` on, read a block at a
-    time (the file is never in memory whole; the entries digest shows are)."""
-    entries = []
-    for data, _, _ in iter_log_blocks(path):
-        for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
-            entry = rest[0] if kind == "entry" else None
-            moment = parse_iso(entry.stamp, need_zone=True) if entry and entry.complete else None
-            if moment is None or moment < start:
-                continue
-            if any(COMPACT_HEADER_RE.match(line) for line in entry.body):
-                continue  # what compact moved out of memory is not new work to fold back
-            text = "\n".join(entry.body).strip("\n")
-            entries.append(
-                {
-                    "timestamp": entry.stamp,
-                    "author": entry.author,
-                    "path": store.rel(path),
-                    "tokens": estimate_tokens(text),
-                    "text": text,
-                }
-            )
-    return entries
+def options_compact(p) -> None:
+    p.add_argument("--dry-run", action="store_true", help="say what would move; change nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_digest(args) -> int:
@@ -10621,30 +13488,14 @@ def cmd_digest(args) -> int:
     return EXIT_OK
 
 
-def ref_path(store: Store, name: str) -> str:
-    """The file a ref name means (`guide.md` or `refs/guide.md`): inside refs/, no link
-    on the way, a regular file; anything else is refused."""
-    parts = name.replace("\\", "/").split("/")
-    if parts[:1] == [REFS_DIR]:
-        parts = parts[1:]
-    if not parts or name.startswith("/"):
-        raise usage_error(f"ref {name!r}: give a path under refs/, e.g. guide.md")
-    for part in parts:
-        check_component(part, f"ref {name!r}: component")
-    problem = ref_path_problem(parts)
-    if problem:  # not a ref for any other reader either
-        raise usage_error(f"ref {name!r}: {problem}")
-    path = os.path.join(store.refs_dir, *parts)
-    refuse_symlink(store.refs_dir, "refs folder")
-    refuse_links_below(store.refs_dir, path)
-    require_inside(path, store.refs_dir, "ref")
-    if not os.path.isfile(path) and not parts[-1].endswith(".md"):
-        path += ".md"  # `refs show deploy` means refs/deploy.md
-    if not os.path.isfile(path):
-        raise StmError(
-            f"no ref {name!r} in {store.rel(store.refs_dir)}/; `stm refs list` lists them"
-        )
-    return path
+def options_digest(p) -> None:
+    p.add_argument(
+        "--since",
+        metavar="DATE",
+        help="from DATE (YYYY-MM-DD, an ISO time, or last-boot: this checkout's last `stm "
+        "boot`) on (default: MEMORY.md's Last Updated)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_refs_show(args) -> int:
@@ -10656,6 +13507,11 @@ def cmd_refs_show(args) -> int:
     else:
         sys.stdout.write(escape_controls(text.rstrip("\n")) + "\n")
     return EXIT_OK
+
+
+def options_refs_show(p) -> None:
+    p.add_argument("name", metavar="NAME", help="the ref: deploy, deploy.md, refs/ops/deploy.md")
+    p.add_argument("--json", action="store_true", help="print JSON (path, text)")
 
 
 def cmd_refs_list(args) -> int:
@@ -10670,480 +13526,6 @@ def cmd_refs_list(args) -> int:
     else:
         print(f"stm: no refs yet in {store.rel(store.refs_dir)}/", file=sys.stderr)
     return EXIT_OK
-
-
-def search_layers() -> tuple[str, ...]:
-    """What `search --layer` takes: every layer, then the sessions."""
-    return (*(layer.name for layer in LAYERS), "sessions")
-
-
-SEARCH_CHUNK = 1 << 20  # bytes read at a time
-
-
-def search_files(store: Store, layers, since: str | None):
-    """(layer, path) to search, in order: identity, session, refs, logs newest first,
-    sessions newest first. --since applies to the dated layers (logs and sessions)."""
-    for layer in LAYERS:
-        if layer.name in layers:
-            for path in layer_files(store, layer, newest_first=True, since=since):
-                yield layer.name, path
-    if "sessions" in layers:
-        found = iter_active_sessions(store) + iter_archived_sessions(store, since=since)
-        for session_id, folder in sorted(found, reverse=True):
-            if since and session_id[:10] < since:
-                continue
-            # state.json is left out: each of its facts is an event in history.jsonl,
-            # which search reads as one line per event (session_event_lines)
-            for name in (SESSION_MD, HISTORY_FILE):
-                yield "sessions", os.path.join(folder, name)
-
-
-# Search runs over blocks of whole lines (about SEARCH_CHUNK bytes), not line by line:
-# one C-level scan of a block finds where a match can be, and only those lines are
-# decoded and tested with the per-line verdict (`LineMatcher.matches`, the one
-# definition of a match). The scan may propose lines that do not match, never miss one.
-
-
-def open_blocks(path: str):
-    """(number of its first line, bytes) for each block of whole lines of a file inside
-    a tree, each block ending with b"\n" (one is added after a last line without it), so
-    memory stays flat however big the file grows. Opens now (an error is the caller's to
-    handle), reads as it is iterated."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    try:
-        size = require_regular(fd, path).st_size
-        if size < SEARCH_CHUNK:  # most files: one read, closed at once, no generator
-            data = os.read(fd, size + 1)
-            if len(data) <= size:  # all of it (a short read of a regular file is its end)
-                os.close(fd)
-                return ((1, data if data.endswith(b"\n") else data + b"\n"),) if data else ()
-            return _blocks_of(fd, size, data)
-    except BaseException:
-        os.close(fd)
-        raise
-    return _blocks_of(fd, size)
-
-
-def _blocks_of(fd: int, size: int, first: bytes = b""):
-    try:
-        number, rest, done = 1, [], 0  # rest: what follows the last newline read
-        while True:
-            # Ask for what the file holds and one byte more: a short read of a regular
-            # file is its end, so a small file costs one read (and no 1 MiB buffer).
-            want = min(SEARCH_CHUNK, size - done + 1) if done < size else SEARCH_CHUNK
-            chunk, first = (first, b"") if first else (os.read(fd, want), b"")
-            done += len(chunk)
-            if not chunk:
-                break
-            if len(chunk) < want and done >= size:
-                rest.append(chunk)
-                break
-            cut = chunk.rfind(b"\n") + 1
-            if not cut:  # no line ends here (a very long line): keep reading
-                rest.append(chunk)
-                continue
-            block = b"".join((*rest, chunk[:cut])) if rest else chunk[:cut]
-            rest = [chunk[cut:]] if cut < len(chunk) else []
-            yield number, block
-            number += block.count(b"\n")
-        tail = b"".join(rest)
-        if tail:
-            yield number, tail if tail.endswith(b"\n") else tail + b"\n"
-    finally:
-        os.close(fd)
-
-
-# A --regex search is bounded twice (spec/reliability.md, "Bounded input"): patterns that
-# can backtrack exponentially are refused before a line is read (regex_hazard), and the
-# matching of one search may take REGEX_BUDGET_S seconds in all (RegexBudget), which
-# stops what is only polynomial, such as `a.*b` on a line of a million a's.
-REGEX_BUDGET_S = 5.0
-REGEX_TICK_S = 0.05  # how often the budget is looked at while a search runs
-
-
-def regex_hazard(pattern: str) -> str | None:
-    """Why `pattern` could backtrack exponentially, or None. Python's re has no time
-    limit, so the rule is read off the parsed pattern: a repeat (`+`, `*`, `{2,}`, `{n}`)
-    may not hold another quantifier, `?` included, nor an alternation of several
-    characters (one-character alternatives are a set and safe); no backreferences."""
-    try:
-        from re import _parser as parser  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python 3.9 and 3.10
-        import sre_parse as parser
-    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None)}
-    stack = [(parser.parse(pattern, re.IGNORECASE), False)]  # (subpattern, inside a repeat)
-    while stack:
-        items, inside = stack.pop()
-        for op, av in items:
-            if op in repeats:
-                low, high, body = av
-                if inside and low != high:
-                    return "repeats a group that holds another quantifier, as `(a+)+` does"
-                stack.append((body, inside or high > 1))
-            elif op == parser.BRANCH:
-                if inside:
-                    return "repeats an alternation, as `(a|ab)+` does"
-                stack.extend((branch, inside) for branch in av[1])
-            elif op in (parser.GROUPREF, parser.GROUPREF_EXISTS):
-                return "uses a backreference"
-            elif op == parser.SUBPATTERN or op in (parser.ASSERT, parser.ASSERT_NOT):
-                stack.append((av[-1], inside))
-            elif op == getattr(parser, "ATOMIC_GROUP", None):
-                stack.append((av, inside))
-    return None
-
-
-class RegexBudget:
-    """Seconds of matching left to one regex search. A periodic SIGALRM looks at the
-    clock; when the line being matched has used up the budget, its handler raises, which
-    re's engine lets through (it polls for signals). Time spent outside matching, such as
-    a slow reader of stdout, is not counted. Where there is no SIGALRM or this is not the
-    main thread, only the static rule (regex_hazard) bounds the search."""
-
-    def __init__(self, search, pattern: str):
-        self.search, self.pattern = search, pattern
-        self.spent, self.started, self.over = 0.0, None, False
-        self.saved = None
-
-    def __call__(self, line: str):
-        return self.timed(self.search, line)
-
-    def timed(self, function, *args):
-        """`function(*args)`, its time counted against the budget."""
-        self.started = time.monotonic()
-        try:
-            return function(*args)
-        finally:
-            started, self.started = self.started, None
-            self.spent += time.monotonic() - started
-
-    def _tick(self, signum, frame) -> None:
-        started = self.started
-        if started is None or self.over:
-            return  # not matching now (reading files, or a slow reader of the output)
-        if self.spent + time.monotonic() - started > REGEX_BUDGET_S:
-            self.over = True  # one refusal, even if the clock ticks again meanwhile
-            raise usage_error(
-                f"regex {self.pattern!r} took over {REGEX_BUDGET_S:g} s of matching "
-                "(it backtracks on these lines); make it more specific, or search "
-                "without --regex"
-            )
-
-    def __enter__(self):
-        import signal
-
-        if hasattr(signal, "setitimer"):
-            try:
-                handler = signal.signal(signal.SIGALRM, self._tick)
-            except ValueError:  # not the main thread
-                return self
-            timer = signal.setitimer(signal.ITIMER_REAL, REGEX_TICK_S, REGEX_TICK_S)
-            self.saved = (handler, timer)
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        if self.saved is not None:
-            import signal
-
-            handler, (delay, interval) = self.saved
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, handler)
-            if delay or interval:
-                signal.setitimer(signal.ITIMER_REAL, delay, interval)
-            self.saved = None
-        return False
-
-
-class BudgetedPattern:
-    """A compiled regex whose searches count against a RegexBudget (block scans too)."""
-
-    __slots__ = ("pattern", "budget")
-
-    def __init__(self, pattern, budget: RegexBudget):
-        self.pattern, self.budget = pattern, budget
-
-    def search(self, text, pos: int = 0):
-        return self.budget.timed(self.pattern.search, text, pos)
-
-
-# Characters outside ASCII whose case folding holds ASCII letters (ß -> ss, the Kelvin
-# sign -> k, ﬁ -> fi, ...): a line holding one can match an ASCII pattern that its bytes,
-# lowered, do not show. A test recomputes the list from the running Python's Unicode data.
-FOLDS_TO_ASCII = (
-    "\xdf\u0130\u0149\u017f\u01f0\u1e96\u1e97\u1e98\u1e99\u1e9a\u1e9e\u212a"
-    "\ufb00\ufb01\ufb02\ufb03\ufb04\ufb05\ufb06"
-)
-
-
-def folding_into(needle: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """The UTF-8 codes of the FOLDS_TO_ASCII characters that can fold into part of the
-    ASCII `needle` (ﬂ for "flow", none for "zzz"), and their first bytes."""
-    codes = tuple(c.encode() for c in FOLDS_TO_ASCII if set(c.casefold()) & set(needle))
-    return codes, tuple({code[:1]: None for code in codes})
-
-
-_ASCII_BYTES = bytes(range(128))
-
-
-def may_fold_into(block: bytes, codes, leads) -> bool:
-    """Whether `block` may hold one of `codes` (a yes can be wrong, a no cannot)."""
-    for lead in leads:  # a C-level scan for one byte each, usually none found
-        if lead in block:
-            rest = block.translate(None, _ASCII_BYTES)  # the few bytes outside ASCII
-            return any(code in rest for code in codes)
-    return False
-
-
-# Regex constructs that see past the ends of a line: a pattern holding one is run line
-# by line, since in a block it would see the neighbouring lines.
-SEARCH_LINE_ONLY = ("\\A", "\\Z", "(?<", "(?=", "(?!")
-
-
-class LineMatcher:
-    """A search pattern: `matches(line)` is whether one line matches (a case-insensitive
-    substring, or a case-insensitive regex search); `scan(block)` finds the matching
-    lines of a block of whole lines, returning the text it searched (the bytes, or their
-    decoded text) and an iterator of (offset in that text, line)."""
-
-    __slots__ = ("matches", "needle", "folded", "block_regex", "folding", "budget")
-
-    def __init__(self, pattern: str, regex: bool):
-        self.needle = self.folded = self.block_regex = self.budget = None
-        if regex:
-            self.matches = re.compile(pattern, re.IGNORECASE).search
-            if not any(construct in pattern for construct in SEARCH_LINE_ONLY):
-                self.block_regex = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
-            return
-        self.folded = pattern.casefold()
-        if self.folded.isascii():
-            self.needle = self.folded.encode()
-            self.folding = folding_into(self.folded)
-        folded = self.folded
-        self.matches = lambda line: folded in line.casefold()
-
-    def scan(self, block: bytes):
-        if self.needle is not None and not may_fold_into(block, *self.folding):
-            # bytes.lower() lowers ASCII only; nothing else can fold into an ASCII needle
-            lowered = block.lower()
-            if self.needle not in lowered:
-                return block, ()  # most blocks: nothing more to do
-            return block, self._found(block, lowered, self.needle, b"\n", b"\r")
-        text = block.decode("utf-8", "replace")
-        if self.block_regex is not None:
-            if "\r" in text:  # a line's last \r goes before it is tested, as `$` must see
-                text = text.replace("\r\n", "\n")
-            return text, self._found(text, text, self.block_regex, "\n", "")
-        if self.folded is not None:
-            folded = text.casefold()
-            if len(folded) == len(text):  # one character each: the offsets line up
-                return text, self._found(text, folded, self.folded, "\n", "\r")
-        return text, self._each_line(text)
-
-    def _found(self, text, haystack, needle, newline, cr):
-        """(offset, line) of each line of `text` holding a match; `haystack` is `text` as
-        searched (lowered or folded, the same length), `needle` a string or a regex, `cr`
-        what to take off a line's end (nothing once taken off the whole text)."""
-        search = None if isinstance(needle, (str, bytes)) else needle.search
-        pos, size = 0, len(text)
-        while pos < size:
-            if search is None:
-                at = haystack.find(needle, pos)
-            else:
-                found = search(haystack, pos)
-                at = found.start() if found else -1
-            if at < 0 or at >= size:
-                return
-            start = text.rfind(newline, pos, at) + 1 or pos
-            end = text.find(newline, at)
-            end = size if end < 0 else end
-            line = text[start:end].removesuffix(cr) if cr else text[start:end]
-            if isinstance(line, bytes):
-                line = line.decode("utf-8", "replace")
-            if self.matches(line):
-                yield start, line
-            pos = end + 1
-
-    def _each_line(self, text: str):
-        start = 0
-        for line in text.split("\n")[:-1]:  # the block ends with a newline
-            if self.matches(line.removesuffix("\r")):
-                yield start, line.removesuffix("\r")
-            start += len(line) + 1
-
-
-def search_matcher(pattern: str, regex: bool) -> LineMatcher:
-    """The line test of a search: a case-blind substring, or a regex refused when it could
-    backtrack exponentially and timed against a RegexBudget (matcher.budget)."""
-    if not pattern:
-        raise usage_error("search needs a non-empty PATTERN")
-    try:
-        matcher = LineMatcher(pattern, regex)
-        hazard = regex_hazard(pattern) if regex else None
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise usage_error(f"--regex {pattern!r} is not a valid regular expression: {exc}") from None
-    if hazard:
-        raise usage_error(
-            f"regex {pattern!r} {hazard}, which can take exponential time on one line; "
-            "write it without that, or search without --regex"
-        )
-    if regex:
-        matcher.budget = RegexBudget(matcher.matches, pattern)
-        matcher.matches = matcher.budget
-        if matcher.block_regex is not None:
-            matcher.block_regex = BudgetedPattern(matcher.block_regex, matcher.budget)
-    return matcher
-
-
-def search_memory(
-    store: Store,
-    pattern: str,
-    *,
-    layer: str | None = None,
-    since: str | None = None,
-    regex: bool = False,
-):
-    """The `search` operation: yield each matching line as {path, line, text, layer},
-    in search_files' order, reading files as it goes (a caller may stop at any time).
-    Bad arguments are refused before the first file is opened."""
-    if since is not None and parse_iso(since, date_only_ok=True) is None:
-        raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD)")
-    if layer is not None and layer not in search_layers():
-        raise usage_error(f"--layer {layer!r} is not one of {', '.join(search_layers())}")
-    matcher = search_matcher(pattern, regex)
-    layers = (layer,) if layer else search_layers()
-    hits = _search_hits(store, matcher, layers, since[:10] if since else None)
-    return _budgeted(hits, matcher.budget) if matcher.budget else hits
-
-
-def _budgeted(hits, budget: RegexBudget):
-    """`hits` with the regex budget's timer running while they are produced; the timer
-    is put back when the search ends, fails, or its reader stops early."""
-    with budget:
-        yield from hits
-
-
-def _search_hits(store: Store, matcher, layers, since):
-    for layer, path in search_files(store, layers, since):
-        try:
-            blocks = open_blocks(path)
-        except OSError:
-            continue  # missing optional files (Session.md), links: nothing to search
-        if layer == "logs":
-            yield from log_hits_newest_first(store, path, blocks, matcher)
-            continue
-        if path.endswith(HISTORY_FILE):  # each event as one readable line, not JSON
-            for number, line in session_event_lines(block_lines(blocks)):
-                if matcher.matches(line):
-                    yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
-            continue
-        shown = None
-        for number, line in matching_lines(blocks, matcher):
-            shown = shown or store.rel(path)
-            yield {"path": shown, "line": number, "text": line, "layer": layer}
-
-
-def block_lines(blocks):
-    """(line number, line) of every line of open_blocks' blocks, decoded."""
-    for number, block in blocks:
-        for offset, line in enumerate(block.decode("utf-8", "replace").split("\n")[:-1]):
-            yield number + offset, line.removesuffix("\r")
-
-
-def matching_lines(blocks, matcher):
-    """(line number, line) of each matching line, in file order."""
-    for number, block in blocks:
-        text, hits = matcher.scan(block)
-        newline, counted = ("\n" if isinstance(text, str) else b"\n"), 0
-        for start, line in hits:
-            number += text.count(newline, counted, start)
-            counted = start
-            yield number, line
-
-
-def session_event_lines(lines):
-    """(number, text) of history.jsonl lines, each event as one readable line
-    (event_text), so a search of the sessions layer finds facts, not JSON syntax."""
-    for number, line in lines:
-        try:
-            event = load_json(line)
-        except ValueError:
-            continue  # a torn tail: check reports it
-        if isinstance(event, dict):
-            yield number, event_text(event)
-
-
-def event_text(event: dict) -> str:
-    """One history event as a line: `TIME EVENT by ACTOR: field value; ...`, its values
-    one line each (lists joined with ` | `), without the bookkeeping (version)."""
-    parts = []
-    for key, value in sorted(event.items()):
-        if key in ("event", "timestamp", "actor", "version") or value is None:
-            continue
-        if isinstance(value, dict):
-            value = "; ".join(f"{k} {one_line(v, 200)}" for k, v in sorted(value.items()))
-        elif isinstance(value, list):
-            value = " | ".join(one_line(v, 200) for v in value)
-        parts.append(f"{key} {one_line(value, 500)}")
-    head = f"{one_line(event.get('timestamp', '?'), 40)} {one_line(event.get('event', '?'), 40)}"
-    if event.get("actor"):
-        head += f" by {one_line(event['actor'], 100)}"
-    return head + (": " + "; ".join(parts) if parts else "")
-
-
-LOG_HEADER_STAMP_RE = LazyRegex(r"^## (\S+) · .* <!-- stm:entry [0-9a-f]{8} -->$")
-
-
-def log_hits_newest_first(store: Store, path: str, blocks, matcher):
-    """A day's matches ordered by their entries' timestamps, newest first: a union merge
-    of two clones' logs can leave the entries out of time order. A match's timestamp is
-    that of the last header line at or above it, looked up only for matches. Only the
-    matches are kept in memory, never the file."""
-    hits, stamp, shown, before = [], "", None, None
-    header = LOG_HEADER_STAMP_RE.match  # resolved once: LazyRegex looks it up in Python
-    for number, block in blocks:
-        if before is not None:  # the block before may end with headers after its matches
-            text, looked = before
-            last = text.rfind(text[-1:], 0, len(text) - 1) + 1  # its last line
-            stamp = entry_stamp(text, looked, last, header) or stamp
-        text, found = matcher.scan(block)
-        newline, counted, looked = ("\n" if isinstance(text, str) else b"\n"), 0, 0
-        for start, line in found:
-            number += text.count(newline, counted, start)
-            counted = start
-            stamp = entry_stamp(text, looked, start, header) or stamp
-            looked = start
-            shown = shown or store.rel(path)
-            hits.append((stamp, {"path": shown, "line": number, "text": line, "layer": "logs"}))
-        before = text, looked
-    if not hits:
-        return
-    # Newest first, a match before a later one of the same entry: a stable sort, reversed,
-    # on the stamp with a last character above all others (so "" and any stamp that is
-    # the start of another come first, as by _descending, which costs a loop per match).
-    hits.sort(key=lambda item: item[0] + "\U0010ffff", reverse=True)
-    for _, hit in hits:
-        yield hit
-
-
-def entry_stamp(text, low: int, start: int, header) -> str | None:
-    """The timestamp of the last log header line (`header`: LOG_HEADER_STAMP_RE.match)
-    that starts between offsets `low` and `start` of a block (both line starts, both
-    included), or None when none does."""
-    newline, marker = (b"\n", b"\n## ") if isinstance(text, bytes) else ("\n", "\n## ")
-    end = start + 3  # "\n## " ending there: a header starting at `start`
-    while True:
-        at = text.rfind(marker, max(low - 1, 0), end)
-        if at < 0 and not (low == 0 and text[:3] == marker[1:]):
-            return None
-        line = text[at + 1 : text.find(newline, at + 1)]
-        if isinstance(line, bytes):
-            line = line.decode("utf-8", "replace")
-        found = header(line.removesuffix("\r"))
-        if found:
-            return found.group(1)
-        if at < 0:
-            return None
-        end = at + 3  # a `## ` line that is not a header: look further up
 
 
 def cmd_search(args) -> int:
@@ -11162,367 +13544,12 @@ def cmd_search(args) -> int:
     return EXIT_OK if found else EXIT_FAIL
 
 
-# ---- capture: what an interrupted agent session leaves behind (spec/capture.md) -------
-#
-# `stm capture` runs from an agent client's lifecycle hooks with the hook's JSON payload
-# on stdin. It reads the client's transcript (the tail only) and git, and records what
-# the session did in the agent's stm session, beside the agent's own checkpoint, so the
-# next boot shows the work even when the agent never wrote to memory. A hook must never
-# break the agent: every failure is a one-line reason on stderr and exit 0.
-
-HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
-HOOK_LOCK_TIMEOUT_S = 1.0  # a hook waits at most this long for the lock, then skips
-HOOK_RECORD_MAX = 64 * 1024
-HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
-CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
-HOOK_CLIENTS = ("claude", "codex")
-SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
-
-
-def read_hook_payload(data: bytes) -> dict:
-    """The hook's JSON object, or StmError saying why it is not one."""
-    if len(data) > HOOK_PAYLOAD_MAX:
-        raise StmError(f"the payload is over {HOOK_PAYLOAD_MAX} bytes; not a hook payload")
-    if not data.strip():
-        raise StmError("no payload on stdin (a hook passes one as JSON)")
-    try:
-        payload = load_json(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise StmError(f"the payload is not JSON ({exc})") from None
-    if not isinstance(payload, dict):
-        raise StmError("the payload is not a JSON object")
-    return payload
-
-
-def payload_text(payload: dict, key: str, limit: int = 4096) -> str:
-    """A string field of the payload, or "" (a hook tolerates every missing or odd field)."""
-    value = payload.get(key)
-    return value if isinstance(value, str) and len(value) <= limit else ""
-
-
-def payload_client(payload: dict, given: str | None) -> str:
-    """Which client ran the hook: --client, else Claude Code when its variable is set or
-    its transcript folder is named, else Codex when the transcript is a rollout."""
-    if given:
-        return given
-    path = payload_text(payload, "transcript_path")
-    if os.environ.get("CLAUDE_PROJECT_DIR") or f"{os.sep}.claude{os.sep}" in path:
-        return "claude"
-    if f"{os.sep}.codex{os.sep}" in path or os.path.basename(path).startswith("rollout-"):
-        return "codex"
-    return "agent"
-
-
-def read_hook_record(store: Store) -> dict:
-    """The local record of .state/.hooks.json: {"sessions": {client: {...}}, "runs":
-    {"client Event": stamp}}. A missing, unreadable or corrupt record starts afresh: it
-    only decides what to capture next, and a capture is never lost by re-reading."""
-    path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}, "logged": {}}
-    if links_on_the_way(store.state, path) or not os.path.lexists(path):
-        return record
-    try:
-        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
-    except (OSError, StmError, UnicodeDecodeError, ValueError):
-        return record
-    if isinstance(data, dict):
-        for key in record:
-            if isinstance(data.get(key), dict):
-                record[key] = data[key]
-    return record
-
-
-def write_hook_record(store: Store, record: dict) -> None:
-    path = os.path.join(store.state, HOOKS_FILE)
-    refuse_links_below(store.state, path)
-    atomic_write(path, dumps_json(record).encode("utf-8"))
-
-
-def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
-    """What to capture for this hook: (client session, transcript path, log it?) rows.
-
-    A SessionStart for another client session first captures the previous one from the
-    transcript recorded when it started (or, with none recorded, the newest other
-    transcript beside this one that names this project); a start after compaction or a
-    resume of the same session captures the live transcript. Other events capture their
-    own session."""
-    session = client_session_id(payload)
-    transcript = payload_text(payload, "transcript_path")
-    if event != "SessionStart":
-        return [(session, transcript, event in CAPTURE_LOG_EVENTS)] if transcript else []
-    jobs = []
-    previous = record["sessions"].get(client)
-    previous = previous if isinstance(previous, dict) else {}
-    before, before_path = previous.get("id"), previous.get("transcript")
-    if before and before != session and is_project_transcript(before_path, root, payload):
-        jobs.append((str(before), before_path, True))
-    elif not before and transcript:
-        other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
-        if other:
-            name = os.path.splitext(os.path.basename(other))[0]
-            jobs.append((name, other, True))
-    source = payload_text(payload, "source", 40)
-    if transcript and source in ("compact", "resume") and before in (None, session):
-        jobs.append((session, transcript, False))
-    return jobs
-
-
-def is_project_transcript(path, root: str, payload: dict) -> bool:
-    """Whether a transcript path from the local record may be read: a `.jsonl` file whose
-    entries name this project (or the folder the client says it is in) as their working
-    folder. The record is a file in the repository's tree, which a hostile clone can fill:
-    it must never make stm read, and store, another file."""
-    if not isinstance(path, str) or not path.endswith(".jsonl"):
-        return False
-    places = same_folder_names(root)
-    here = payload_text(payload, "cwd")
-    if here and os.path.normpath(here).startswith(os.path.normpath(root) + os.sep):
-        places |= same_folder_names(here)
-    return transcript_names_folder(path, places)
-
-
-# What one capture keeps, so state.json stays far under its 10 KB warning and boot's
-# block under a tenth of the hook's cap whatever the transcript held.
-CAPTURE_PLAN_MAX, CAPTURE_FILES_MAX, CAPTURE_FAILURES_MAX = 12, 10, 3
-CAPTURE_ITEM_CHARS = 160
-
-
-def capture_item(text: str) -> str:
-    return text if len(text) <= CAPTURE_ITEM_CHARS else text[: CAPTURE_ITEM_CHARS - 3] + "..."
-
-
-def client_session_id(payload: dict) -> str:
-    """The payload's session id as stm stores it: letters, digits, `-`, `_`, `.`, at
-    most 100; anything else (a token, an escape, a newline) is never stored as given."""
-    raw = payload.get("session_id")
-    text = raw if isinstance(raw, str) else ""
-    if SESSION_TOKEN_RE.fullmatch(text) and not any(find_secrets(text)):
-        return text
-    if not text:
-        return ""
-    import hashlib
-
-    return "h-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
-
-
-def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:
-    """The "captured" object of state.json (CAPTURED_FIELDS) from one transcript read."""
-    plan = transcript.plan
-    if len(plan) > CAPTURE_PLAN_MAX:  # what is open matters most; then the newest done
-        open_items = [p for p in plan if p[1] != "completed"]
-        done = [p for p in plan if p[1] == "completed"]
-        keep = open_items[:CAPTURE_PLAN_MAX]
-        keep += (
-            done[len(done) - (CAPTURE_PLAN_MAX - len(keep)) :]
-            if len(keep) < CAPTURE_PLAN_MAX
-            else []
-        )
-        plan = [p for p in plan if p in keep]
-    failures = [f"{c} — {e}" if e else c for c, e in transcript.failures]
-    record = {
-        "at": iso_now(),
-        "client": client,
-        "client_session": session,
-        "event": event,
-        "plan": [{"text": capture_item(text), "status": status} for text, status in plan],
-        "files": [capture_item(f) for f in transcript.files[-CAPTURE_FILES_MAX:]],
-        "failures": [capture_item(f) for f in failures[-CAPTURE_FAILURES_MAX:]],
-        "position": str(transcript.position),
-    }
-    for key, value in (
-        ("request", transcript.request),
-        ("last_message", transcript.last_message),
-        ("ended_at", transcript.ended_at),
-        ("branch", git.branch if git else None),
-        ("head", git.head if git else None),
-    ):
-        if value:
-            record[key] = value
-    return record
-
-
-def capture_is_empty(transcript) -> bool:
-    return not (
-        transcript.request
-        or transcript.plan
-        or transcript.files
-        or transcript.failures
-        or transcript.last_message
-    )
-
-
-def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef, bool]:
-    """The stm session a capture goes to, and whether the capture made it: the current
-    one (STM_SESSION, else the pointer), else the active session an earlier capture of
-    the same client session went to, else a new one named after the client and its
-    session (current, when nothing is)."""
-    try:
-        ref = current_session(store)
-    except StmError:
-        ref = None  # a pointer to a session gone: a hook captures all the same
-    if ref is not None and not ref.archived:
-        return ref, False
-    for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
-        with contextlib.suppress(StmError):
-            state = load_state(SessionRef(sid, path, False))
-            captured = state.get("captured")
-            if isinstance(captured, dict) and captured.get("client_session") == session:
-                return SessionRef(sid, path, False), False
-    switch = ref is None and not store.settings.session
-    ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
-    return ref, True
-
-
-def capture_log_text(captured: dict) -> str:
-    """The log entry a capture writes: one paragraph a later search finds."""
-    how = CAPTURE_EVENT_WORDS.get(captured["event"], "by a hook")
-    lines = [
-        f"Captured by stm {how} from {captured['client']} session "
-        f"{captured['client_session'][:8]} (the agent did not write this itself)."
-    ]
-    if captured.get("request"):
-        lines.append(f"- Asked: {one_line(captured['request'], 400)}")
-    for status, word in PLAN_MARKS.items():
-        items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
-        if items:
-            lines.append(f"- Plan, {word}: " + "; ".join(items))
-    if captured["files"]:
-        lines.append("- Touched: " + ", ".join(one_line(f, 160) for f in captured["files"]))
-    if captured["failures"]:
-        lines.append("- Failed: " + "; ".join(one_line(f, 160) for f in captured["failures"]))
-    if captured.get("last_message"):
-        lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
-    return "\n".join(lines)
-
-
-# Fields of a capture that change every turn without saying anything new: a Stop hook
-# (every turn) writes only when something else changed, so history.jsonl does not grow
-# by a capture a turn.
-CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "ended_at", "head")
-
-
-def capture_content(captured: dict) -> dict:
-    return {k: v for k, v in captured.items() if k not in CAPTURE_VOLATILE}
-
-
-@memory_write
-def record_capture(
-    store: Store, captured: dict, *, log: bool, logged: dict
-) -> tuple[SessionRef, bool]:
-    """Write one capture into its session (and, when asked, the log). The same
-    transcript position twice writes nothing new; `logged` (client session: position,
-    from the local record) keeps a second log entry away when another session's capture
-    came in between. Returns (session, changed)."""
-    ref, made = capture_target(store, captured["client"], captured["client_session"])
-    state = load_state(ref)
-    previous = state.get("captured") if isinstance(state.get("captured"), dict) else {}
-    ours = previous.get("client_session") == captured["client_session"]
-    same = ours and previous.get("position") == captured["position"]
-    if ours and captured["event"] == "Stop" and not log:
-        same = same or capture_content(previous) == capture_content(captured)
-    if logged.get(captured["client_session"]) == captured["position"]:
-        log = False
-    if same and (not log or previous.get("logged") == captured["position"]):
-        return ref, False
-    if log:
-        # The log entry first: a capture killed between the two writes logs twice at
-        # worst, never not at all.
-        append_log(store, capture_log_text(captured))
-        captured["logged"] = captured["position"]
-    elif same or previous.get("logged") == captured["position"]:
-        captured["logged"] = previous.get("logged", "")
-
-    def mutate(state: dict):
-        before = state.get("captured") if isinstance(state.get("captured"), dict) else {}
-        if made:
-            agent_at = None  # the agent has not written this session yet
-        elif state.get("updated_at") == before.get("at"):
-            agent_at = before.get("agent_at")  # the last write was a capture: keep the agent's
-        else:
-            agent_at = state.get("updated_at")
-        if agent_at:
-            captured["agent_at"] = agent_at
-        state["captured"] = captured
-        return "captured", {"captured": captured}
-
-    state, changed = update_session(store, ref, mutate, now=captured["at"])
-    return ref, changed
-
-
-def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_run=False):
-    """The `capture` operation: record what the hook's client session did. Returns
-    {"event", "client", "captured": [records], "sessions": [ids], "skipped": [reasons]};
-    raises StmError only for a store it cannot use."""
-    event = payload_text(payload, "hook_event_name", 60) or "capture"
-    client = payload_client(payload, client)
-    root = os.path.dirname(os.path.abspath(store.stacks))
-    result = {"event": event, "client": client, "captured": [], "sessions": []}
-    result.update(skipped=[], logged={})
-    record = read_hook_record(store)
-    git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
-    jobs = capture_jobs(record, payload, client, event, root)
-    if not jobs and event != "SessionStart":
-        result["skipped"].append("the payload names no transcript (transcript_path)")
-    for session, path, log in jobs:
-        try:
-            transcript = read_transcript(path, root=root)
-        except (OSError, StmError, ValueError) as exc:
-            result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
-            continue
-        if capture_is_empty(transcript):
-            result["skipped"].append(f"transcript {path}: nothing to capture")
-            continue
-        who = client if client != "agent" else transcript.client or client
-        captured = captured_record(transcript, git, client=who, session=session, event=event)
-        result["captured"].append(captured)
-        if not dry_run:
-            logged = record.get("logged") if isinstance(record.get("logged"), dict) else {}
-            ref, changed = record_capture(store, captured, log=log, logged=logged)
-            if changed:
-                result["sessions"].append(ref.id)
-            if captured.get("logged"):
-                result["logged"][session] = captured["logged"]
-    return result
-
-
-HOOK_LOGGED_MAX = 20  # client sessions whose last logged position the record keeps
-
-
-def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=None) -> None:
-    """Record that this hook ran, which client session it saw, and the transcript
-    positions just logged (re-read under the lock: hooks of one client run in parallel)."""
-    now = iso_now()
-    session = client_session_id(payload)
-    transcript = payload_text(payload, "transcript_path")
-    with store.state_lock():
-        record = read_hook_record(store)
-        record["runs"][f"{client} {event}"] = now
-        if session and (event == "SessionStart" or transcript):
-            record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
-        if logged:
-            kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}
-            kept = {k: v for k, v in kept.items() if k not in logged}
-            record["logged"] = dict(list({**kept, **logged}.items())[-HOOK_LOGGED_MAX:])
-        write_hook_record(store, record)
-
-
-def hook_shell_command(root: str) -> str:
-    """How the agent behind a hook runs stm from its own shell, anywhere in the project:
-    the installed `stm`, else this stm.py by its absolute path (the hook's own form, with
-    its PYTHONPATH, fails in the agent's shell)."""
-    import shlex
-    import shutil
-
-    if shutil.which("stm"):
-        return "stm"
-    return f"python3 {shlex.quote(os.path.abspath(__file__))}"
-
-
-def capture_report(result: dict) -> str:
-    """--print: what a capture would record, as the log entry it would write."""
-    if not result["captured"]:
-        return "nothing to capture\n"
-    return "\n\n".join(capture_log_text(c) for c in result["captured"]) + "\n"
+def options_search(p) -> None:
+    p.add_argument("pattern", metavar="PATTERN", help="text to find (case-insensitive)")
+    p.add_argument("--layer", choices=search_layers(), help="search only this layer")
+    p.add_argument("--since", metavar="DATE", help="logs and sessions from DATE (YYYY-MM-DD) on")
+    p.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_capture(args) -> int:
@@ -11562,6 +13589,24 @@ def cmd_capture(args) -> int:
     return EXIT_OK
 
 
+def options_capture(p) -> None:
+    p.add_argument(
+        "--client",
+        choices=HOOK_CLIENTS,
+        help="the agent client running the hook (default: worked out from the payload)",
+    )
+    p.add_argument(
+        "--boot",
+        action="store_true",
+        help="then print boot (a SessionStart hook: capture first, then the memory to start from)",
+    )
+    p.add_argument("--max-tokens", type=int, metavar="N", help="with --boot: as boot's")
+    p.add_argument("--max-chars", type=int, metavar="N", help="with --boot: as boot's")
+    p.add_argument(
+        "--print", action="store_true", help="show what would be recorded; change nothing"
+    )
+
+
 def hook_boot(args, store) -> None:
     """The SessionStart hook's output: boot, its hints in the agent's shell form."""
     try:
@@ -11579,340 +13624,10 @@ def hook_boot(args, store) -> None:
         print(f"stm capture: no boot: {escape_controls(reason)}", file=sys.stderr)
 
 
-CLAUDE_MATCHER = "startup|resume|clear|compact"
-AGENTS_BEGIN = "<!-- stm:agents begin -->"
-AGENTS_END = "<!-- stm:agents end -->"
-
-
-def agents_block(stm: str = "stm") -> str:
-    """The AGENTS.md block; `stm` is how agents run stm in this project."""
-    boot, log = md_code(f"{stm} boot"), md_code(f'{stm} log "what changed, what was decided"')
-    note = md_code(f'{stm} note "Next Steps" "..."')
-    checkpoint = md_code(
-        f'{stm} session checkpoint --done STEP --pending NEXT --resume "how to go on"'
-    )
-    # A clone may lack the command: the block says how to get it (the hooks print it).
-    missing = (
-        "- No `stm` command here? `pip install stm-memory`, or copy stm.py into the "
-        "project and run `python3 stm.py setup agents-md --install`.\n"
-        if stm == "stm"
-        else ""
-    )
-    return f"""{AGENTS_BEGIN}
-## Memory (stm)
-{missing}- At the start of every session run {boot} and read all of it.
-- Before you stop, log what you did: {log}.
-- Keep the letter to the next session current: {note}.
-- In multi-step work, leave a resumable state for whoever goes on:
-  {checkpoint}.
-- Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
-{AGENTS_END}
-"""
-
-
-AGENTS_BLOCK = agents_block()
-# How a hook runs the project's own stm.py: by its path, imported with its bytecode
-# cached outside the project, in an isolated interpreter (-I: no PYTHONPATH, no user
-# site, and the project folder not on sys.path, so a json.py or an stm/ package in the
-# project cannot stand in for the standard library or for stm; -S: no site). A relative
-# path is looked for from the hook's folder upward (Codex names no project folder).
-HOOK_LOADER = (
-    "import os,sys,importlib.util as u;p=sys.argv[1];d=os.getcwd()\n"
-    "while not os.path.isfile(os.path.join(d,p)) and os.path.dirname(d)!=d:"
-    "d=os.path.dirname(d)\n"
-    "sys.dont_write_bytecode=False;sys.pycache_prefix=os.path.join(os.environ.get("
-    '"XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),"stm")\n'
-    's=u.spec_from_file_location("stm",os.path.join(d,p));m=u.module_from_spec(s)\n'
-    "s.loader.exec_module(m);sys.exit(m.main(sys.argv[2:]))"
-)
-HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
-# A hook command of stm's own, as older versions wrote it: one simple command (no `;`,
-# `&&` or `|`: a user's compound command that mentions stm is the user's) running stm,
-# `python3 -m stm` or a stm.py with boot or capture.
-STM_HOOK_COMMAND_RE = LazyRegex(
-    r"^(?:[A-Z_]+=\S+\s+)*(?:stm|python3?(?:\s+-\S+)*\s+(?:-m\s+stm|\S*stm\.py['\"]?))"
-    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture)(?:\s[^;&|`]*)?$"
-)
-
-
 def project_root(args) -> str:
     """The folder holding the memory (the nearest .stacks/'s parent), else here."""
     stacks = getattr(args, "dir", None) or find_stacks(os.getcwd())
     return os.path.dirname(os.path.abspath(stacks)) if stacks else os.getcwd()
-
-
-def default_stm_command(root: str) -> str:
-    """How agents in the project at `root` run stm, in every clone of it: this stm.py by
-    its path from the project root when it is inside the project (every clone has it),
-    else the installed command (the block then says how to get it)."""
-    import shutil
-
-    rel = os.path.relpath(os.path.abspath(__file__), root)
-    if not rel.startswith(".."):
-        return shell_command("python3", rel.replace(os.sep, "/"))
-    if not shutil.which("stm"):
-        warn(
-            "the `stm` command is not installed and this stm.py is outside the project; "
-            "the block says `stm`: install it, or name the command with --command"
-        )
-    return "stm"
-
-
-class HookClient:
-    """An agent client whose hooks stm installs: where its project hook file lives, how a
-    hook command finds the project folder, and which hooks stm adds (event, matcher, stm
-    arguments). SessionStart captures the session that ended, then boots; the others
-    capture (spec/capture.md)."""
-
-    __slots__ = ("name", "title", "file", "project_dir", "hooks")
-
-    def __init__(self, name, title, file, project_dir, hooks):
-        self.name, self.title, self.file = name, title, file
-        self.project_dir, self.hooks = project_dir, hooks
-
-
-HOOK_CLIENTS_TABLE = (
-    HookClient(
-        "claude",
-        "Claude Code",
-        os.path.join(".claude", "settings.json"),
-        '"$CLAUDE_PROJECT_DIR"',
-        (
-            ("SessionStart", CLAUDE_MATCHER, ("--boot", "--max-chars", str(HOOK_MAX_CHARS))),
-            ("PreCompact", None, ()),
-            ("SessionEnd", None, ()),
-        ),
-    ),
-    HookClient(
-        "codex",
-        "Codex",
-        os.path.join(".codex", "hooks.json"),
-        None,  # Codex names no project folder: stm.py is looked for from the hook's folder up
-        (
-            ("SessionStart", None, ("--boot", "--max-tokens", str(CODEX_HOOK_MAX_TOKENS))),
-            ("PreCompact", None, ()),
-            ("Stop", None, ()),
-        ),
-    ),
-)
-
-
-def hook_client(name: str) -> HookClient:
-    return next(c for c in HOOK_CLIENTS_TABLE if c.name == name)
-
-
-def stm_in_project(root: str) -> str | None:
-    """This stm.py's folder relative to the project root, when it is inside the project
-    (then every clone has it); else None."""
-    rel = os.path.relpath(os.path.dirname(os.path.abspath(__file__)), root)
-    return None if rel.startswith("..") else rel
-
-
-def hook_command(root: str, client: HookClient, arguments) -> str:
-    """What one hook runs, quoted for sh. With stm.py in the project, that file imported
-    as `python3 -m stm` (cached bytecode, kept out of the project): it works in every
-    clone. Else the installed `stm`, and where a clone has none, one line saying how to
-    get it (on stdout at SessionStart, so the agent reads it; on stderr otherwise). With
-    neither, this stm.py by its absolute path, which only this machine has (`--check`
-    says so elsewhere)."""
-    import shutil
-
-    words = ("capture", "--client", client.name, *arguments)
-    rel = stm_in_project(root)
-    if rel is not None or not shutil.which("stm"):
-        if rel is None:  # neither in the project nor installed: this machine only
-            path = (os.path.abspath(__file__),)
-        elif client.project_dir:
-            file = "stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py"
-            path = (ShellText(client.project_dir), "/" + file)
-        else:  # found from the hook's folder upward
-            path = ("stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py",)
-        return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
-    to = "" if "--boot" in arguments else " >&2"
-    missing = shell_command(
-        "echo",
-        "stm memory: the stm command is not installed in this environment: "
-        "`pip install stm-memory`, or copy stm.py into the project and run "
-        f"`stm setup {client.name} --install` again",
-    )
-    return (
-        f"if command -v stm >/dev/null 2>&1; then {shell_command('stm', *words)}; "
-        f"else {missing}{to}; fi"
-    )
-
-
-def wanted_hooks(root: str, client: HookClient, session_start: str | None = None) -> dict:
-    """{event: (matcher, command)} of the hooks stm installs for `client`; `session_start`
-    replaces the SessionStart command (setup's --command)."""
-    wanted = {}
-    for event, matcher, arguments in client.hooks:
-        command = hook_command(root, client, arguments)
-        if event == "SessionStart" and session_start:
-            command = session_start
-        wanted[event] = (matcher, command)
-    return wanted
-
-
-def is_stm_hook(hook, command: str) -> bool:
-    """Whether a hook is one stm wrote (this version's or an older form), never a user's
-    own command that merely mentions stm."""
-    text = hook.get("command") if isinstance(hook, dict) else None
-    if not isinstance(text, str):
-        return False
-    if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
-        return True
-    if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
-        return True
-    return bool(STM_HOOK_COMMAND_RE.match(text))
-
-
-def load_settings(path: str, events=("SessionStart",)) -> tuple[dict, bytes | None]:
-    if not os.path.lexists(path):
-        return {}, None
-    refuse_symlink(path, "settings file")
-    raw = read_bytes(path)
-    try:
-        data = load_json(raw.decode("utf-8")) if raw.strip() else {}
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
-    hooks = data.get("hooks", {}) if isinstance(data, dict) else None
-    for event in events:
-        entries = hooks.get(event, []) if isinstance(hooks, dict) else None
-        if not isinstance(entries, list):
-            raise StmError(
-                f"{path}: expected an object with hooks.{event} as a list; nothing changed"
-            )
-    return data, raw
-
-
-def hook_entry(command: str, matcher: str | None = CLAUDE_MATCHER) -> dict:
-    entry = {"matcher": matcher} if matcher else {}
-    entry["hooks"] = [{"type": "command", "command": command}]
-    return entry
-
-
-def stm_hook_commands(data: dict, event: str) -> list[str]:
-    """The commands of stm's own hooks for `event` in a settings object."""
-    return [
-        hook["command"]
-        for entry in data.get("hooks", {}).get(event, [])
-        if isinstance(entry, dict) and isinstance(entry.get("hooks"), list)
-        for hook in entry["hooks"]
-        if is_stm_hook(hook, "")
-    ]
-
-
-def settings_text(data: dict) -> str:
-    # The user's key order kept; allow_nan=False: what stm writes is JSON (load_json
-    # refuses a file holding NaN, so none can reach here).
-    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-SETUP_BACKUP_SUFFIX = ".stm-backup"  # one backup per file stm edits; --remove deletes it
-
-
-def write_settings(path: str, data: dict) -> None:
-    """Write a client's settings file; a folder made for it (.claude/, .cursor/,
-    .vscode/) is removed again when the write fails (a full disk), so nothing is left."""
-    with Rollback() as rollback:
-        make_dir_undoable(os.path.dirname(path), rollback)
-        atomic_write(path, settings_text(data).encode("utf-8"))
-
-
-def remove_stm_hooks(data: dict, command: str, events=("SessionStart",)) -> None:
-    hooks = data.get("hooks", {})
-    for event in events:
-        if event not in hooks:
-            continue
-        kept = []
-        for entry in hooks.get(event, []):
-            if isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
-                entry["hooks"] = [h for h in entry["hooks"] if not is_stm_hook(h, command)]
-                if not entry["hooks"]:
-                    continue
-            kept.append(entry)
-        hooks[event] = kept
-        if not kept:
-            del hooks[event]
-    if not hooks and "hooks" in data:
-        del data["hooks"]
-
-
-def matching_backup(backup: str, data: dict) -> bytes | None:
-    """The backup's bytes when its content equals `data`: restoring them puts the user's
-    own formatting back exactly."""
-    try:
-        raw = read_bytes(backup)
-    except OSError:
-        return None
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        if load_json(raw.decode("utf-8")) == data:
-            return raw
-    return None
-
-
-def hook_command_problem(root: str, command: str) -> str | None:
-    """Why an installed hook command would not run stm in this clone, or None: the file
-    its PYTHONPATH names is missing, or it runs `stm` and none is installed."""
-    import shlex
-    import shutil
-
-    if HOOK_LOADER_MARK in command:
-        try:
-            words = shlex.split(command)
-        except ValueError:
-            return None
-        at = words.index(HOOK_LOADER) + 1 if HOOK_LOADER in words else len(words)
-        if at < len(words):
-            path = words[at].replace("$CLAUDE_PROJECT_DIR", root)
-            if not os.path.isfile(os.path.join(root, path)):
-                return f"it runs {path}, which this clone does not have"
-            return None
-    try:
-        words = shlex.split(command.split(";")[0])
-    except ValueError:
-        return None  # a hand-written command stm cannot read: not stm's to judge
-    for word in words:
-        if word.startswith("PYTHONPATH="):
-            folder = word.split("=", 1)[1].replace("$CLAUDE_PROJECT_DIR", root)
-            if not os.path.isfile(os.path.join(folder, "stm.py")):
-                return f"it runs {folder}/stm.py, which this clone does not have"
-            return None
-    runs_stm = words[:1] == ["stm"] or "command -v stm" in command
-    if runs_stm and shutil.which("stm") is None:
-        return "it runs the `stm` command, which is not installed here"
-    return None
-
-
-def hook_runs(store: Store | None, client: str) -> dict:
-    """{event: ISO time} of the last run of each of the client's hooks in this checkout."""
-    if store is None:
-        return {}
-    runs = read_hook_record(store)["runs"]
-    prefix = f"{client} "
-    return {k[len(prefix) :]: v for k, v in runs.items() if k.startswith(prefix)}
-
-
-def hook_run_notices(store: Store | None, client: HookClient, installed) -> list[str]:
-    """Installed hooks that never ran here, or not for HOOK_STALE_DAYS: a notice (the
-    likely cause and fix), never a failure."""
-    runs = hook_runs(store, client.name)
-    notices = []
-    for event in installed:
-        stamp = parse_iso(str(runs.get(event, "")), need_zone=True)
-        if stamp is None:
-            why = "has never run in this checkout"
-        elif utc_now() - stamp > HOOK_STALE_DAYS * 86400:
-            why = f"has not run for {age_words(utc_now() - stamp)}"
-        else:
-            continue
-        fix = (
-            "Codex skips a new or changed project hook until you trust it in `/hooks`"
-            if client.name == "codex"
-            else "check that Claude Code loads the project settings (`/hooks`)"
-        )
-        notices.append(f"the {client.title} {event} hook {why}: {fix}")
-    return notices
 
 
 def setup_hooks(args, client: HookClient) -> int:
@@ -12006,71 +13721,33 @@ def cmd_setup_claude(args) -> int:
     return setup_hooks(args, hook_client("claude"))
 
 
+def options_setup_claude(p) -> None:
+    setup_actions(
+        p,
+        shows="the hook settings",
+        installs="merge the hooks into .claude/settings.json (keeps one backup)",
+        removes="take out only what stm added",
+    )
+    p.add_argument(
+        "--command",
+        dest="session_start_command",
+        metavar="CMD",
+        help=f"what the SessionStart hook runs (default: this project's stm.py, else `stm`, "
+        f"with `capture --client claude --boot --max-chars {HOOK_MAX_CHARS}`)",
+    )
+
+
 def cmd_setup_codex(args) -> int:
     return setup_hooks(args, hook_client("codex"))
 
 
-# (config file, key holding the servers, whether entries carry "type") per client;
-# codex keeps its servers in ~/.codex/config.toml (TOML): printed, never written.
-MCP_CLIENT_FILES = {
-    "claude": (".mcp.json", "mcpServers", True),
-    "cursor": (os.path.join(".cursor", "mcp.json"), "mcpServers", False),
-    "vscode": (os.path.join(".vscode", "mcp.json"), "servers", True),
-    "codex": (None, "mcp_servers", False),
-}
-
-
-def mcp_server_entry(root: str, client: str) -> dict:
-    """How a client starts `stm mcp` in the project at `root`: the installed command,
-    else this stm.py by its path from the project root (clients start servers there), or
-    by its absolute path for a client whose config is global (Codex's
-    ~/.codex/config.toml serves every project: a relative path would name no file)."""
-    import shutil
-
-    if shutil.which("stm"):
-        command, args = "stm", ["mcp"]
-    else:
-        path = os.path.abspath(__file__)
-        rel = os.path.relpath(path, root)
-        is_global = MCP_CLIENT_FILES[client][0] is None
-        command, args = "python3", [path if is_global or rel.startswith("..") else rel, "mcp"]
-    entry = {"type": "stdio"} if MCP_CLIENT_FILES[client][2] else {}
-    entry.update({"command": command, "args": args})
-    user = Settings().user
-    if user:  # clients pass servers few variables: name the author explicitly
-        entry["env"] = {"STM_USER": user}
-    return entry
-
-
-def toml_string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid TOML basic string
-
-
-def codex_snippet(entry: dict) -> str:
-    lines = ["[mcp_servers.stm]", f"command = {toml_string(entry['command'])}"]
-    lines.append("args = [" + ", ".join(toml_string(a) for a in entry["args"]) + "]")
-    if entry.get("env"):
-        env = ", ".join(f"{k} = {toml_string(v)}" for k, v in entry["env"].items())
-        lines.append(f"env = {{ {env} }}")
-    return "\n".join(lines) + "\n"
-
-
-def load_json_config(path: str) -> tuple[dict, bytes | None]:
-    """A client's JSON config as an object (absent: {}); refuses invalid JSON or a
-    non-object, with nothing changed."""
-    if not os.path.lexists(path):
-        return {}, None
-    refuse_symlink(path, "config file")
-    if not os.path.isfile(path):
-        raise StmError(f"{path} is not a regular file; nothing changed")
-    raw = read_bytes(path)
-    try:
-        data = load_json(raw.decode("utf-8")) if raw.strip() else {}
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise StmError(f"{path} is not valid JSON ({exc}); fix it first, nothing changed") from None
-    if not isinstance(data, dict):
-        raise StmError(f"{path}: expected a JSON object; nothing changed")
-    return data, raw
+def options_setup_codex(p) -> None:
+    setup_actions(
+        p,
+        shows="the hook file",
+        installs="merge the hooks into .codex/hooks.json (keeps one backup)",
+        removes="take out only what stm added",
+    )
 
 
 def cmd_setup_mcp(args) -> int:
@@ -12126,51 +13803,20 @@ def cmd_setup_mcp(args) -> int:
     return EXIT_OK
 
 
-def agents_block_span(text: str, source: str) -> tuple[int, int] | None:
-    """(start, end) of the stm block in an instructions file, end just past its end
-    marker; None when there is none. A begin marker without its end marker (or markers
-    out of order, or twice) is refused with its line: guessing where the block ends could
-    remove the user's own text."""
-    begins = [m.start() for m in re.finditer(re.escape(AGENTS_BEGIN), text)]
-    ends = [m.start() for m in re.finditer(re.escape(AGENTS_END), text)]
-    if not begins and not ends:
-        return None
-    if len(begins) == 1 and len(ends) == 1 and begins[0] < ends[0]:
-        return begins[0], ends[0] + len(AGENTS_END)
-    where = (begins or ends)[0]
-    if len(begins) == 1 and len(ends) == 1:
-        where = ends[0]
-    line = text.count("\n", 0, where) + 1
-    raise StmError(
-        f"{source}:{line}: the stm block's markers are unbalanced ({len(begins)} "
-        f"`{AGENTS_BEGIN}`, {len(ends)} `{AGENTS_END}`); fix the file by hand, nothing changed"
+def options_setup_mcp(p) -> None:
+    setup_actions(
+        p,
+        shows="the config",
+        installs="merge the stm server into the client's config",
+        removes="take the stm server out",
     )
-
-
-def insert_agents_block(text: str, block: str, source: str = "AGENTS.md") -> str | None:
-    """`text` with the stm block added at the end, or put in place of an older block;
-    None when the same block is already there."""
-    span = agents_block_span(text, source)
-    if span is not None:
-        start, end = span
-        if text[start : end + 1] == block:
-            return None
-        return text[:start] + block + text[end:].lstrip("\n")
-    prefix = text if not text or text.endswith("\n") else text + "\n"
-    return prefix + ("\n" if prefix else "") + block
-
-
-def remove_agents_block(text: str, source: str = "AGENTS.md") -> str | None:
-    """`text` without the stm block (and the blank line install put before it); None
-    when there is no block."""
-    span = agents_block_span(text, source)
-    if span is None:
-        return None
-    before, after = text[: span[0]], text[span[1] :]
-    after = after[1:] if after.startswith("\n") else after
-    if before.endswith("\n\n"):
-        before = before[:-1]  # the blank line install put before the block
-    return before + after
+    p.add_argument(
+        "--client",
+        choices=tuple(MCP_CLIENT_FILES),
+        default="claude",
+        help="claude: .mcp.json; cursor: .cursor/mcp.json; vscode: .vscode/mcp.json; "
+        "codex: print the config.toml snippet (default: %(default)s)",
+    )
 
 
 def cmd_setup_agents_md(args) -> int:
@@ -12207,77 +13853,20 @@ def cmd_setup_agents_md(args) -> int:
     return EXIT_OK
 
 
-IMPORT_MAX_ENTRIES = 100_000
-EXPORT_DEPTH_MAX = REFS_DEPTH_MAX + 8  # folders below a tree's root that export walks
-IMPORT_MAX_BYTES = 256 * 1024 * 1024
-IMPORT_MAX_RATIO = 100  # uncompressed / compressed, for entries over 1 MiB: a zip bomb
-
-
-def export_members(store: Store, include_state: bool):
-    """(archive name, path) of every file to export, sorted; links and stm's own lock,
-    temp and half-built files are left out, and so is the local session pointer."""
-    trees = [(STACKS_DIRNAME, store.stacks)]
-    if include_state:
-        trees.append((STATE_DIRNAME, store.state))
-    for prefix, top in trees:
-        if not os.path.isdir(top):
-            continue
-        for folder, dirs, files in os.walk(top):
-            if os.path.relpath(folder, top).count(os.sep) >= EXPORT_DEPTH_MAX:
-                dirs[:] = []  # a hostile tree this deep is not memory; check reports it
-            dirs[:] = sorted(d for d in dirs if not d.endswith(".building"))
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
-            for name in sorted(files):
-                path = os.path.join(folder, name)
-                skip = name == LOCK_NAME or name.endswith(".tmp") or os.path.islink(path)
-                if skip or (folder == store.state and name in LOCAL_STATE_FILES):
-                    continue
-                rel = os.path.relpath(path, top).replace(os.sep, "/")
-                yield f"{prefix}/{rel}", path
-
-
-def copy_into_zip(zf, info, path: str) -> None:
-    """One file into the archive, 1 MiB at a time: memory stays flat for a big log."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    try:
-        require_regular(fd, path)
-        with zf.open(info, "w", force_zip64=True) as member:
-            while True:
-                chunk = os.read(fd, SEARCH_CHUNK)
-                if not chunk:
-                    break
-                member.write(chunk)
-    finally:
-        os.close(fd)
-
-
-def write_export(store: Store, target: str, include_state: bool) -> list[str]:
-    """The `export` operation: the memory as one zip at `target`, written atomically (a
-    temp file beside it, fsynced, renamed). Returns the entry names."""
-    import zipfile
-
-    members = list(export_members(store, include_state))
-    directory = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(directory, f".{os.path.basename(target)}.{random_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as stream, zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as zf:
-            for name, path in members:
-                info = zipfile.ZipInfo(
-                    name, time.gmtime(max(os.lstat(path).st_mtime, 315532800))[:6]
-                )
-                info.external_attr = 0o644 << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                copy_into_zip(zf, info, path)
-            zf.close()
-            stream.flush()
-            fsync_fd(stream.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)
-    return [name for name, _ in members]
+def options_setup_agents_md(p) -> None:
+    setup_actions(
+        p,
+        shows="the block",
+        installs="add or update the block",
+        removes="take the block out",
+        check=False,
+    )
+    p.add_argument("--file", metavar="PATH", help="the instructions file (default: AGENTS.md)")
+    p.add_argument(
+        "--command",
+        metavar="CMD",
+        help="how agents run stm (default: `stm` if installed, else python3 <path>/stm.py)",
+    )
 
 
 def cmd_export(args) -> int:
@@ -12292,97 +13881,15 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
-def parent_names(name: str) -> list[str]:
-    parts = name.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def import_target(store: Store, name: str) -> str:
-    """Where an archive entry lands; refuses anything outside the memory directories."""
-    parts = name.split("/")
-    if name.startswith("/") or "\\" in name or ":" in parts[0] or len(parts) < 2:
-        raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
-    roots = {STACKS_DIRNAME: store.stacks, STATE_DIRNAME: store.state}
-    if parts[0] not in roots:
-        raise usage_error(f"unsafe entry {name!r}: not under .stacks/ or .state/")
-    for part in parts[1:]:
-        check_component(part, f"unsafe entry {name!r}: component")
-    return os.path.join(roots[parts[0]], *parts[1:])
-
-
-def read_import(store: Store, source: str) -> tuple[list[tuple[str, str, bytes]], list[str]]:
-    """Every (name, target, bytes) of the archive, all checked before anything is written,
-    and the names of entries left out (the session pointer: it belongs to one checkout)."""
-    import zipfile
-
-    if not os.path.isfile(source):
-        raise StmError(f"import: {source} not found")
-    if not zipfile.is_zipfile(source):
-        raise StmError(f"import: {source} is not a zip archive")
-    try:
-        return read_import_entries(store, source)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
-        raise StmError(f"import: {source} is damaged ({exc}); nothing written") from None
-    except RuntimeError as exc:  # encrypted entries
-        raise StmError(f"import: {source}: {exc}; stm reads no encrypted archive") from None
-    except NotImplementedError as exc:  # an unknown compression method
-        raise StmError(f"import: {source}: {exc}; nothing written") from None
-
-
-def read_import_entries(store: Store, source: str):
-    """read_import's body: every entry checked, then read (zipfile checks each CRC)."""
-    import stat
-    import zipfile
-
-    with zipfile.ZipFile(source) as zf:
-        infos = zf.infolist()
-        if len(infos) > IMPORT_MAX_ENTRIES:
-            raise StmError(f"import: {source} has more than {IMPORT_MAX_ENTRIES} entries; refused")
-        total = 0
-        planned, skipped, seen = [], [], {}
-        for info in infos:
-            if stat.S_ISLNK(info.external_attr >> 16):
-                raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
-            if info.flag_bits & 0x1:
-                raise StmError(f"import: entry {info.filename!r} is encrypted; nothing written")
-            name = info.filename.rstrip("/")
-            if info.is_dir() and name in (STACKS_DIRNAME, STATE_DIRNAME):
-                continue  # `zip -r` lists the top folders themselves
-            if os.path.basename(name) == LOCK_NAME:
-                skipped.append(info.filename)  # a lock file zipped from a live tree
-                continue
-            target = import_target(store, name)
-            if info.is_dir():
-                continue
-            folded = name.casefold()
-            if folded in seen:
-                same = "twice" if seen[folded] == name else f"and as {seen[folded]!r}"
-                raise StmError(
-                    f"import: {source} holds {name!r} {same} (on a case-insensitive disk one "
-                    "would overwrite the other); nothing written"
-                )
-            seen[folded] = name
-            for parent in parent_names(name):  # a file and a folder of the same name
-                if parent.casefold() in seen:
-                    raise StmError(f"import: {source} holds {parent!r} as a file and a folder")
-            if target == store.pointer_path:
-                skipped.append(info.filename)
-                continue
-            total += info.file_size
-            ratio = info.file_size / max(info.compress_size, 1)
-            if total > IMPORT_MAX_BYTES or (info.file_size > 1 << 20 and ratio > IMPORT_MAX_RATIO):
-                raise StmError(f"import: {source} expands too much (a zip bomb?); refused")
-            planned.append((info, target))
-        files = []
-        for info, target in planned:
-            with zf.open(info) as member:
-                data = member.read(info.file_size + 1)  # sizes can lie: read one byte more
-            if len(data) != info.file_size:
-                raise StmError(f"import: entry {info.filename!r} is not the size it claims")
-            text = data.decode("utf-8", "replace")
-            refuse_secrets(text, "no flag", f"import: entry {info.filename!r}, ")
-            files.append((info.filename, target, data))
-    return files, skipped
+def options_export(p) -> None:
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the zip to write (default: stm-memory-YYYY-MM-DD.zip here)",
+    )
+    p.add_argument("--include-state", action="store_true", help="add .state/ (sessions)")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_import(args) -> int:
@@ -12422,24 +13929,20 @@ def cmd_import(args) -> int:
     return EXIT_OK
 
 
-def apply_import(store: Store, plan: list) -> None:
-    make_dir(store.stacks)
-    with store.stacks_lock(), store.state_lock(), Rollback() as rollback:
-        for action, _, target, data in plan:
-            if action == "same":
-                continue
-            tree = store.stacks if target.startswith(store.stacks + os.sep) else store.state
-            folder = os.path.dirname(target)
-            make_dir_undoable(folder, rollback)
-            require_inside(folder, tree, "import folder")
-            if action == "replace":
-                # A hidden name: a backup in logs/ or refs/ must not read as a log or ref.
-                folder, name = os.path.split(target)
-                backup = backup_name(os.path.join(folder, "." + name))
-                rollback.add(restorer(backup))
-                atomic_write(backup, read_bytes(target))
-            rollback.add(restorer(target))
-            atomic_write(target, data)
+def options_import(p) -> None:
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="?",
+        help="a zip made by `stm export` (default: the newest checkpoint in checkpoint_dir)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files that differ, keeping each old one as a .bak",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would happen; write nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def report_import(args, plan: list, skipped: list[str]) -> None:
@@ -12455,75 +13958,6 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
     out(import_summary(plan, bool(args.dry_run)))
 
 
-def import_summary(plan: list, dry_run: bool) -> str:
-    """The one line that ends `import`: how many files it created, replaced, left alone."""
-    counts = {action: 0 for action in ("create", "replace", "same")}
-    for action, *_ in plan:
-        counts[action] += 1
-    if dry_run:
-        done = f"{counts['create']} would be new, {counts['replace']} would be replaced"
-        tail = "; nothing written (--dry-run)"
-    else:
-        done = f"{counts['create']} new, {counts['replace']} replaced"
-        tail = " (each old one kept as a hidden .bak)" if counts["replace"] else ""
-    total = plural(len(plan), "file")
-    return f"import: {total}: {done}, {counts['same']} already the same{tail}"
-
-
-MERGE_MARKER_MAX = 100
-
-
-def merge_file(
-    base_path: str, ours_path: str, theirs_path: str, *, marker_size: int = 7, label=None
-) -> bool:
-    """The `merge-file` operation: merge three versions of an stm Markdown file and write
-    the result over OURS atomically (git's merge-driver contract). Returns True when
-    clean; False when conflict markers were written. Bytes that are not UTF-8 pass
-    through unchanged (surrogateescape), so no input byte is lost."""
-    if not 1 <= marker_size <= MERGE_MARKER_MAX:
-        raise usage_error(f"--marker-size {marker_size}: give 1 to {MERGE_MARKER_MAX}")
-    texts = []
-    for flag, path in (("BASE", base_path), ("OURS", ours_path), ("THEIRS", theirs_path)):
-        if os.path.islink(path):  # git hands a driver regular files; a link is a mistake
-            raise usage_error(
-                f"merge-file: {flag} {path} is a symbolic link; give the file itself "
-                "(stm does not write through links)"
-            )
-        if not os.path.isfile(path):
-            raise usage_error(f"merge-file: {flag} {path} is not a file")
-        texts.append(read_bytes(path).decode("utf-8", "surrogateescape"))
-    suffix = f" ({label})" if label else ""
-    labels = (f"ours{suffix}", f"base{suffix}", f"theirs{suffix}")
-    states = state_merge_inputs(texts, label)
-    if states is not None:  # a session's state.json: merged field by field, never a conflict
-        merged, clean = dumps_json(merge_states(*states)), True
-    else:
-        merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
-    atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
-    return clean
-
-
-def state_merge_inputs(texts: list[str], label: str | None) -> tuple | None:
-    """(base, ours, theirs) as state objects when the file is a session's state.json
-    (named so by --path, or each side an object with a session_id and a version), else
-    None. An empty base (the file added on both sides) is None."""
-    name = os.path.basename((label or "").replace("\\", "/"))
-    if label and name != STATE_FILE:
-        return None
-    states = []
-    for index, text in enumerate(texts):
-        try:
-            state = load_json(text) if text.strip() or index else None
-        except ValueError:
-            return None
-        if state is not None and not (
-            isinstance(state, dict) and type(state.get("version")) is int and "session_id" in state
-        ):
-            return None
-        states.append(state)
-    return tuple(states)
-
-
 def cmd_merge_file(args) -> int:
     clean = merge_file(
         args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path
@@ -12534,54 +13968,18 @@ def cmd_merge_file(args) -> int:
     return EXIT_OK if clean else EXIT_FAIL
 
 
-GIT_DRIVER_NAME = "stm: section-aware merge of stm Markdown (spec/merge.md)"
-
-
-def git_driver_command() -> str:
-    """The merge driver line: the installed `stm`, else this stm.py by absolute path (git
-    runs drivers from the work tree's top, and worktrees share the config), quoted."""
-    import shutil
-
-    if shutil.which("stm"):
-        program = ("stm",)
-    else:
-        python = "python3" if shutil.which("python3") else sys.executable
-        program = (python, os.path.abspath(__file__))
-    # git puts each file name in place of %O, %A, %B and %P already quoted for the shell.
-    names = [ShellText(f"%{letter}") for letter in "OAB"]
-    marker, path = ShellText("%L"), ShellText("%P")
-    return shell_command(*program, "merge-file", *names, "--marker-size", marker, "--path", path)
-
-
-def git_work_tree(root: str) -> str:
-    """The top of the git work tree holding `root`; refuses when there is none."""
-    import shutil
-
-    if shutil.which("git") is None:
-        raise StmError("git is not installed (or not on PATH); `stm setup git` needs it")
-    top = git(root, "rev-parse", "--show-toplevel")
-    if top.returncode != 0:
-        raise StmError(f"{root} is not inside a git work tree; run `git init` first")
-    return top.stdout.strip()
-
-
-def installed_git_driver(root: str) -> str | None:
-    """merge.stm.driver as git sees it from `root` (repository, worktree or submodule)."""
-    found = git(root, "config", "--get", "merge.stm.driver")
-    return found.stdout.strip() or None if found.returncode == 0 else None
-
-
-def install_git_driver(top: str, driver: str | None = None) -> bool:
-    """The `setup git --install` operation: merge.stm in the git config of the clone at
-    `top` (its work tree's top). Returns False when it was already there as wanted."""
-    driver = driver or git_driver_command()
-    if installed_git_driver(top) == driver:
-        return False
-    for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
-        done = git(top, "config", "--local", key, value)
-        if done.returncode != 0:
-            raise StmError(f"git config {key} failed: {done.stderr.strip()}")
-    return True
+def options_merge_file(p) -> None:
+    p.add_argument("base", metavar="BASE", help="the common ancestor (git's %%O)")
+    p.add_argument("ours", metavar="OURS", help="our version; the result replaces it (%%A)")
+    p.add_argument("theirs", metavar="THEIRS", help="their version (%%B)")
+    p.add_argument(
+        "--marker-size",
+        type=int,
+        default=7,
+        metavar="N",
+        help="conflict marker length (git's %%L; default %(default)s)",
+    )
+    p.add_argument("--path", metavar="P", help="the file's path in the repository (%%P)")
 
 
 def add_merge_attributes(root: str, args) -> list[str]:
@@ -12639,20 +14037,17 @@ def cmd_setup_git(args) -> int:
     return EXIT_OK
 
 
-def refuse_commit_mid_merge(root: str, paths: list[str]) -> None:
-    """A merge, rebase or cherry-pick that stopped on a conflict commits as a whole: git
-    refuses a commit of some paths then ("cannot do a partial commit during a merge")."""
-    following = git_continue_command(root)
-    if following is None:
-        return
-    top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
-    mine = [os.path.join(top, *name.split("/")) for name in git_unmerged(root, paths) or []]
-    hint = git_finish_hint(root, mine) if mine and top else None
-    finish = hint or f"`{shell_command(*following)}`"
-    raise StmError(
-        "git is in the middle of a merge (or rebase, cherry-pick), which commits as a whole, "
-        "not memory alone: merge memory's conflicted files with `stm check --fix`, then "
-        f"finish it: {finish}"
+def options_setup_git(p) -> None:
+    setup_actions(
+        p,
+        shows="the git config lines",
+        installs="write the driver into this clone's git config",
+        removes="take the driver out",
+    )
+    p.add_argument(
+        "--command",
+        metavar="CMD",
+        help="the driver line (default: `stm merge-file %%O %%A %%B ...`, or this stm.py)",
     )
 
 
@@ -12691,806 +14086,9 @@ def cmd_commit(args) -> int:
     return EXIT_OK
 
 
-# ==== Sync and checkpoints ====================================================
-#
-# Memory that leaves the machine (spec/sync.md). `stm sync` never lets git touch the
-# user's index or work tree until the very end:
-# 1. the memory commit is built in a temporary index (GIT_INDEX_FILE): HEAD plus the
-#    memory folders as they are on disk, under the memory locks;
-# 2. the upstream is fetched and merged with `git merge-tree --write-tree`, which needs no
-#    work tree, the stm merge driver passed with `-c` for that one command;
-# 3. anything that would clash with the user's uncommitted work is refused here, before
-#    anything changed;
-# 4. the result is pushed, never forced; a push that lost a race (any of the forms git
-#    reports) fetches and merges again, with jittered backoff, until a deadline;
-# 5. only then does the checkout move: the memory commit becomes HEAD and a fast-forward
-#    brings in what arrived, keeping every staged and unstaged change of the user's.
-# Checkpoints, for containers that vanish: every N-th memory write leaves an export zip
-# in a folder outside the repository.
-
-SYNC_TIMEOUT_S = 120.0  # STM_SYNC_TIMEOUT: how long sync retries lost push races
-SYNC_HOOK_TIMEOUT_S = 30.0  # the SessionEnd hook's sync: a hook must end
-SYNC_BACKOFF_S = (0.1, 1.6)  # the ceilings of the first and the longest pause
-SYNC_GIT_MIN = (2, 38)  # `git merge-tree --write-tree`
-SYNC_LOCK = "stm-sync.lock"  # in the git directory: one sync at a time per checkout
-# How a push that lost a race reads (`git push --porcelain`): the remote moved since the
-# fetch, or another push held its ref at that moment.
-SYNC_RACES = (
-    "fetch first",
-    "non-fast-forward",
-    "failed to update ref",
-    "cannot lock ref",
-    "failed to lock",
-    "incorrect old value",
-    "stale info",
-)
-CHECKPOINT_NAME_RE = LazyRegex(r"^stm-checkpoint-\d{8}T\d{12}Z\.zip$")
-
-
-class SyncRefused(StmError):
-    """A refusal that changed nothing; the message says what to run."""
-
-
-class SyncGit:
-    """git in one work tree, as sync runs it: never prompting (an agent has no terminal),
-    messages in English (sync reads them), output as bytes decoded leniently."""
-
-    def __init__(self, top: str, timeout: float):
-        self.top = top
-        self.timeout = timeout
-        self.env = dict(os.environ, LC_ALL="C", LANGUAGE="C", GIT_OPTIONAL_LOCKS="0")
-        try:
-            interactive = sys.stdin.isatty()
-        except (AttributeError, ValueError, OSError):
-            interactive = False
-        if not interactive:
-            self.env["GIT_TERMINAL_PROMPT"] = "0"
-
-    def run(self, *args: str, data: bytes | None = None, env: dict | None = None):
-        """(exit code, stdout, stderr) of one git command."""
-        import subprocess
-
-        try:
-            done = subprocess.run(
-                ["git", *args],
-                cwd=self.top,
-                input=data if data is not None else b"",
-                capture_output=True,
-                env={**self.env, **(env or {})},
-                timeout=self.timeout,
-            )
-        except subprocess.TimeoutExpired:
-            raise StmError(
-                f"`git {args[0]}` did not finish in {self.timeout:g} s; nothing of yours was "
-                "changed (raise STM_SYNC_TIMEOUT for a slow remote)"
-            ) from None
-        decode = lambda raw: raw.decode("utf-8", "surrogateescape")  # noqa: E731
-        return done.returncode, decode(done.stdout), decode(done.stderr)
-
-    def out(self, *args: str, data: bytes | None = None, env: dict | None = None) -> str:
-        """stdout of a git command that must succeed, stripped."""
-        code, stdout, stderr = self.run(*args, data=data, env=env)
-        if code != 0:
-            raise StmError(f"`git {args[0]}` failed: {last_line(stderr or stdout)}")
-        return stdout.strip()
-
-    def ok(self, *args: str) -> bool:
-        return self.run(*args)[0] == 0
-
-    def tree(self, commit: str) -> str:
-        return self.out("rev-parse", f"{commit}^{{tree}}")
-
-
-def last_line(text: str) -> str:
-    """The most telling line of git's stderr: its last `fatal:`/`error:` line, else its
-    last line."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith(("fatal:", "error:")):
-            return escape_controls(line)
-    return escape_controls(lines[-1]) if lines else "no message"
-
-
-class SyncRepo:
-    """Where a sync goes: the work tree, its branch and the remote branch it syncs with,
-    and the memory folders as git pathspecs."""
-
-    def __init__(self, store: Store, remote: str | None, timeout: float):
-        import shutil
-
-        if shutil.which("git") is None:
-            raise StmError("git is not installed (or not on PATH); stm sync needs it")
-        root = os.path.dirname(store.stacks)
-        top = git(root, "rev-parse", "--show-toplevel")
-        if top.returncode != 0:
-            raise SyncRefused(f"{root} is not inside a git work tree; nothing to sync")
-        self.git = SyncGit(top.stdout.strip(), timeout)
-        self.require_git_version()
-        self.git_dir = os.path.join(self.git.top, self.git.out("rev-parse", "--git-dir"))
-        self.memory, self.skipped = self.memory_paths(store)
-        self.branch = self.current_branch()
-        self.remote, self.remote_ref = self.upstream(remote)
-        short = self.remote_ref[len("refs/heads/") :]
-        self.tracking = f"refs/remotes/{self.remote}/{short}"
-        self.shown = f"{self.remote}/{short}"
-
-    def require_git_version(self) -> None:
-        found = re.search(r"(\d+)\.(\d+)", self.git.out("version"))
-        version = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
-        if version < SYNC_GIT_MIN:
-            need = ".".join(map(str, SYNC_GIT_MIN))
-            raise SyncRefused(
-                f"stm sync needs git {need} or newer (git merge-tree --write-tree); this is "
-                f"git {version[0]}.{version[1]}: update git, or use `stm commit` and git itself"
-            )
-
-    def memory_paths(self, store: Store) -> tuple[list[str], list[str]]:
-        """The memory folders relative to the work tree's top (the state folder may live
-        elsewhere: then it is not synced, and said so)."""
-        inside, outside = [], []
-        real_top = os.path.realpath(self.git.top)
-        for folder in (store.stacks, store.state):
-            rel = os.path.relpath(os.path.realpath(folder), real_top)
-            if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
-                outside.append(folder)
-            else:
-                inside.append(rel.replace(os.sep, "/"))
-        if not inside or inside[0] != os.path.relpath(
-            os.path.realpath(store.stacks), real_top
-        ).replace(os.sep, "/"):
-            raise SyncRefused(f"{store.stacks} is not inside the git work tree {self.git.top}")
-        return inside, outside
-
-    def current_branch(self) -> str:
-        self.require_no_operation()  # first: a rebase detaches HEAD, and says more
-        code, name, _ = self.git.run("symbolic-ref", "-q", "--short", "HEAD")
-        if code != 0:
-            raise SyncRefused(
-                "HEAD is detached (no branch to sync); nothing changed. Switch to a branch "
-                "first (`git switch NAME`), then run `stm sync` again"
-            )
-        if not self.git.ok("rev-parse", "-q", "--verify", "HEAD^{commit}"):
-            raise SyncRefused(
-                f"branch {name.strip()} has no commit yet; nothing changed. Make the first "
-                "one (`stm commit`), then run `stm sync`"
-            )
-        return name.strip()
-
-    def require_no_operation(self) -> None:
-        """Refuse in the middle of a merge, rebase, cherry-pick or revert."""
-        operations = (
-            ("MERGE_HEAD", "a merge", "`git commit` or `git merge --abort`"),
-            ("rebase-merge", "a rebase", "`git rebase --continue` or `git rebase --abort`"),
-            ("rebase-apply", "a rebase or `git am`", "`git rebase --continue` or `--abort`"),
-            ("CHERRY_PICK_HEAD", "a cherry-pick", "`git cherry-pick --continue` or `--abort`"),
-            ("REVERT_HEAD", "a revert", "`git revert --continue` or `--abort`"),
-        )
-        asked = [word for marker, _, _ in operations for word in ("--git-path", marker)]
-        paths = self.git.out("rev-parse", *asked).split("\n")
-        for path, (_, what, finish) in zip(paths, operations):
-            if os.path.lexists(os.path.join(self.git.top, path)):
-                raise SyncRefused(
-                    f"{what} is in progress; nothing changed. Finish it ({finish}), then run "
-                    "`stm sync` again"
-                )
-        unmerged = self.git.out("ls-files", "-u", "-z")
-        if unmerged:
-            path = unmerged.split("\0")[0].split("\t", 1)[-1]
-            raise SyncRefused(
-                f"{path} has unresolved conflicts; nothing changed. Resolve them and "
-                "`git add` the files, then run `stm sync` again"
-            )
-
-    def upstream(self, remote: str | None) -> tuple[str, str]:
-        """(remote, remote branch ref): the branch's upstream, or --remote NAME with the
-        upstream's branch on it, else the branch of the same name."""
-        found = self.git.out(
-            "for-each-ref",
-            "--format=%(upstream:remotename)%00%(upstream:remoteref)",
-            f"refs/heads/{self.branch}",
-        )
-        up_remote, _, up_ref = found.partition("\0")
-        remotes = self.git.out("remote").split()
-        if remote is None:
-            if not up_remote or up_remote == "." or not up_ref.startswith("refs/heads/"):
-                raise SyncRefused(self.no_upstream_message(remotes))
-            remote = up_remote
-        elif remote not in remotes:
-            known = ", ".join(remotes) if remotes else "none"
-            raise SyncRefused(
-                f"--remote {remote}: no such remote (remotes here: {known}); add it with "
-                f"`git remote add {remote} URL`"
-            )
-        if remote == up_remote and up_ref.startswith("refs/heads/"):
-            return remote, up_ref
-        return remote, f"refs/heads/{self.branch}"
-
-    def no_upstream_message(self, remotes: list[str]) -> str:
-        branch = self.branch
-        if not remotes:
-            return (
-                f"branch {branch} has no upstream and this repository has no remote; "
-                "nothing changed. Add one (`git remote add origin URL`), then run "
-                "`stm sync --remote origin`"
-            )
-        name = "origin" if "origin" in remotes else remotes[0]
-        return (
-            f"branch {branch} has no upstream; nothing changed. Pass --remote NAME "
-            f"(`stm sync --remote {name}`), or set one: `git branch "
-            f"--set-upstream-to={name}/{branch}` (a branch not on {name} yet: "
-            f"`git push -u {name} {branch}`)"
-        )
-
-    def pathspecs(self) -> list[str]:
-        """The memory folders, minus what belongs to this checkout alone (the pointer, the
-        lock, temp files, sync's record): never committed, even where an old .gitignore
-        lacks a line."""
-        specs = [f":(top,literal){folder}" for folder in self.memory]
-        # Exclusions are patterns: git refuses an exclusion that names an ignored file
-        # outright ("paths are ignored"), so `[.]writes` stands for `.writes`.
-        folders = [glob_escape(folder) for folder in self.memory]
-        for folder in folders[1:]:  # the state folder
-            for name in LOCAL_STATE_FILES:
-                specs.append(f":(top,exclude,glob){folder}/[{name[0]}]{glob_escape(name[1:])}")
-        specs += [f":(top,exclude,glob){folder}/**/{LOCK_NAME}" for folder in folders]
-        specs += [f":(top,exclude,glob){folder}/**/*.tmp" for folder in folders]
-        return specs
-
-    def is_memory(self, path: str) -> bool:
-        return any(path == f or path.startswith(f + "/") for f in self.memory)
-
-
-def glob_escape(text: str) -> str:
-    """`text` as a literal inside a git glob pathspec."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
-def sync_timeout(settings_value: float | None = None) -> float:
-    """STM_SYNC_TIMEOUT (seconds), else the default; a bad value is a usage error."""
-    if settings_value is not None:
-        return settings_value
-    raw = os.environ.get("STM_SYNC_TIMEOUT", "")
-    if not raw:
-        return SYNC_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise usage_error(f"STM_SYNC_TIMEOUT={raw!r} is not a number of seconds above 0")
-    return value
-
-
-def conflicted_memory(store: Store) -> list[str]:
-    """The memory files holding conflict markers (identity, session memory, refs, the
-    sessions' state and Session.md); logs merge by union and never get any."""
-    paths = [store.agent_path, store.memory_path, *iter_ref_files(store.refs_dir)]
-    for _, folder in iter_active_sessions(store):
-        paths += [os.path.join(folder, STATE_FILE), os.path.join(folder, SESSION_MD)]
-    found = []
-    for path in paths:
-        try:
-            text = read_text(path, 8 << 20)
-        except OSError:
-            continue
-        lines = md_has_conflict_markers(text)
-        if lines:
-            found.append(f"{store.rel(path)} (line {lines[0]})")
-    return found
-
-
-def memory_tree(repo: SyncRepo, parent: str) -> str:
-    """The tree of `parent` with the memory folders as they are on disk, built in a
-    temporary index: the user's index and work tree are not touched."""
-    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
-    env = {"GIT_INDEX_FILE": index}
-    try:
-        repo.git.out("read-tree", parent, env=env)
-        repo.git.out("add", "-A", "--", *repo.pathspecs(), env=env)
-        return repo.git.out("write-tree", env=env)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(index)
-
-
-def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
-    """A commit of `tree` on `parent`; `parent` itself when the tree is its own."""
-    if tree == repo.git.tree(parent):
-        return parent
-    return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
-
-
-def sync_driver_options(repo: SyncRepo) -> list[str]:
-    """`-c` options that give git the stm merge driver for one command, whether or not
-    this clone ran `stm setup git --install`: this very stm, by the interpreter running
-    it (an older `stm` on PATH must not merge what this one wrote)."""
-    names = [ShellText(f"%{letter}") for letter in "OAB"]
-    marker, path = ShellText("%L"), ShellText("%P")
-    driver = shell_command(
-        sys.executable, driver_program(repo), "merge-file", *names,
-        "--marker-size", marker, "--path", path,
-    )  # fmt: skip
-    return ["-c", f"merge.stm.name={GIT_DRIVER_NAME}", "-c", f"merge.stm.driver={driver}"]
-
-
-def driver_program(repo: SyncRepo) -> str:
-    """What the driver runs: this stm.py compiled once into the git directory, keyed by
-    its content and the interpreter (a script is compiled at every start, about two
-    thirds of a driver run, and a busy sync runs the driver many times); stm.py itself
-    when that cannot be written."""
-    import hashlib
-    import py_compile
-
-    source = os.path.abspath(__file__)
-    try:
-        digest = hashlib.sha256(read_bytes(source)).hexdigest()[:16]
-        name = f"stm-driver-{sys.implementation.cache_tag}-{digest}.pyc"
-        target = os.path.join(repo.git_dir, name)
-        if os.path.isfile(target):
-            return target
-        tmp = os.path.join(repo.git_dir, f".{name}.{random_hex(4)}.tmp")
-        try:
-            py_compile.compile(source, cfile=tmp, dfile=source, doraise=True)
-            os.replace(tmp, target)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        for old in os.listdir(repo.git_dir):  # an older stm's
-            if old.startswith("stm-driver-") and old != name:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(repo.git_dir, old))
-        return target
-    except (OSError, ValueError, py_compile.PyCompileError):
-        return source
-
-
-def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
-    """The commit that holds both `ours` and the upstream `theirs`: one of them when one
-    contains the other, else a merge made without a work tree. Refuses on a conflict."""
-    if theirs is None or theirs == ours:
-        return ours
-    bases = repo.git.out("merge-base", "--all", ours, theirs).split()
-    if theirs in bases:
-        return ours
-    if ours in bases:
-        return theirs
-    left, right = premerged(repo, ours, theirs, bases)
-    code, stdout, stderr = repo.git.run(
-        *sync_driver_options(repo),
-        "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
-    )  # fmt: skip
-    if code not in (0, 1):
-        raise StmError(f"`git merge-tree` failed: {last_line(stderr or stdout)}")
-    fields = stdout.split("\0")
-    if code == 1:
-        raise SyncRefused(conflict_message(repo, sorted({p for p in fields[1:] if p})))
-    message = f"stm sync: merge {repo.shown} into {repo.branch}"
-    return repo.git.out("commit-tree", fields[0], "-p", ours, "-p", theirs, "-m", message)
-
-
-def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
-    """The two sides to hand to merge-tree. The memory files both changed that git would
-    give the stm driver (attribute merge=stm, one merge base, the file at the same path in
-    all three) are merged here, by the driver's own code, and the merged file put on both
-    sides, which git then takes as is: a driver process costs a Python start for each
-    file at each attempt, and under contention an attempt must be quick to win the race.
-    Anything else, a conflict included, is left to git and the driver as passed."""
-    if len(bases) != 1:
-        return ours, theirs
-    specs = repo.pathspecs()
-    both = set(changed_paths(repo, bases[0], ours, *specs))
-    both &= set(changed_paths(repo, bases[0], theirs, *specs))
-    paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
-    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
-    modes = tree_modes(repo, ours, paths)
-    entries = []
-    for path in paths:
-        texts = [blobs.get(f"{c}:{path}") for c in (bases[0], ours, theirs)]
-        if any(text is None for text in texts):
-            continue
-        decoded = [text.decode("utf-8", "surrogateescape") for text in texts]
-        merged, clean = merge_markdown(*decoded)
-        if not clean:
-            return ours, theirs  # git and the driver say where, with the usual labels
-        data = merged.encode("utf-8", "surrogateescape")
-        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
-        entries.append(f"{modes.get(path, '100644')} {oid}\t{path}\n")
-    if not entries:
-        return ours, theirs
-    return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
-
-
-def merge_attributes(repo: SyncRepo, paths: list[str]) -> list[tuple[str, str]]:
-    """(path, its `merge` attribute), as merge-tree reads them: from the work tree's
-    .gitattributes."""
-    if not paths:
-        return []
-    data = "".join(path + "\0" for path in paths).encode("utf-8", "surrogateescape")
-    fields = repo.git.out("check-attr", "-z", "--stdin", "merge", data=data).split("\0")
-    return [(fields[i], fields[i + 2]) for i in range(0, len(fields) - 2, 3)]
-
-
-def tree_modes(repo: SyncRepo, commit: str, paths: list[str]) -> dict[str, str]:
-    """{path: mode} of files in a commit."""
-    if not paths:
-        return {}
-    specs = [f":(top,literal){path}" for path in paths]
-    found = repo.git.out("ls-tree", "-z", commit, "--", *specs).split("\0")
-    return {line.split("\t", 1)[1]: line.split(" ", 1)[0] for line in found if "\t" in line}
-
-
-def with_entries(repo: SyncRepo, commit: str, entries: list[str]) -> str:
-    """A commit on `commit` with some files replaced (`mode oid\tpath` lines)."""
-    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
-    env = {"GIT_INDEX_FILE": index}
-    try:
-        repo.git.out("read-tree", commit, env=env)
-        repo.git.out("update-index", "--index-info", data="".join(entries).encode(), env=env)
-        tree = repo.git.out("write-tree", env=env)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(index)
-    return repo.git.out("commit-tree", tree, "-p", commit, "-m", "stm sync: memory merged")
-
-
-def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
-    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-    memory = [p for p in paths if repo.is_memory(p)]
-    fix = (
-        "Merge by hand: `stm setup git --install`, `git pull --no-rebase`, resolve the "
-        "markers (keep what both sides meant), `git commit`"
-        if memory
-        else f"Merge by hand: `git pull --no-rebase` (or `git merge {repo.shown}`), resolve, "
-        "`git commit`"
-    )
-    return (
-        f"this branch and {repo.shown} both changed {shown} and git cannot merge them; "
-        f"nothing changed. {fix}, then run `stm sync` again"
-    )
-
-
-def fetch_upstream(repo: SyncRepo) -> str | None:
-    """Fetch the remote branch into its remote-tracking ref; its commit, or None when
-    the remote has no such branch yet (the first sync creates it)."""
-    refspec = f"+{repo.remote_ref}:{repo.tracking}"
-    code, stdout, stderr = repo.git.run("fetch", "--no-tags", "--quiet", repo.remote, refspec)
-    if code != 0:
-        if "couldn't find remote ref" in stderr:
-            return None
-        raise StmError(
-            f"`git fetch {repo.remote}` failed: {last_line(stderr or stdout)}; nothing changed"
-        )
-    return repo.git.out("rev-parse", "--verify", f"{repo.tracking}^{{commit}}")
-
-
-def changed_paths(repo: SyncRepo, old: str, new: str, *specs: str) -> list[str]:
-    if old == new:
-        return []
-    names = repo.git.out("diff", "--name-only", "--no-renames", "-z", old, new, "--", *specs)
-    return [name for name in names.split("\0") if name]
-
-
-def local_changes(repo: SyncRepo) -> set[str]:
-    """Paths outside memory with staged, unstaged or untracked changes."""
-    excludes = [f":(top,exclude,literal){folder}" for folder in repo.memory]
-    code, found, stderr = repo.git.run(
-        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
-        "--", ":(top)", *excludes,
-    )  # fmt: skip
-    if code != 0:  # not stripped: a record starts with its status, maybe a space
-        raise StmError(f"`git status` failed: {last_line(stderr)}")
-    return {record[3:] for record in found.split("\0") if len(record) > 3}
-
-
-def refuse_clashes(repo: SyncRepo, head: str, target: str, local: set[str]) -> None:
-    """What the upstream brings outside memory must not land on uncommitted work."""
-    arriving = [p for p in changed_paths(repo, head, target) if not repo.is_memory(p)]
-    clash = sorted(p for p in arriving if p in local or any(p.startswith(q + "/") for q in local))
-    if clash:
-        shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
-        raise SyncRefused(
-            f"{repo.shown} changed {shown}, which you have changed and not committed; "
-            "nothing changed. Commit those changes (or set them aside with `git stash`), "
-            "then run `stm sync` again"
-        )
-
-
-def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
-    """(pushed, lost a race, git's reason) of a plain push, never forced."""
-    code, stdout, stderr = repo.git.run(
-        "push", "--porcelain", repo.remote, f"{commit}:{repo.remote_ref}"
-    )
-    if code == 0:
-        return True, False, ""
-    rejected = [line for line in stdout.splitlines() if line.startswith("!")]
-    reason = rejected[0].split("\t")[-1] if rejected else last_line(stderr or stdout)
-    text = (reason + "\n" + stderr).lower()
-    return False, any(race in text for race in SYNC_RACES), reason
-
-
-def sync_backoff(attempt: int) -> float:
-    """A pause whose ceiling doubles with each lost race, anywhere between a tenth of it
-    and all of it: clones that lost together spread out instead of retrying together.
-    The ceiling stays low: a clone that waits long after many losses leaves the race to
-    the clones that just won, and can lose it again and again."""
-    first, longest = SYNC_BACKOFF_S
-    ceiling = min(longest, first * 2 ** min(attempt, 16))
-    return ceiling * (0.1 + 0.9 * os.urandom(1)[0] / 255)
-
-
-def sync_memory(
-    store: Store,
-    *,
-    remote: str | None = None,
-    message: str | None = None,
-    dry_run: bool = False,
-    timeout: float | None = None,
-) -> dict:
-    """The `sync` operation: commit memory, integrate the upstream, push, retrying lost
-    races until the deadline; then bring the checkout up to date, keeping the user's
-    changes. Refusals (SyncRefused) change nothing. Returns the report (spec/sync.md)."""
-    timeout = sync_timeout(timeout)
-    repo = SyncRepo(store, remote, timeout)
-    marked = conflicted_memory(store)
-    if marked:
-        raise SyncRefused(
-            f"memory has unresolved conflict markers: {', '.join(marked[:5])}; nothing "
-            "changed. Resolve them (keep what both sides meant), then run `stm sync` again"
-        )
-    if message is not None:
-        message = clean_text(message, "--message", 500)
-        refuse_secrets(message, "no flag")
-    message = message or f"stm sync: update memory ({iso_now()[:10]})"
-    with FileLock(os.path.join(repo.git_dir, SYNC_LOCK), timeout):
-        return sync_locked(store, repo, message, dry_run)
-
-
-def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> dict:
-    started = time.monotonic()
-    upstream = fetch_upstream(repo)
-    with store.stacks_lock(), store.state_lock():
-        head = repo.git.out("rev-parse", "HEAD")
-        ours = commit_on(repo, head, memory_tree(repo, head), message)
-    local = local_changes(repo)
-    retries = 0
-    while True:
-        target = integrate(repo, ours, upstream)
-        refuse_clashes(repo, head, target, local)
-        if dry_run or target == upstream:
-            break
-        pushed, race, reason = push_commit(repo, target)
-        if pushed:
-            break
-        if not race:
-            raise StmError(f"git push to {repo.shown} was refused: {reason}; nothing changed")
-        pause = sync_backoff(retries)
-        if time.monotonic() - started + pause > repo.git.timeout:
-            raise StmError(
-                f"git push to {repo.shown} lost {plural(retries + 1, 'race')} to other "
-                f"pushes in {time.monotonic() - started:.0f} s; nothing changed. Run `stm "
-                "sync` again (STM_SYNC_TIMEOUT sets how long it keeps trying)"
-            )
-        time.sleep(pause)
-        retries += 1
-        upstream = fetch_upstream(repo)
-    base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
-    sent, _ = memory_counts(repo, base, target)
-    received, arrived = memory_counts(repo, ours, target)
-    report = {
-        "remote": repo.remote,
-        "branch": repo.branch,
-        "upstream": repo.shown,
-        "dry_run": dry_run,
-        "pushed": not dry_run and target != upstream,
-        "commit": None if dry_run else target,
-        "commits_sent": count_commits(repo, upstream, target),
-        "retries": retries,
-        "sent": sent,
-        "received": received,
-        "warnings": [
-            f"{store.rel(f)} is outside the git work tree: not synced" for f in repo.skipped
-        ],
-    }
-    if not dry_run:
-        report["warnings"] += bring_checkout(store, repo, head, ours, target)
-        record_arrivals(store, report, arrived)
-    return report
-
-
-def count_commits(repo: SyncRepo, upstream: str | None, target: str) -> int:
-    what = [target, f"^{upstream}"] if upstream else [target]
-    return int(repo.git.out("rev-list", "--count", *what) or 0)
-
-
-def bring_checkout(store: Store, repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
-    """Move this checkout to `target` (already pushed): the memory commit becomes HEAD,
-    its files staged as they are on disk, so index and work tree agree with it; then a
-    fast-forward brings in what arrived, keeping the user's staged and unstaged changes.
-    Memory written during the sync is committed and merged here; the next sync sends it.
-    Returns warnings: the push stands whatever happens here."""
-    try:
-        with store.stacks_lock(), store.state_lock():
-            return move_checkout(repo, head, ours, target)
-    except StmError as exc:
-        return [
-            f"memory was pushed, but this checkout was not brought up to date ({exc.message}); "
-            "run `stm sync` again"
-        ]
-
-
-def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
-    now = repo.git.out("rev-parse", "HEAD")
-    branch = repo.git.run("symbolic-ref", "-q", "--short", "HEAD")[1].strip()
-    if branch != repo.branch:
-        return [
-            f"the checkout left branch {repo.branch} during the sync; what was pushed is "
-            f"{target[:12]}: `git switch {repo.branch}`, then `git merge --ff-only {target[:12]}`"
-        ]
-    warnings = []
-    base, final = ours, target
-    tree = memory_tree(repo, now)
-    if now != head or tree != repo.git.tree(ours):
-        # Memory written, or a commit made, while the sync ran: merged here, sent next time.
-        base = commit_on(repo, now, tree, "stm sync: memory written during the sync")
-        try:
-            final = integrate(repo, base, target)
-        except SyncRefused as exc:
-            return [f"memory written during the sync stays uncommitted: {exc.message}"]
-        if base != now:
-            warnings.append(
-                "memory written during the sync is committed here; the next sync sends it"
-            )
-    repo.git.out("add", "-A", "--", *repo.pathspecs())
-    if base != now:
-        repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", base, now)
-    if final != base:
-        code, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
-        if code != 0:
-            warnings.append(
-                f"memory is committed and pushed, but this checkout could not fast-forward "
-                f"({last_line(stderr or stdout)}): run `git merge --ff-only {final[:12]}`"
-            )
-    return warnings
-
-
-def read_blobs(repo: SyncRepo, specs: list[str]) -> dict[str, bytes | None]:
-    """The blobs named `commit:path`, through one `git cat-file --batch`."""
-    if not specs:
-        return {}
-    import subprocess
-
-    data = "".join(spec + "\n" for spec in specs).encode("utf-8", "surrogateescape")
-
-    done = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=repo.git.top,
-        input=data,
-        capture_output=True,
-        env=repo.git.env,
-        timeout=repo.git.timeout,
-    )
-    raw, pos, found = done.stdout, 0, {}
-    for spec in specs:
-        end = raw.find(b"\n", pos)
-        if end < 0:
-            break
-        header = raw[pos:end].split()
-        pos = end + 1
-        if len(header) != 3 or header[1] != b"blob":
-            found[spec] = None
-            continue
-        size = int(header[2])
-        found[spec] = raw[pos : pos + size]
-        pos += size + 1
-    return found
-
-
-def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
-    """What `new` holds that `old` does not, in memory: files, log entries, notes
-    (MEMORY.md bullets), fact history entries, sessions, session events, handoffs. And
-    {"sessions": {id: folder}, "handoffs": {id: folder}} (folders below the state
-    folder), for boot to show what arrived."""
-    paths = changed_paths(repo, old, new, *repo.pathspecs())
-    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (old, new)])
-    counts = dict.fromkeys(SYNC_COUNTS, 0)
-    counts["files"] = len(paths)
-    ids: dict = {"sessions": {}, "handoffs": {}}
-    stacks, state = repo.memory[0] + "/", (repo.memory[1:] or [None])[0]
-    for path in paths:
-        before = (blobs.get(f"{old}:{path}") or b"").decode("utf-8", "replace")
-        after = (blobs.get(f"{new}:{path}") or b"").decode("utf-8", "replace")
-        if path.startswith(stacks):
-            stacks_counts(counts, path[len(stacks) :], before, after)
-        elif state and path.startswith(state + "/"):
-            session = session_of_path(path[len(state) + 1 :])
-            if session is None:
-                continue
-            ids["sessions"][session[0]] = session[1]
-            if path.endswith("/" + HISTORY_FILE):
-                counts["events"] += added_count(before.splitlines(), after.splitlines())
-            elif path.endswith("/" + STATE_FILE) and is_new_handoff(before, after):
-                ids["handoffs"][session[0]] = session[1]
-    counts["sessions"], counts["handoffs"] = len(ids["sessions"]), len(ids["handoffs"])
-    return counts, ids
-
-
-def stacks_counts(counts: dict, rel: str, before: str, after: str) -> None:
-    """Add what one file below .stacks/ gained."""
-    if rel.startswith(LOGS_DIR + "/"):
-        counts["log_entries"] += added_count(log_entry_ids(before), log_entry_ids(after))
-    elif rel == MEMORY_FILE:
-        counts["notes"] += added_count(memory_notes(before), memory_notes(after))
-    elif rel.startswith(REFS_DIR + "/") and may_hold_facts(after):
-        counts["facts"] += added_count(fact_entries(before), fact_entries(after))
-
-
-def log_entry_ids(text: str) -> list[str]:
-    entries = parse_log(text.encode("utf-8", "surrogateescape"))
-    return [item[1].entry_id for item in entries if item[0] == "entry"]
-
-
-def memory_notes(text: str) -> list[tuple]:
-    """(section, bullet) of every bullet of MEMORY.md: what sync counts as notes."""
-    doc = MdDoc.of(text)
-    return [(part.name.lower(), bullet) for part in doc.parts for bullet in doc.bullets(part)]
-
-
-def fact_entries(text: str) -> list[tuple]:
-    return [
-        (key, stamp, value)
-        for key, fact, _, _ in parse_fact_block(text)[1]
-        if fact is not None
-        for stamp, value, _ in fact.history
-    ]
-
-
-def added_count(before: list, after: list) -> int:
-    """How many items `after` has beyond `before`, duplicates counted."""
-    from collections import Counter
-
-    return sum((Counter(after) - Counter(before)).values())
-
-
-def session_of_path(rel: str) -> tuple[str, str] | None:
-    """(session id, its folder) of a file inside a session, from its path below the
-    state folder."""
-    parts = rel.split("/")
-    for index, part in enumerate(parts[:-1]):
-        if is_session_id(part):
-            return part, "/".join(parts[: index + 1])
-    return None
-
-
-def is_new_handoff(before: str, after: str) -> bool:
-    """A state.json that now holds a handoff it did not hold before."""
-
-    def task(text: str):
-        try:
-            data = json.loads(text) if text else {}
-        except ValueError:
-            return None
-        return data.get("task_id") if isinstance(data, dict) else None
-
-    return bool(task(after)) and task(after) != task(before)
-
-
-def sync_report_lines(report: dict) -> list[str]:
-    """The text `stm sync` prints."""
-    sent, received, dry = report["sent"], report["received"], report["dry_run"]
-    if report["commits_sent"]:
-        verb = "would send" if dry else "sent"
-        commits = plural(report["commits_sent"], "commit")
-        lines = [f"{verb} to {report['upstream']}: {count_words(sent)} ({commits})"]
-    else:
-        lines = [f"nothing to send to {report['upstream']}"]
-    verb = "would receive" if dry else "received"
-    if received["files"]:
-        lines.append(f"{verb}: {count_words(received)}" + ("" if dry else "; `stm boot` shows it"))
-    else:
-        lines.append(f"{verb}: nothing new")
-    if report["retries"]:
-        lines.append(f"the push lost {plural(report['retries'], 'race')} and was retried")
-    return lines
+def options_commit(p) -> None:
+    p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_sync(args) -> int:
@@ -13508,6 +14106,28 @@ def cmd_sync(args) -> int:
     return EXIT_OK
 
 
+def options_sync(p) -> None:
+    p.add_argument(
+        "--remote",
+        metavar="NAME",
+        help="the remote to sync with (default: the branch's upstream's; its branch of the "
+        "same name when it is not the upstream's remote)",
+    )
+    p.add_argument(
+        "-m",
+        "--message",
+        dest="commit_message",
+        metavar="TEXT",
+        help="the memory commit's message (default: stm sync: update memory (DATE))",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="fetch, then say what would be sent and received; commit and push nothing",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def sync_at_session_end(store: Store) -> None:
     """The capture hook's sync at SessionEnd, when `sync_on_session_end` is set: what it
     did, or why not, goes to stderr; nothing here ever fails the hook."""
@@ -13522,125 +14142,6 @@ def sync_at_session_end(store: Store) -> None:
     except Exception as exc:  # a hook ends with 0 whatever happened (spec/capture.md)
         reason = exc.line() if isinstance(exc, StmError) else f"{type(exc).__name__}: {exc}"
         print(f"stm capture: sync not done: {escape_controls(reason)}", file=sys.stderr)
-
-
-# Checkpoints ------------------------------------------------------------------
-
-
-def checkpoint_after_write(store: Store) -> None:
-    """Count one memory write; the `checkpoint_every`-th since the last checkpoint
-    leaves one. Never fails the write that called it: a checkpoint that cannot be
-    written is a warning, and is tried again at the next write."""
-    if FileLock.held:
-        return  # called under a lock: the outer operation counts
-    config = checkpoint_config(store)
-    if config is None:
-        return
-    try:
-        with store.stacks_lock(), store.state_lock():
-            writes = read_writes(store) + 1
-            if writes >= config["checkpoint_every"]:
-                write_checkpoint(store, config)
-                writes = 0
-            save_writes(store, writes)
-    except (StmError, OSError) as exc:
-        reason = exc.message if isinstance(exc, StmError) else exc.strerror or str(exc)
-        where = getattr(exc, "filename", None) or config["checkpoint_dir"]
-        warn(
-            f"checkpoint not written ({where}: {reason}); the memory write itself is saved, "
-            "and the checkpoint is tried again at the next write"
-        )
-
-
-def checkpoint_config(store: Store) -> dict | None:
-    """The config when it asks for checkpoints, else None. Most stores have none: a stat
-    (no config.json) or one small read and a substring test (no checkpoint_every) is all
-    a write pays then."""
-    path = store.layer(CONFIG_FILE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, "rb") as stream:
-            if b'"checkpoint_every"' not in stream.read(CONFIG_MAX_BYTES + 1):
-                return None
-    except OSError:
-        return None
-    config, problems = read_config(store)
-    return None if problems or not config["checkpoint_every"] else config
-
-
-def read_writes(store: Store) -> int:
-    try:
-        text = read_bytes(os.path.join(store.state, WRITES_FILE), 64).decode("ascii")
-        return max(0, int(text.strip() or 0))
-    except (OSError, ValueError):
-        return 0
-
-
-def save_writes(store: Store, writes: int) -> None:
-    """The count is a hint (a lost one delays a checkpoint), so no fsync: a plain write
-    under the state lock."""
-    path = os.path.join(store.state, WRITES_FILE)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-    fd = os.open(path, flags, 0o644)
-    try:
-        require_regular(fd, path)
-        write_all(fd, f"{writes}\n".encode())
-    finally:
-        os.close(fd)
-
-
-def checkpoint_folder(store: Store, config: dict) -> str | None:
-    """checkpoint_dir, `~` expanded, relative to the project root."""
-    folder = config.get("checkpoint_dir")
-    if not folder:
-        return None
-    return os.path.join(os.path.dirname(store.stacks), os.path.expanduser(folder))
-
-
-def write_checkpoint(store: Store, config: dict) -> str:
-    """One checkpoint: the export zip (`stm export --include-state`), written atomically
-    under a timestamped name; then the oldest beyond checkpoint_keep go. Call with both
-    locks held, so the zip is one moment of memory, and so no other checkpoint of this
-    store is being written (its leftover temp files, from a killed one, go too)."""
-    folder = checkpoint_folder(store, config)
-    os.makedirs(folder, exist_ok=True)
-    names = os.listdir(folder)
-    for name in names:
-        if name.startswith(".stm-checkpoint-") and name.endswith(".tmp"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, name))
-    now = utc_now()
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 10**6:06d}Z"
-    path = os.path.join(folder, f"stm-checkpoint-{stamp}.zip")
-    write_export(store, path, include_state=True)
-    for old in checkpoint_names(folder)[: -config["checkpoint_keep"]]:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, old))
-    return path
-
-
-def checkpoint_names(folder: str) -> list[str]:
-    """The checkpoints in `folder`, oldest first (their names sort by time)."""
-    try:
-        return sorted(n for n in os.listdir(folder) if CHECKPOINT_NAME_RE.match(n))
-    except OSError:
-        return []
-
-
-def newest_checkpoint(store: Store) -> str:
-    """The newest checkpoint, for `stm import` without a FILE."""
-    config = load_config(store, strict=True)
-    folder = checkpoint_folder(store, config)
-    if folder is None:
-        raise usage_error(
-            "import needs a FILE (or checkpoint_dir in .stacks/config.json, to restore "
-            "the newest checkpoint)"
-        )
-    names = checkpoint_names(folder)
-    if not names:
-        raise StmError(f"import: no checkpoint in {folder} (checkpoint_dir); name a FILE")
-    return os.path.join(folder, names[-1])
 
 
 # ==== MCP server ==============================================================
@@ -14318,6 +14819,10 @@ def cmd_mcp(args) -> int:
         sys.stdout = real_stdout
 
 
+def options_mcp(p) -> None:
+    p.set_defaults()  # --dir, --state-dir and --user are the global options
+
+
 # ==== Command line ===========================================================
 
 
@@ -14392,443 +14897,6 @@ def global_options(*, shown: bool = True):
     return parent
 
 
-def options_init(p) -> None:
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="rewrite the template files, keeping the old content as a .bak beside them",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_boot(p) -> None:
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically), not stdout")
-    p.add_argument("--no-refs", action="store_true", help="leave out the refs index")
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        metavar="N",
-        help=f"print at most N tokens (characters / 4), cutting refs, then the oldest memory "
-        f"bullets, then the workflow, identity last (without it: no cut; over the "
-        f"{BOOT_BUDGET_TOKENS}-token budget boot warns)",
-    )
-    p.add_argument(
-        "--max-chars",
-        type=int,
-        metavar="N",
-        help=f"print at most N characters, cut as --max-tokens cuts (a hook: "
-        f"{HOOK_MAX_CHARS}, under Claude Code's 10,000-character limit)",
-    )
-    p.add_argument(
-        "--no-limit",
-        action="store_true",
-        help="ignore --max-tokens and --max-chars: print everything (what a cut boot points to)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
-
-
-def options_capture(p) -> None:
-    p.add_argument(
-        "--client",
-        choices=HOOK_CLIENTS,
-        help="the agent client running the hook (default: worked out from the payload)",
-    )
-    p.add_argument(
-        "--boot",
-        action="store_true",
-        help="then print boot (a SessionStart hook: capture first, then the memory to start from)",
-    )
-    p.add_argument("--max-tokens", type=int, metavar="N", help="with --boot: as boot's")
-    p.add_argument("--max-chars", type=int, metavar="N", help="with --boot: as boot's")
-    p.add_argument(
-        "--print", action="store_true", help="show what would be recorded; change nothing"
-    )
-
-
-def options_log(p) -> None:
-    p.add_argument("message", metavar="MESSAGE", nargs="*", help="the entry; - reads stdin")
-    p.add_argument("--template", action="store_true", help="print the session-log template")
-    p.add_argument(
-        "--tail",
-        type=int,
-        nargs="?",
-        const=LOG_TAIL_DEFAULT,
-        metavar="N",
-        help=f"print the newest N entries, oldest first (default N: {LOG_TAIL_DEFAULT}); "
-        "writes nothing",
-    )
-    p.add_argument(
-        "--allow-secret", action="store_true", help="log text even if it looks like a credential"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
-
-
-def options_check(p) -> None:
-    p.add_argument("--strict", action="store_true", help="fail on warnings too")
-    p.add_argument(
-        "--staged",
-        action="store_true",
-        help="read only the logs and sessions staged for the next commit (with the layers, "
-        "refs and git files): a cost that follows the commit, not the history; what "
-        "pre-commit hooks run (CI runs the full check)",
-    )
-    p.add_argument(
-        "--fix",
-        action="store_true",
-        help="repair what is safe: torn tails, temp files, lost events, headings, git rules",
-    )
-    p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
-
-
-def options_json(p) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_compose_handoff(p) -> None:
-    p.add_argument(
-        "file", metavar="FILE", nargs="?", help="the handoff JSON; - or a pipe reads stdin"
-    )
-    p.add_argument(
-        "--print",
-        dest="print_only",
-        action="store_true",
-        help="render Session.md to stdout and create nothing",
-    )
-    p.add_argument("-o", "--output", metavar="FILE", help="also write Session.md to FILE")
-    switching = p.add_mutually_exclusive_group()
-    switching.add_argument(
-        "--no-switch", action="store_true", help="do not make the session current"
-    )
-    switching.add_argument(
-        "--switch",
-        action="store_true",
-        help="make it current even when it is one you send (from_agent you, to_agent someone "
-        "else), which by default leaves your current session alone",
-    )
-    p.add_argument(
-        "--example",
-        action="store_true",
-        help="print a handoff JSON to fill in (every field, created_at now) and exit",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_note(p) -> None:
-    p.add_argument("section", metavar="SECTION", help="the `## SECTION` heading of MEMORY.md")
-    p.add_argument("text", metavar="TEXT", nargs="*", help="the note; - reads stdin")
-    p.add_argument(
-        "--replace", action="store_true", help="replace the section's body (TEXT or stdin)"
-    )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
-    where.add_argument(
-        "--ref",
-        metavar="NAME",
-        help="write .stacks/refs/NAME.md instead (created with a title if new)",
-    )
-    p.add_argument(
-        "--create",
-        action="store_true",
-        help="start SECTION when the file has no such section (refused otherwise: a typo)",
-    )
-    p.add_argument(
-        "-q", "--quiet", action="store_true", help="print nothing on success (not where it went)"
-    )
-    p.add_argument(
-        "--allow-secret", action="store_true", help="write text even if it looks like a credential"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_search(p) -> None:
-    p.add_argument("pattern", metavar="PATTERN", help="text to find (case-insensitive)")
-    p.add_argument("--layer", choices=search_layers(), help="search only this layer")
-    p.add_argument("--since", metavar="DATE", help="logs and sessions from DATE (YYYY-MM-DD) on")
-    p.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def setup_actions(p, *, shows: str, installs: str, removes: str, check: bool = True) -> None:
-    """The actions every `setup` verb takes, one at a time: --print (the default),
-    --install, --check (exit 0 when installed, 1 when not), --remove."""
-    actions = p.add_mutually_exclusive_group()
-    actions.add_argument(
-        "--print", dest="print_only", action="store_true", help=f"show {shows} (the default)"
-    )
-    actions.add_argument("--install", action="store_true", help=installs)
-    if check:
-        actions.add_argument("--check", action="store_true", help="exit 0 if installed, 1 if not")
-    actions.add_argument("--remove", action="store_true", help=removes)
-
-
-def options_setup_claude(p) -> None:
-    setup_actions(
-        p,
-        shows="the hook settings",
-        installs="merge the hooks into .claude/settings.json (keeps one backup)",
-        removes="take out only what stm added",
-    )
-    p.add_argument(
-        "--command",
-        dest="session_start_command",
-        metavar="CMD",
-        help=f"what the SessionStart hook runs (default: this project's stm.py, else `stm`, "
-        f"with `capture --client claude --boot --max-chars {HOOK_MAX_CHARS}`)",
-    )
-
-
-def options_setup_codex(p) -> None:
-    setup_actions(
-        p,
-        shows="the hook file",
-        installs="merge the hooks into .codex/hooks.json (keeps one backup)",
-        removes="take out only what stm added",
-    )
-
-
-def options_setup_agents_md(p) -> None:
-    setup_actions(
-        p,
-        shows="the block",
-        installs="add or update the block",
-        removes="take the block out",
-        check=False,
-    )
-    p.add_argument("--file", metavar="PATH", help="the instructions file (default: AGENTS.md)")
-    p.add_argument(
-        "--command",
-        metavar="CMD",
-        help="how agents run stm (default: `stm` if installed, else python3 <path>/stm.py)",
-    )
-
-
-def options_merge_file(p) -> None:
-    p.add_argument("base", metavar="BASE", help="the common ancestor (git's %%O)")
-    p.add_argument("ours", metavar="OURS", help="our version; the result replaces it (%%A)")
-    p.add_argument("theirs", metavar="THEIRS", help="their version (%%B)")
-    p.add_argument(
-        "--marker-size",
-        type=int,
-        default=7,
-        metavar="N",
-        help="conflict marker length (git's %%L; default %(default)s)",
-    )
-    p.add_argument("--path", metavar="P", help="the file's path in the repository (%%P)")
-
-
-def options_setup_mcp(p) -> None:
-    setup_actions(
-        p,
-        shows="the config",
-        installs="merge the stm server into the client's config",
-        removes="take the stm server out",
-    )
-    p.add_argument(
-        "--client",
-        choices=tuple(MCP_CLIENT_FILES),
-        default="claude",
-        help="claude: .mcp.json; cursor: .cursor/mcp.json; vscode: .vscode/mcp.json; "
-        "codex: print the config.toml snippet (default: %(default)s)",
-    )
-
-
-def options_setup_git(p) -> None:
-    setup_actions(
-        p,
-        shows="the git config lines",
-        installs="write the driver into this clone's git config",
-        removes="take the driver out",
-    )
-    p.add_argument(
-        "--command",
-        metavar="CMD",
-        help="the driver line (default: `stm merge-file %%O %%A %%B ...`, or this stm.py)",
-    )
-
-
-def options_mcp(p) -> None:
-    p.set_defaults()  # --dir, --state-dir and --user are the global options
-
-
-def options_refs_show(p) -> None:
-    p.add_argument("name", metavar="NAME", help="the ref: deploy, deploy.md, refs/ops/deploy.md")
-    p.add_argument("--json", action="store_true", help="print JSON (path, text)")
-
-
-def options_fact_block(p) -> None:
-    p.add_argument(
-        "--block",
-        default=FACT_BLOCK_DEFAULT,
-        metavar="NAME",
-        help="the block: .stacks/refs/NAME.md (default: %(default)s)",
-    )
-
-
-def options_fact_set(p) -> None:
-    p.add_argument("key", metavar="KEY", help="a slug: lowercase letters, digits, _ . -")
-    p.add_argument("value", metavar="VALUE", nargs="+", help="the new value (one line)")
-    p.add_argument("--why", metavar="TEXT", help="why it changed: a correction note")
-    p.add_argument(
-        "--allow-secret", action="store_true", help="store it even if it looks like a credential"
-    )
-    options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_fact_get(p) -> None:
-    p.add_argument("key", metavar="KEY", help="the fact's key")
-    p.add_argument("--history", action="store_true", help="also every earlier value")
-    options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_fact_list(p) -> None:
-    options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_fact_rm(p) -> None:
-    p.add_argument("key", metavar="KEY", help="the fact's key")
-    p.add_argument("--why", metavar="TEXT", required=True, help="why it goes (logged)")
-    options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_compact(p) -> None:
-    p.add_argument("--dry-run", action="store_true", help="say what would move; change nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_digest(p) -> None:
-    p.add_argument(
-        "--since",
-        metavar="DATE",
-        help="from DATE (YYYY-MM-DD, an ISO time, or last-boot: this checkout's last `stm "
-        "boot`) on (default: MEMORY.md's Last Updated)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_export(p) -> None:
-    p.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE",
-        help="the zip to write (default: stm-memory-YYYY-MM-DD.zip here)",
-    )
-    p.add_argument("--include-state", action="store_true", help="add .state/ (sessions)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_import(p) -> None:
-    p.add_argument(
-        "file",
-        metavar="FILE",
-        nargs="?",
-        help="a zip made by `stm export` (default: the newest checkpoint in checkpoint_dir)",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replace files that differ, keeping each old one as a .bak",
-    )
-    p.add_argument("--dry-run", action="store_true", help="say what would happen; write nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_commit(p) -> None:
-    p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_sync(p) -> None:
-    p.add_argument(
-        "--remote",
-        metavar="NAME",
-        help="the remote to sync with (default: the branch's upstream's; its branch of the "
-        "same name when it is not the upstream's remote)",
-    )
-    p.add_argument(
-        "-m",
-        "--message",
-        dest="commit_message",
-        metavar="TEXT",
-        help="the memory commit's message (default: stm sync: update memory (DATE))",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="fetch, then say what would be sent and received; commit and push nothing",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_session_new(p) -> None:
-    p.add_argument("--name", help="a short human name for the session")
-    p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
-    p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
-    p.add_argument("--no-switch", action="store_true", help="do not make it current")
-    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
-
-
-def options_session_switch(p) -> None:
-    p.add_argument("id", metavar="ID", help="full id, or 4+ characters of it, e.g. 3f9a")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_session_archive(p) -> None:
-    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
-    p.add_argument(
-        "--stale",
-        action="store_true",
-        help=f"archive every session untouched for over {SESSION_IDLE_DAYS} days (but this "
-        "checkout's current one)",
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="with --stale: list them, archive nothing"
-    )
-    p.add_argument(
-        "--expect-version",
-        type=int,
-        metavar="N",
-        help="refuse (exit 3) unless the stored version is N",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_session_list(p) -> None:
-    p.add_argument("--all", action="store_true", help="include archived sessions")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_session_show(p) -> None:
-    p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def options_session_handoff(p) -> None:
-    p.add_argument("--to", metavar="NAME", help="the agent or person it is for (to_agent)")
-    p.add_argument(
-        "--task", metavar="TEXT", help="what the next agent must do (default: the session's name)"
-    )
-    p.add_argument(
-        "--task-id",
-        metavar="ID",
-        help="the task's id (default: the id of the handoff it came from, else the session's)",
-    )
-    p.add_argument(
-        "--decision", metavar="TEXT", action="append", help="a decision to pass on (repeat)"
-    )
-    p.add_argument("--session", metavar="ID", help="write it from this session, not the current")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE, not stdout")
-
-
-def options_session_phase(p) -> None:
-    p.add_argument("name", metavar="NAME", help="the new phase")
-    options_update(p)
-
-
 def options_session_checkpoint(p) -> None:
     p.add_argument(
         "--done",
@@ -14860,17 +14928,6 @@ def options_session_checkpoint(p) -> None:
         help="mark the work finished without archiving it: pending cleared, nothing to resume",
     )
     options_update(p)
-
-
-def options_update(p) -> None:
-    p.add_argument("--session", metavar="ID", help="act on this session, not the current one")
-    p.add_argument(
-        "--expect-version",
-        type=int,
-        metavar="N",
-        help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 # The parser of a command is built only when that command runs (or for --help): argparse

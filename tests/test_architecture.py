@@ -114,3 +114,130 @@ def test_handlers_are_referenced_directly_in_the_command_table():
     for table in (stm.COMMANDS, *stm.VERBS.values()):
         for command in table:
             assert command.handler is None or callable(command.handler)
+
+
+# ---- The layout: sections that only look up -----------------------------------------
+#
+# stm.py is read top to bottom: each `# ==== Title ====` section may use only what the
+# sections above it define, so a reader meets every name before its first use. The
+# analysis reads the source (ast for the definitions, symtable for the names each
+# function or class uses at run time).
+
+BANNER = re.compile(r"^# ==== (.+?) =+$")
+
+# (user, used): why this one reference points down. Keep it short (today it is empty):
+# each row is a place where the order could not follow the rule, and says why.
+LOOKS_DOWN: dict[tuple[str, str], str] = {}
+
+
+def layout(source: str) -> tuple[list[str], dict[str, int], dict[str, tuple[int, set]]]:
+    """(section titles in order, {top-level name: its section's index}, {top-level
+    function or class: (its section's index, the module names it uses)})."""
+    import ast
+    import symtable
+
+    titles, starts = [], []
+    for number, line in enumerate(source.split("\n"), 1):
+        match = BANNER.match(line)
+        if match:
+            titles.append(match.group(1).strip())
+            starts.append(number)
+
+    def section(line: int) -> int:
+        return max(i for i, start in enumerate(starts) if start <= line)
+
+    defined: dict[str, int] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+        else:
+            continue
+        for name in names:
+            defined.setdefault(name, section(node.lineno))
+
+    def used_names(table, found: set) -> set:
+        for symbol in table.get_symbols():
+            free = symbol.is_global() or (table.get_type() == "class" and not symbol.is_assigned())
+            if symbol.is_referenced() and free:
+                found.add(symbol.get_name())
+        for child in table.get_children():
+            used_names(child, found)
+        return found
+
+    users = {}
+    for child in symtable.symtable(source, "stm.py", "exec").get_children():
+        users[child.get_name()] = (section(child.get_lineno()), used_names(child, set()))
+    return titles, defined, users
+
+
+def references_down(source: str) -> set[tuple[str, str]]:
+    """(user, used) for every name used by a section above the one defining it."""
+    _, defined, users = layout(source)
+    return {
+        (user, name)
+        for user, (where, names) in users.items()
+        for name in names
+        if name in defined and defined[name] > where
+    }
+
+
+STM_SOURCE = (ROOT / "stm.py").read_text(encoding="utf-8")
+
+
+def test_each_section_uses_only_the_sections_above_it():
+    found = references_down(STM_SOURCE)
+    assert found - set(LOOKS_DOWN) == set(), "move the name up, or the user down"
+    assert set(LOOKS_DOWN) - found == set(), "an exception no longer needed: drop its row"
+
+
+def test_the_layout_check_notices_a_function_moved_below_its_first_user():
+    # `plural` sits in the text helpers; moved to the end of the file, every section
+    # above that uses it now looks down, and the check must say so.
+    start = STM_SOURCE.index("\ndef plural(")
+    end = STM_SOURCE.index("\n\n\ndef ", start + 1)
+    moved = STM_SOURCE[:start] + STM_SOURCE[end:] + STM_SOURCE[start:end] + "\n"
+    assert ("cmd_status", "plural") not in references_down(STM_SOURCE)
+    assert {user for user, used in references_down(moved) if used == "plural"} >= {
+        "fix_compact_duplicate",
+        "Checker",
+    }
+
+
+def test_operations_print_nothing_and_know_no_command_line():
+    """An operation returns or raises: the front ends (CLI, MCP) do the wording, the
+    printing and the flags. Operations live in the sections titled `Operations: …`."""
+    import ast
+
+    titles, _, _ = layout(STM_SOURCE)
+    operations = [i for i, title in enumerate(titles) if title.startswith("Operations")]
+    assert operations, "no Operations section"
+    _, _, users = layout(STM_SOURCE)
+    front = {"print", "out", "print_json", "argparse"}
+    offenders = {
+        name: sorted(names & front)
+        for name, (where, names) in users.items()
+        if where in operations and names & front
+    }
+    assert offenders == {}
+    streams = {"stdout", "stderr", "argv"}  # output, and the command line
+    for node in ast.parse(STM_SOURCE).body:
+        if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            continue
+        if users[node.name][0] not in operations:
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.arguments):
+                assert "args" not in [a.arg for a in inner.args], node.name
+            if isinstance(inner, ast.Attribute) and inner.attr in streams:
+                assert getattr(inner.value, "id", None) != "sys", node.name
+
+
+def test_the_docstring_maps_the_sections_as_the_banners_name_them():
+    titles, _, _ = layout(STM_SOURCE)
+    after = stm.__doc__.split("Sections (grep -n '^# ====' stm.py)", 1)[1]
+    block = after.split("\n\n")[1]  # the indented map after the heading's paragraph
+    mapped = [re.split(r"\s{2,}", line.strip())[0] for line in block.split("\n")]
+    assert mapped == titles
