@@ -7041,6 +7041,34 @@ def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str
     return [f"boot: {what} to fit {cut.limit}" for what in said]
 
 
+def mark_boot(store: Store) -> None:
+    """Record when this checkout last booted, as the time of an empty, git-ignored file:
+    one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
+    path = os.path.join(store.state, LAST_BOOT_FILE)
+    if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, 0o644)
+        try:
+            os.utime(fd, None)
+        finally:
+            os.close(fd)
+
+
+def boot_memory(store: Store, deliver=None, **options) -> tuple[str, list[str], BootParts]:
+    """The boot operation whole, for every front end (CLI, hook, MCP tool, resource and
+    prompt): the text within the limits (`options` as boot_document takes them), its
+    warnings, the parts it was made from, and the boot mark that `digest` counts from.
+    The mark is recorded after `deliver(parts, text)` returns, when given (a front end
+    that prints passes its printer: only a boot that reached the agent counts)."""
+    parts = BootParts(store)
+    text, warnings = boot_document(parts, **options)
+    if deliver is not None:
+        deliver(parts, text)
+    mark_boot(store)
+    return text, warnings, parts
+
+
 # ==== Operations: export ======================================================
 
 
@@ -9482,20 +9510,6 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
         "dry_run": dry_run,
         "moved": [{"path": store.rel(p), "section": n, "lines": lines} for p, n, lines in moves],
     }
-
-
-def mark_boot(store: Store) -> None:
-    """Record when this checkout last booted, as the time of an empty, git-ignored file:
-    one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
-    path = os.path.join(store.state, LAST_BOOT_FILE)
-    if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, 0o644)
-        try:
-            os.utime(fd, None)
-        finally:
-            os.close(fd)
 
 
 def digest_since(store: Store, since: str | None) -> float:
@@ -12723,18 +12737,19 @@ def cmd_boot(args) -> int:
     for flag, value in (("--max-tokens", args.max_tokens), ("--max-chars", args.max_chars)):
         if value is not None and value < 1:
             raise usage_error(f"{flag} must be a positive number")
-    parts = BootParts(store)
     limits = {} if args.no_limit else {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
-    text, warnings = boot_document(parts, no_refs=args.no_refs, **limits)
+
+    def deliver(parts: BootParts, text: str) -> None:
+        if args.json:
+            print_json(boot_json(parts, text))
+        elif args.output:
+            write_output_file(args.output, text)
+        else:
+            sys.stdout.write(text)
+
+    _, warnings, _ = boot_memory(store, deliver, no_refs=args.no_refs, **limits)
     for warning in warnings:
         warn(warning)
-    if args.json:
-        print_json(boot_json(parts, text))
-    elif args.output:
-        write_output_file(args.output, text)
-    else:
-        sys.stdout.write(text)
-    mark_boot(store)  # only a boot that delivered its text counts
     return EXIT_OK
 
 
@@ -13614,11 +13629,9 @@ def hook_boot(args, store) -> None:
         root = os.path.dirname(os.path.abspath(store.stacks))
         with with_hint_voice(command=hook_shell_command(root)):
             limits = {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
-            text, warnings = boot_document(BootParts(store), **limits)
+            _, warnings, _ = boot_memory(store, lambda _, text: sys.stdout.write(text), **limits)
         for warning in warnings:
             warn(warning)
-        sys.stdout.write(text)
-        mark_boot(store)
     except Exception as exc:  # as above: one line, exit 0
         reason = exc.line() if isinstance(exc, StmError) else f"{type(exc).__name__}: {exc}"
         print(f"stm capture: no boot: {escape_controls(reason)}", file=sys.stderr)
@@ -14225,10 +14238,8 @@ MCP_SEARCH_OUTPUT = {
 
 
 def mcp_tool_boot(store: Store, args: dict):
-    text, _ = boot_document(
-        BootParts(store), max_tokens=args.get("max_tokens"), max_chars=args.get("max_chars")
-    )
-    mark_boot(store)
+    limits = {"max_tokens": args.get("max_tokens"), "max_chars": args.get("max_chars")}
+    text, _, _ = boot_memory(store, **limits)
     return text, None
 
 
@@ -14586,7 +14597,7 @@ def mcp_read_resource(store: Store, uri: str, not_found: int) -> dict:
     fixed = {"stm://identity": store.agent_path, "stm://memory": store.memory_path}
     try:
         if uri == "stm://boot":
-            text, _ = boot_document(BootParts(store))
+            text, _, _ = boot_memory(store)  # read as the tool is: a boot, marked
         elif uri in fixed:
             text = read_text(fixed[uri])
         elif uri.startswith("stm://refs/"):
@@ -14740,7 +14751,7 @@ class McpServer:
         if method == "prompts/get":
             if params.get("name") != "boot":
                 raise McpError(MCP_INVALID_PARAMS, f"Unknown prompt: {params.get('name')!r}")
-            text, _ = boot_document(BootParts(self.store(client)))
+            text, _, _ = boot_memory(self.store(client))
             message = {"role": "user", "content": {"type": "text", "text": text}}
             return {"description": "The project memory (stm boot)", "messages": [message]}
         raise McpError(MCP_NO_METHOD, f"Method not found: {method}")

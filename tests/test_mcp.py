@@ -669,6 +669,35 @@ def test_boot_prompt(server, era):
     assert client.close() == 0
 
 
+@pytest.mark.parametrize(
+    "method, params",
+    [
+        ("resources/read", {"uri": "stm://boot"}),
+        ("prompts/get", {"name": "boot"}),
+        ("tools/call", {"name": "boot", "arguments": {}}),
+    ],
+)
+def test_every_way_to_boot_records_the_boot_mark_digest_counts_from(
+    server, mcp_project, method, params
+):
+    mark = mcp_project / ".state" / ".last-boot"
+    assert not mark.exists()
+    client = open_era(server, "modern")
+    result_of(rpc(client, "modern", method, params))
+    assert mark.is_file(), f"{method} booted without recording the boot"
+    os.utime(mark, (1, 1))  # a second read of the same kind moves the mark again
+    result_of(rpc(client, "modern", method, params))
+    assert mark.stat().st_mtime > 1
+    assert client.close() == 0
+
+
+def test_a_resource_other_than_boot_records_no_boot(server, mcp_project):
+    client = open_era(server, "modern")
+    result_of(rpc(client, "modern", "resources/read", {"uri": "stm://memory"}))
+    assert not (mcp_project / ".state" / ".last-boot").exists()
+    assert client.close() == 0
+
+
 # ---- JSON-RPC errors ------------------------------------------------------------------------
 
 
