@@ -13073,6 +13073,7 @@ def cmd_session_list(args) -> int:
                 as_invoked("stm: no sessions yet; start one with `stm session new`"),
                 file=sys.stderr,
             )
+    lines = []
     for row in rows:
         mark = "*" if row["current"] else " "
         flag = " [archived]" if row["archived"] else ""
@@ -13082,7 +13083,9 @@ def cmd_session_list(args) -> int:
         name = one_line(row["name"] or "", 60)
         phase = one_line(row["phase"], 16)
         updated = one_line(row["updated_at"] or "-", 20)
-        out(f"{mark} {row['session_id']}  {phase:16} {updated:20}  {name}{flag}")
+        lines.append(f"{mark} {row['session_id']}  {phase:16} {updated:20}  {name}{flag}")
+    if lines:  # one write: a print per row was a fifth of `--all` over 10,000 sessions
+        out("\n".join(lines))
     return EXIT_OK
 
 
