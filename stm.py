@@ -86,9 +86,10 @@ Operations return or raise and print nothing; the front ends word, print and exi
 In-process API (stable names in __all__): open_store(stacks=..., state=..., user=...)
 gives a Store; the operations take it and keyword arguments and print nothing, e.g.
 append_log(store, "text"), add_memory_note(store, "Next Steps", "text"),
-search_memory(store, "parser") (a generator of matches), boot_document(BootParts(store),
-max_chars=9500), check_store(store, fix=True), set_fact(store, "key", "value"),
-merge_markdown(base, ours, theirs). Failures raise StmError (.code, .line()).
+search_memory(store, "parser") (a generator of matches), boot_memory(store,
+max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
+fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
+Failures raise StmError (.code, .line()).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ __all__ = [
     "append_log",
     "archive_session",
     "boot_document",
+    "boot_memory",
     "check_store",
     "checkpoint_session",
     "compact_store",

@@ -102,6 +102,7 @@ def test_the_declared_api_exists_and_works_in_process(store):
     hits = list(stm.search_memory(memory, "from the API"))
     assert [hit["layer"] for hit in hits] == ["logs"]
     text, warnings = stm.boot_document(stm.BootParts(memory), max_chars=2000)
+    assert stm.boot_memory(memory, max_chars=2000)[:2] == (text, warnings)
     assert "port the printer" in text and len(text) <= 2000 and warnings == []
     findings, fixed = stm.check_store(memory)
     assert [f.rule for f in findings if f.severity == "error"] == [] and fixed == []
