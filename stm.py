@@ -257,6 +257,8 @@ STACKS_GITIGNORE = """\
 # stm's lock and temp files are never committed.
 .stm.lock
 *.tmp
+# The backups `init --force` and `import --force` keep stay in this checkout.
+*.bak
 """
 
 STATE_GITATTRIBUTES = """\
@@ -281,6 +283,8 @@ current-session.json
 # stm's lock and temp files are never committed.
 .stm.lock
 *.tmp
+# The backups `import --force` keeps stay in this checkout.
+*.bak
 """
 
 STATE_README = """\
@@ -10482,8 +10486,8 @@ def agents_block(stm: str = "stm") -> str:
     )
     # A clone may lack the command: the block says how to get it (the hooks print it).
     missing = (
-        "- No `stm` command here? `pip install stm-memory`, or copy stm.py into the "
-        "project and run `python3 stm.py setup agents-md --install`.\n"
+        "- No `stm` command here? Copy stm.py (one file) into the project and run "
+        "`python3 stm.py setup agents-md --install`.\n"
         if stm == "stm"
         else ""
     )
@@ -10615,8 +10619,8 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
     missing = shell_command(
         "echo",
         "stm memory: the stm command is not installed in this environment: "
-        "`pip install stm-memory`, or copy stm.py into the project and run "
-        f"`stm setup {client.name} --install` again",
+        "copy stm.py (one file) into the project and run "
+        f"`python3 stm.py setup {client.name} --install` again",
     )
     return (
         f"if command -v stm >/dev/null 2>&1; then {shell_command('stm', *words)}; "
@@ -11418,7 +11422,7 @@ class Checker:
                     "appends from two branches could conflict in a merge, or be checked "
                     "out with CRLF line ends"
                     if rule == "git-attributes"
-                    else "lock, temp or pointer files could be committed"
+                    else "lock, temp, backup or pointer files could be committed"
                 )
                 self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
         self.check_merge_driver()
@@ -15455,9 +15459,11 @@ def run_command(argv: list[str]) -> int:
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
             flags = [word for word in extra if looks_like_option(word)]
-            if words is None or flags:
+            if not isinstance(words, list) or flags:
                 hint = ""
-                if words is not None:  # text that starts with `-`: after `--`
+                if isinstance(words, str):  # `commit -m fixed the parser`
+                    hint = f' (quote a message of several words: -m "{words} {" ".join(extra)}")'
+                elif words is not None:  # text that starts with `-`: after `--`
                     hint = f" (text that starts with '-' goes after `--`: -- {flags[0]!r})"
                 usage_exit(command_prog(args), f"unrecognized arguments: {' '.join(extra)}{hint}")
             words.extend(extra)

@@ -691,6 +691,31 @@ def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, mon
     assert data["committed"] is True and data["commit"] == git(store, "rev-parse", "HEAD").strip()
 
 
+def test_commit_leaves_stm_s_own_backups_in_the_checkout(store, run, monkeypatch, tmp_path):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    git(store, "init", "-q")
+    assert run("init", "--force").code == 0  # keeps AGENT.md and MEMORY.md as .bak
+    backups = sorted(p.name for p in (store / ".stacks").glob("*.bak"))
+    assert len(backups) == 2, backups
+    archive = tmp_path / "memory.zip"
+    assert run("export", "-o", str(archive)).code == 0
+    (store / ".stacks" / "MEMORY.md").write_text("# Memory\n\n## Status\n\nchanged\n")
+    assert run("import", str(archive), "--force").code == 0  # one more hidden .bak
+    assert run("commit", "-m", "memory").code == 0
+    files = git(store, "show", "--name-only", "--format=", "HEAD").split()
+    assert ".stacks/MEMORY.md" in files
+    assert not [f for f in files if f.endswith(".bak")], files
+    assert "git-ignore" not in run("check").out  # the ignore lines init writes are there
+
+
+def test_commit_with_a_message_in_several_words_unquoted_is_a_usage_error(store, run):
+    result = run("commit", "-m", "fixed", "the", "parser")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "unrecognized arguments: the parser" in result.err
+    assert "quote" in result.err  # the fix: -m "fixed the parser"
+
+
 def test_commit_outside_a_git_repository(store, run):
     result = run("commit")
     assert result.code == 1 and "not inside a git repository" in result.err

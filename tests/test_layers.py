@@ -716,6 +716,7 @@ def test_check_git_files_rules_and_fix(store, run):
         "# What this checkout's last `stm sync` received, and its memory writes since a "
         "checkpoint.\n.last-sync.json\n.writes\n"
         "# stm's lock and temp files are never committed.\n.stm.lock\n*.tmp\n"
+        "# The backups `import --force` keeps stay in this checkout.\n*.bak\n"
     )
     assert run("check", "--strict").code == 0
 
@@ -726,7 +727,7 @@ def test_check_git_files_accept_equivalent_lines(store, run):
     (store / ".stacks" / ".gitattributes").write_text(
         "/logs/*.md  -diff eol=lf merge=union\n" + merge_lines
     )
-    (store / ".stacks" / ".gitignore").write_text("/.stm.lock\n*.tmp\n")
+    (store / ".stacks" / ".gitignore").write_text("/.stm.lock\n*.tmp\n/*.bak\n")
     assert run("check", "--strict").code == 0
     for lacking in ("logs/*.md -diff eol=lf\n", "logs/*.md merge=union\n"):  # no union; CRLF
         (store / ".stacks" / ".gitattributes").write_text(lacking)

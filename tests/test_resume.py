@@ -904,7 +904,8 @@ def test_the_agents_md_block_works_in_every_clone(store, run, monkeypatch, tmp_p
     monkeypatch.setattr(stm, "__file__", str(tmp_path_factory.mktemp("elsewhere") / "stm.py"))
     block = run("setup", "agents-md").out
     assert "run `stm boot`" in block
-    assert "No `stm` command here? `pip install stm-memory`" in block
+    assert "No `stm` command here? Copy stm.py (one file) into the project" in block
+    assert "pip install" not in block  # no package of that name is published
     lines = block.strip().splitlines()
     assert len(lines) - 2 <= 10
 
