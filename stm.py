@@ -6672,10 +6672,19 @@ def render_refs(refs: list[RefInfo], mode: str) -> str:
 class BootCut:
     """How much of each part a render leaves out; BootCut() leaves out nothing."""
 
-    __slots__ = ("refs", "memory_bullets", "memory_sections", "workflow", "identity", "limit")
+    __slots__ = (
+        "refs",
+        "refs_asked_out",
+        "memory_bullets",
+        "memory_sections",
+        "workflow",
+        "identity",
+        "limit",
+    )
 
     def __init__(self):
         self.refs = "full"  # "full", "titles" or "none"
+        self.refs_asked_out = False  # --no-refs: the reader asked, so no notice says it
         self.memory_bullets = 0  # oldest bullets left out, taken round the sections
         self.memory_sections = 0  # sections left out from the bottom (-1: all memory)
         self.workflow = "full"  # "full", "short" (3 steps), "none"
@@ -6862,6 +6871,12 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
                 render_refs(parts.refs, cut.refs),
             )
         )
+    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
+        # Every cut leaves a line in the text (the agent reads stdout, not stderr).
+        what = "shortened to titles" if cut.refs == "titles" else "left out"
+        notices.append(
+            as_invoked(f"the refs index was {what} to fit {cut.limit}: run `stm refs list`")
+        )
     body = ""
     if notices:
         body += "\n## Notices\n\n" + "\n".join(f"- {n}" for n in notices) + "\n"
@@ -6992,6 +7007,7 @@ def boot_document(
     warnings = list(parts.problems)
     cut = BootCut()
     cut.refs = "none" if no_refs else "full"
+    cut.refs_asked_out = no_refs
     if max_tokens is None and max_chars is None:
         text = render_boot(parts, cut=cut)
         tokens = estimate_tokens(text)

@@ -201,3 +201,23 @@ def test_digest_since_last_boot_starts_at_the_last_boot(store, run, monkeypatch)
     data = json.loads(run("digest", "--since", "last-boot", "--json").out)
     assert [e["text"] for e in data["entries"]] == ["after the boot"]
     assert ".last-boot" in (store / ".state" / ".gitignore").read_text()
+
+
+def test_every_cut_of_the_refs_index_leaves_a_line_in_the_text(store, run):
+    refs = store / ".stacks" / "refs"
+    for n in range(8):
+        (refs / f"topic-{n}.md").write_text(f"# Topic {n}\n\nWhat topic {n} is about, in a line.\n")
+    full = run("boot", "--no-limit").out
+    seen = set()
+    for limit in range(len(full), 300, -15):
+        result = run("boot", "--max-chars", str(limit))
+        assert result.code == 0 and len(result.out) <= limit
+        said = re.search(r"refs index (shortened to titles|left out)", result.err)
+        if said and "boot was cut at" not in result.err:
+            what = "shortened to titles" if "titles" in said.group(1) else "left out"
+            seen.add(what)
+            assert f"the refs index was {what} to fit --max-chars {limit}" in result.out
+            assert "stm refs list`" in result.out
+    assert seen == {"shortened to titles", "left out"}
+    asked = run("boot", "--no-refs", "--max-chars", str(len(full)))
+    assert "refs index" not in asked.out  # the reader asked: no notice tells them so
