@@ -8814,6 +8814,7 @@ def checkpoint_session(
     def mutate(state: dict):
         shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
         named = [match_done_step(step, shown, session_phases(state)) for step in dones]
+        named = list(dict.fromkeys(named))  # `--done 2 --done tests`, one step: done once
         change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
         change.update({"note": note, "interrupted": interrupted or None, "finish": finish or None})
         if len(named) > 1:
@@ -10513,7 +10514,7 @@ def agents_block(stm: str = "stm") -> str:
 - Before you stop, log what you did: {log}.
 - Keep the letter to the next session current: {note}.
 - In multi-step work, leave a resumable state for whoever goes on:
-  {checkpoint}.
+  {checkpoint} (`--pending` replaces the whole list of steps left: give them all).
 - Stable knowledge goes in `.stacks/refs/`; never edit `.stacks/logs/` by hand.
 {AGENTS_END}
 """
@@ -12509,7 +12510,8 @@ RULES = {
             "section-over-limit",
             "warning",
             "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
-            "rewrite the section; limits: .stacks/config.json",
+            "rewrite the section, or raise its limit in .stacks/config.json "
+            '(`{"section_limits": {"Next Steps": 20}}`, or `default_section_limit` for all)',
         ),
         Rule(
             "compact-duplicate",
@@ -12733,12 +12735,13 @@ def cmd_init(args) -> int:
         return EXIT_OK
     for action, path, note in report:
         out(f"{action:8} {path}" + (f"  ({note})" if note else ""))
-    out(
-        as_invoked(
-            f"\nNext: describe the agent in {store.rel(store.agent_path)} and the work in "
-            f"{store.rel(store.memory_path)}, then run `stm check` and `stm boot`."
+    if unfilled_templates(store):  # a re-run over filled files has nothing to ask
+        out(
+            as_invoked(
+                f"\nNext: describe the agent in {store.rel(store.agent_path)} and the work "
+                f"in {store.rel(store.memory_path)}, then run `stm check` and `stm boot`."
+            )
         )
-    )
     below_root = store_below_repository_root(store)
     if below_root:
         warn(below_root)
@@ -13959,7 +13962,8 @@ def cmd_import(args) -> int:
             f"import: {plural(len(conflicts), 'file')} "
             f"{'differs' if len(conflicts) == 1 else 'differ'} from the archive: "
             f"{', '.join(conflicts[:5])}{more}; nothing written. Pass --force to replace "
-            "them (each old file is kept as a .bak)"
+            + ("it (the old file is kept" if len(conflicts) == 1 else "them (each old file is kept")
+            + " as a .bak)"
         )
     if not args.dry_run:
         apply_import(store, plan)

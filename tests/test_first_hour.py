@@ -68,6 +68,16 @@ def test_done_by_number_and_by_text_still_work(store, run, steps):
     assert state_of(store, steps)["checkpoint"]["pending_steps"] == ["write count_chars"]
 
 
+def test_two_dones_naming_the_same_step_record_it_once(store, run, steps):
+    result = run("session", "checkpoint", "--done", "2", "--done", "count_words")
+    assert result.code == 0 and result.err == ""
+    state = state_of(store, steps)
+    assert state["checkpoint"]["pending_steps"] == ["write count_chars", "test the counters"]
+    events = (session_dir(store, steps) / "history.jsonl").read_text().splitlines()
+    last = json.loads(events[-1])
+    assert last["done"] == "write count_words" and "done_steps" not in last
+
+
 def test_a_phase_given_to_done_is_recorded_with_a_warning_naming_session_phase(store, run, steps):
     result = run("session", "checkpoint", "--done", "plan")
     assert result.code == 0
@@ -569,3 +579,23 @@ def test_the_version_is_one_in_readme_changes_version_flag_and_pyproject(run):
     assert re.search(r'^version = \{ attr = "stm.__version__" \}$', pyproject, re.M)
     assert not re.search(r"^version = \"", pyproject, re.M)  # never a second, static copy
     assert README.rstrip().rsplit("\n## ", 1)[1].startswith("Changes")  # the last section
+
+
+def test_init_asks_to_describe_the_agent_only_while_the_templates_are_unfilled(project, run):
+    first = run("init")
+    assert first.code == 0 and "Next: describe the agent" in first.out
+    assert run("note", "--identity", "Role", "Maintainer of the parser").code == 0
+    assert run("note", "Status", "--replace", "Porting the lexer").code == 0
+    again = run("init")
+    assert again.code == 0 and "Next:" not in again.out
+    assert "left untouched" in again.out
+
+
+def test_import_of_one_differing_file_says_it_not_them(store, run, tmp_path):
+    archive = tmp_path / "memory.zip"
+    assert run("export", "-o", str(archive)).code == 0
+    (store / ".stacks" / "MEMORY.md").write_text("# Memory\n\n## Status\n\nchanged\n")
+    result = run("import", str(archive))
+    assert result.code == 1
+    assert "1 file differs from the archive" in result.err
+    assert "Pass --force to replace it (the old file is kept as a .bak)" in result.err

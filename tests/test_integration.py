@@ -737,3 +737,8 @@ def test_note_replace_on_a_terminal_without_text_is_a_usage_error(store, run, mo
     result = run("note", "Status", "--replace")
     assert result.code == 2 and "--replace needs TEXT" in result.err
     assert snapshot(store) == before
+
+
+def test_the_spec_shows_the_agents_block_as_stm_writes_it():
+    spec = (ROOT / "spec" / "integration.md").read_text(encoding="utf-8")
+    assert "```markdown\n" + stm.AGENTS_BLOCK + "```" in spec

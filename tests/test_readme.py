@@ -125,3 +125,26 @@ def test_the_size_of_stm_py_the_docs_state_is_todays():
     assert {name for name, _ in stated} == {"README.md", "performance.md"}, stated
     for name, count in stated:
         assert abs(count - lines) <= lines * 0.03, f"{name} says {count} lines; it has {lines}"
+
+
+def test_the_readme_hook_json_is_what_setup_claude_writes(tmp_path):
+    """The README's Claude Code hooks, `'…loader…'` standing for the loader's code, are
+    exactly what `stm setup claude` prints in a project with stm.py copied in."""
+    import json
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r'```json\n(\{\n  "hooks": \{.*?\n\})\n```', readme, re.S)
+    assert shown, "the README's hook JSON"
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "stm.py", project / "stm.py")
+    printed = subprocess.run(
+        [sys.executable, "stm.py", "setup", "claude"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    loader = re.compile(r"-c '[^']*'")
+    written = json.loads(loader.sub("-c '…loader…'", printed))
+    assert json.loads(shown.group(1)) == written
