@@ -13139,9 +13139,8 @@ def cmd_session_show(args) -> int:
     out(f"created {created}, updated {updated}")
     if events:
         out("recent events:")
-        for event in events:
-            details = {k: v for k, v in event.items() if k not in ("timestamp", "event")}
-            out(f"  {event.get('timestamp')} {event.get('event')} {dumps_json(details, None)}")
+        for event in events:  # read as search reads them: one line, no raw JSON
+            out(f"  {event_text(event)}")
     return EXIT_OK
 
 
