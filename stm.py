@@ -1235,6 +1235,7 @@ def random_hex(nbytes: int) -> str:
 
 
 def default_file_mode() -> int:
+    # The umask can only be read by setting it: set it to 0 and put it back at once.
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
@@ -1244,9 +1245,14 @@ def atomic_write(path: str, data: bytes) -> None:
     """Replace `path` with `data`: readers see the old or the new bytes, never a mix."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
+        # Keep the mode the file has (a user's chmod survives a rewrite); a new file gets what
+        # open() would give it under the umask.
         mode = os.lstat(path).st_mode & 0o777
     except FileNotFoundError:
         mode = default_file_mode()
+    # Same directory, or os.replace would cross filesystems and stop being atomic. The
+    # ".<name>.<random>.tmp" form is what sweep_temp_files finds after a killed writer, and
+    # the random part keeps a leftover from blocking O_EXCL on the next attempt.
     tmp = os.path.join(directory, f".{name}.{random_hex(4)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
     fd = None
@@ -1256,8 +1262,11 @@ def atomic_write(path: str, data: bytes) -> None:
         fd = os.open(tmp, flags, 0o600)
         write_all(fd, data)
         if hasattr(os, "fchmod"):
+            # fchmod sets the mode exactly; os.open's mode would be filtered by the umask.
             os.fchmod(fd, mode)
         fsync_fd(fd)
+        # `fd` is cleared before the close: should close fail, the except branch must not
+        # close the number again (it may name another file by then).
         closing, fd = fd, None
         os.close(closing)
         os.replace(tmp, path)
@@ -1270,6 +1279,7 @@ def atomic_write(path: str, data: bytes) -> None:
                 os.unlink(tmp)
         name_the_file(exc, path, tmp)
         raise
+    # The rename is done: from here the temp name is gone and nothing may be unlinked.
     try:
         fsync_dir(directory)
     except OSError as exc:
@@ -1301,6 +1311,8 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
                 break
             chunks.append(chunk)
             total += len(chunk)
+            # Stop only on a short read past the known size: a file that grew meanwhile
+            # is read on to its new end.
             if len(chunk) < want and total >= size:
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -1332,6 +1344,8 @@ def make_dir(path: str) -> bool:
         return False
     parent = os.path.dirname(path)
     if parent and not os.path.isdir(parent):
+        # One level at a time (not os.makedirs): each new folder's entry is fsynced in its
+        # parent, so a power cut cannot forget a folder that files were written into.
         make_dir(parent)
     os.mkdir(path)
     try:
@@ -1375,6 +1389,8 @@ class FileLock:
                     "delete it (stm recreates it)"
                 )
             self._acquire()
+            # Who holds the lock, for the message a waiting process prints when it gives up. Fixed
+            # width, written in place: the file never needs truncating and never grows.
             stamp = f"{os.getpid()} {host_name()} {iso_now()}".ljust(LOCK_STAMP_BYTES)
             pwrite(self.fd, stamp.encode()[:LOCK_STAMP_BYTES], 0)
         except BaseException:
@@ -1400,6 +1416,8 @@ class FileLock:
                 ) from exc
             if time.monotonic() >= deadline:
                 raise StmError(self._timeout_message(), EXIT_LOCKED)
+            # Exponential backoff from 1 ms to 1 s, jittered so that waiters do not retry in
+            # lockstep, and never sleeping past the deadline.
             jitter = 0.5 + os.urandom(1)[0] / 255
             time.sleep(min(delay * jitter, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
@@ -1432,6 +1450,7 @@ def _try_lock(fd: int) -> None:
     except ImportError:  # pragma: no cover - Windows: byte 0 via msvcrt (untested)
         import msvcrt
 
+        # msvcrt locks bytes from the current position: always byte 0, so all agree.
         os.lseek(fd, 0, os.SEEK_SET)
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
@@ -1482,6 +1501,7 @@ def append_record(path: str, data: bytes, complete_end):
         raise
     try:
         require_regular(fd, path)
+        # Appending through a hard link would write into another file too.
         if os.fstat(fd).st_nlink > 1:
             raise StmError(
                 f"{path} has other hard links; stm appends to its own files only: copy it "
@@ -1494,6 +1514,8 @@ def append_record(path: str, data: bytes, complete_end):
             cut = size - end
             warn(f"{path}: removed a torn record of {cut} bytes left by an interrupted writer")
             size = end
+        # Foreign text without a final newline: our record starts on a line of its own instead
+        # of being glued to the user's last line.
         elif end is None and size and pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
         try:
@@ -1508,6 +1530,7 @@ def append_record(path: str, data: bytes, complete_end):
             raise
     finally:
         os.close(fd)
+    # `size` is the length after any repair: undoing keeps the repair and drops our record.
     return lambda: undo_append(path, size, existed)
 
 
@@ -1584,6 +1607,7 @@ def jsonl_complete_end(fd: int, size: int) -> int:
         return size
     pos = size
     while pos > 0:
+        # Backwards in 64 KiB chunks: a long history is not read whole to find its last line.
         start = max(0, pos - 65536)
         chunk = pread(fd, pos - start, start)
         index = chunk.rfind(b"\n")
