@@ -1048,10 +1048,14 @@ def component_problem(name: str) -> str | None:
         return "contains a path separator"
     if name in (".", ".."):
         return "is '.' or '..'"
+    # Lowercased: on case-insensitive filesystems (macOS, Windows) ".GIT" is that folder.
     if name.lower() == ".git":
         return "is .git"
+    # Filesystems limit a name in bytes, not characters: a long CJK name fails sooner.
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         return f"is longer than {NAME_MAX_BYTES} bytes"
+    # check --fix deletes leftover .tmp files, and lock files are never deleted nor
+    # written as data: a user's name must not collide with either.
     if name.endswith((".tmp", ".lock")):
         return "ends in .tmp or .lock, which stm reserves"
     return None
@@ -1073,6 +1077,7 @@ def context_path_problem(value) -> str | None:
     """
     if not isinstance(value, str) or not value.strip():
         return "is not a non-empty string"
+    # "C:foo" is caught too: a drive letter leaves the session on Windows.
     if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
         return "is an absolute path"
     if "\\" in value or any(ord(c) < 32 for c in value):
@@ -1114,6 +1119,7 @@ def require_inside(path: str, root: str, what: str) -> str:
     """Refuse `path` unless it resolves inside `root` (no symlink may lead out)."""
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
+    # The separator matters: "/a/stm-other" starts with "/a/stm" but is not inside it.
     if real != real_root and not real.startswith(real_root + os.sep):
         raise StmError(
             f"{what} {path} leads outside {root} (a symbolic link?); "
@@ -1693,6 +1699,7 @@ class Store:
         return os.path.join(self.state, POINTER_FILE)
 
     def state_lock(self) -> FileLock:
+        # The state tree is created on demand: the lock file must have a folder to live in.
         if not os.path.isdir(self.state):  # a symlinked state root is allowed (spec)
             make_dir(self.state)
         return FileLock(os.path.join(self.state, LOCK_NAME), self.settings.lock_timeout)
@@ -1727,6 +1734,8 @@ def find_stacks(start: str, *, for_init: bool = False) -> str | None:
         if os.path.isdir(candidate):
             if for_init and boundary is not None:
                 return None  # init makes this repository its own store
+            # Found above the repository, or owned by someone else: refuse rather than skip, so
+            # the user learns why their memory is not the one being used.
             refuse_foreign_stacks(candidate, boundary)
             return candidate
         if boundary is None and os.path.lexists(os.path.join(current, ".git")):
@@ -1803,6 +1812,7 @@ def refuse_foreign_stacks(candidate: str, boundary: str | None) -> None:
             f"--dir {candidate} if it is yours"
         )
     owner = getattr(os, "getuid", None)
+    # Windows has no getuid: the ownership check applies where ownership can be read.
     if owner is not None and os.stat(candidate).st_uid != owner():
         raise StmError(
             f"{candidate} belongs to another user and is not used; pass --dir {candidate} "
