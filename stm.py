@@ -1921,6 +1921,7 @@ def md_lines(text: str) -> list[str]:
     ['a', 'b\\u2028c']
     """
     lines = text.replace("\r\n", "\n").split("\n")
+    # A final "\n" ends the last line; it does not open an empty one after it.
     return lines[:-1] if lines[-1] == "" else lines
 
 
@@ -1950,10 +1951,12 @@ def md_line_kinds(lines: list[str], comments: bool = True) -> list[int]:
             if closer >= 0:
                 opened = index if md_comment_left_open(line, closer + 3) else -1
             continue
+        # A fence line starts with a space, ` or ~: the regex runs only on lines that can be one.
         match = fence_match(line) if line[:1] in " `~" else None
         if fence:
             kinds.append(MD_FENCE)
             run = match[1] if match else ""
+            # CommonMark: a closing fence has no info string; "```python" inside a fence is code.
             if run[:1] == fence[0] and len(run) >= len(fence) and not match[2].strip():
                 fence = ""
         elif match:
@@ -2015,6 +2018,7 @@ def md_sections(lines: list[str], kinds: list[int], depth: int = 0) -> list[MdPa
     for index, line in enumerate(lines):
         if line[:1] != "#" or kinds[index] != MD_TEXT:
             continue
+        # `own` is tested first: "## x" also starts with "#", and a section outranks a part.
         if line.startswith(own):
             found.append([line[len(own) :].strip(), 2, index])
         elif found and line.startswith(part):  # before the first section: the title
@@ -2276,6 +2280,7 @@ def memory_stamp(text: str) -> float | None:
     if body is None:
         return None
     for line in md_lines(strip_comments(body)):
+        # "**2026-11-22**", "`2026-11-22`" or "- 2026-11-22" are the same date to a reader.
         line = line.strip().strip("*_`- ")
         if line:
             return parse_iso(line.split()[0], date_only_ok=True)
@@ -2372,6 +2377,7 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     if lines and lines[0].strip() == "---":
         for index in range(1, len(lines)):
             line = lines[index]
+            # YAML ends a document with "---" or "...": either closes the front matter.
             if line.strip() in ("---", "..."):
                 start = index + 1
                 break
@@ -2411,6 +2417,7 @@ def layer_files(store: Store, layer: Layer, *, newest_first: bool = False, since
     elif layer.name == "logs":
         names, logs = log_file_names(store), store.logs_dir
         for name in reversed(names) if newest_first else names:
+            # Names are dates, sorted: newest first, the first older day means all the rest are.
             if since and name[:10] < since:
                 if newest_first:
                     break
@@ -2519,6 +2526,8 @@ def parse_log(data: bytes, line: int = 1):
             return
         stamp, author, entry_id = (g.decode("utf-8", "replace") for g in match.groups())
         entry = LogEntry(stamp, author, entry_id, line, match.start())
+        # The end line must carry this entry's own id: an end line that belongs to another
+        # entry does not complete this one.
         end_line = b"\n<!-- stm:end " + match.group(3) + b" -->\n"
         end = data.find(end_line, match.end())
         if end < 0:  # torn: it runs to the next entry's header, or to the end of the file
