@@ -2589,6 +2589,7 @@ def log_blocks_of(fd: int, size: int):
 def log_complete_end(fd: int, size: int) -> int | None:
     """Where the last complete log entry ends; None when the tail is not stm's. Read a
     block at a time (as check reads logs): never the whole file at once."""
+    # The common case, decided from 64 bytes (an end line is 27): the file ends whole.
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
@@ -2636,6 +2637,7 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     opener, closer = "<" * marker_size, ">" * marker_size
     if opener not in text and closer not in text:
         return []  # the common case, without splitting the text
+    # A byte order mark would hide a marker on the first line.
     lines = md_lines(text.removeprefix("\ufeff"))
     # A fence is the one place a marker-like line is content (a quoted diff): inside a
     # comment, git's markers are still git's.
@@ -2719,6 +2721,8 @@ def check_fact_value(value: str, flag: str = "VALUE") -> str:
     text = value.strip()
     if not text:
         raise usage_error(f"fact {flag} is empty")
+    # A fact is one `- stamp: value` line; str.splitlines() and many viewers break at
+    # U+2028 and U+2029 too, so those would split it for some reader.
     if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
         raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
     if len(text) > FACT_VALUE_MAX:
@@ -2734,6 +2738,7 @@ def read_fact(key: str, body: list[str]) -> Fact | None:
     for line in body:
         if not line.strip():
             continue
+        # A second Current line, or one under History, is not the format: the body is prose.
         if line.startswith(FACT_CURRENT) and current is None and not in_history:
             current = line[len(FACT_CURRENT) :].strip()
         elif line.strip() == "**History:**" and not in_history:
@@ -2796,6 +2801,7 @@ def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
     if not may_hold_facts(text):
         return None
     _, sections = parse_fact_block(text)
+    # The head may end inside the last fact: it is not judged, but its key is still listed.
     whole = sections[:-1] if partial and len(sections) > 1 else sections
     if not whole or any(fact is None for _, fact, _, _ in whole):
         return None
@@ -2805,6 +2811,7 @@ def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
 def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
     rel = os.path.relpath(path, os.path.dirname(refs_dir))
     size = os.lstat(path).st_size
+    # A link is listed, never read: a cloned repository chooses where it points.
     if os.path.islink(path):
         return RefInfo(rel, None, None, size)
     text = read_text(path, REF_HEAD_BYTES if head_only else None)
