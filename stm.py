@@ -2849,10 +2849,14 @@ def is_session_id(text: str) -> bool:
 
 
 def new_session_id(now: float) -> str:
+    # UTC date first, so sorted ids are chronological; the random part keeps ids made
+    # the same day in two clones apart without any coordination.
     return time.strftime("%Y-%m-%d", time.gmtime(now)) + "-" + random_hex(4)
 
 
 def archive_month(session_id: str) -> str:
+    # The month the session was created, read from its id: an archived session's folder
+    # follows from its id alone, so locate_session finds it without listing.
     return session_id[:7]
 
 
@@ -2906,6 +2910,7 @@ def iter_archived_sessions(store: Store, since: str | None = None):
     sorted by id."""
     found = []
     for month in list_dirs(store.history_dir):
+        # Every session in an earlier month folder is older than `since`: not even listed.
         if since and month < since[:7]:
             continue
         month_dir = os.path.join(store.history_dir, month)
@@ -2969,6 +2974,7 @@ def resolve_session(store: Store, token: str) -> SessionRef:
             (True, iter_archived_sessions),
         )
         for sid, path in listing(store)
+        # sid[11:] is the random hex part, what people copy like a short git hash.
         if sid.startswith(token) or sid.endswith(token) or sid[11:].startswith(token)
     ]
     if not matches:
@@ -3144,6 +3150,8 @@ def update_session(
     Returns (state, changed).
     """
     with store.state_lock():
+        # Found again under the lock: while we waited, another process may have archived
+        # or removed the session.
         fresh = locate_session(store, ref.id)
         if fresh is None:
             raise StmError(f"session {ref.id} disappeared while waiting for the lock")
@@ -3155,6 +3163,8 @@ def update_session(
         state = load_state(fresh)
         refuse_invalid_state(fresh, state)
         check_expected_version(ref, state, expect_version)
+        # Compared as JSON: a mutation that changes nothing writes nothing, so an agent's
+        # retry of a step that already landed is harmless.
         before = dumps_json(state)
         name, details = mutate(state)
         if dumps_json(state) == before:
@@ -3162,6 +3172,8 @@ def update_session(
         state["version"] += 1
         state["updated_at"] = now or iso_now()
         with Rollback() as rollback:
+            # If the event cannot be appended, state.json goes back too: the state's version and
+            # the history's last event never disagree.
             rollback.add(restorer(fresh.state_path))
             save_state(fresh, state)
             append_event(fresh, make_event(store, name, state, **details))
@@ -3202,6 +3214,8 @@ def create_session(
     parent = os.path.dirname(final)
     make_dir_undoable(parent, rollback)
     require_inside(parent, store.state, "sessions folder")
+    # A hidden name that is no session id: no reader lists a half-built session, and a
+    # folder left by a killed process is never mistaken for one.
     building = os.path.join(parent, f".{session_id}.{random_hex(4)}.building")
     try:
         os.mkdir(building)  # inside the try, so a signal right after it still cleans up
@@ -3217,11 +3231,13 @@ def create_session(
         for rel, data in (files or {}).items():
             atomic_write(os.path.join(building, rel), data)
         if os.path.lexists(final):
+            # Checked because os.rename silently replaces an empty folder on POSIX.
             raise StmError(f"session folder {final} already exists")
         os.rename(building, final)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
+    # Registered only after the rename: before it, the except branch above cleans up.
     rollback.add(lambda: shutil.rmtree(final))
     fsync_dir(parent)
     return SessionRef(session_id, final, False)
