@@ -3345,6 +3345,7 @@ def field_problem(value, kind) -> str | None:
     if kind == "bool":
         return None if isinstance(value, bool) else "must be true or false"
     if kind == "int":
+        # `type() is int`, not isinstance: a JSON true is a bool, and bool is an int subclass.
         return None if type(value) is int and value >= 1 else "must be a positive integer"
     if kind == "stamp":
         return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
@@ -3393,6 +3394,7 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
         value = state.get(key)
         if key not in state:
             problems.append(("state-field", f"required field {key!r} is missing"))
+        # bool is an int subclass: a version of `true` must not pass as an integer.
         elif not isinstance(value, kind) or isinstance(value, bool):
             problems.append(("state-field", f"{key!r} must be a {kind.__name__}"))
     if isinstance(state.get("session_id"), str) and state["session_id"] != folder_name:
@@ -3427,6 +3429,8 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
 def refuse_invalid_state(ref: SessionRef, state: dict) -> None:
     """An update never builds on a state.json whose fields have the wrong types: what it
     wrote could not be read back. Exit 1, nothing written."""
+    # A phase outside valid_phases is check's to report; it does not make the file
+    # unreadable, and the update may be the one that moves the phase back.
     problems = [m for rule, m in state_problems(state, ref.id) if rule != "state-phase"]
     if problems:
         raise StmError(
@@ -3568,10 +3572,12 @@ def neutralise_markdown(text: str) -> str:
     '\\\\# Not a heading\\n\\\\---'
     """
     out = []
+    # An unclosed `<!--` in a value would make a Markdown viewer hide the rest of the file.
     text = escape_controls(text.replace("\r\n", "\n")).replace("<!--", "&lt;!--")
     for line in text.split("\n"):
         stripped = line.lstrip(" ")
         # a heading, a setext underline, or a code fence that would swallow what follows
+        # Four spaces or more make an indented code block, where none of these is structure.
         if len(line) - len(stripped) <= 3 and re.match(r"#|=+\s*$|-+\s*$|```|~~~", stripped):
             line = line[: len(line) - len(stripped)] + "\\" + stripped
         out.append(line)
