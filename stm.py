@@ -3768,6 +3768,7 @@ def redact(text: str) -> str:
     for kind, pattern, hints in SECRET_PATTERNS:
         if any(hint in text for hint in hints):
             marker = f"[redacted: {kind}]"
+            # A function, not a string, as the replacement: re.sub reads no escapes in its result.
             text = re.sub(pattern + SECRET_REST.get(kind, ""), lambda _, m=marker: m, text)
     return text
 
@@ -3833,6 +3834,7 @@ def tail_lines(fd: int, size: int, count: int) -> list[bytes]:
 def head_lines(fd: int, size: int, count: int) -> list[bytes]:
     """The whole lines among the first `count` bytes of a file of `size` bytes."""
     lines = read_span(fd, 0, min(size, count)).split(b"\n")
+    # Beyond `count` the last line read is cut in the middle: dropped.
     return lines if size <= count else lines[:-1]
 
 
@@ -3908,6 +3910,7 @@ def request_text(text: str) -> str:
 def first_error_line(text: str) -> str:
     """The first telling line of a failed command's output: not an exit-code header.
     Private blocks go first: a line picked from inside one would carry no marker."""
+    # The tail: a long output's error is at its end, and the regexes stay bounded.
     text = ANSI_RE.sub("", PRIVATE_RE.sub("", text[-16384:]))
     lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line]
@@ -3940,6 +3943,8 @@ class TranscriptReader:
 
     def feed(self, entry: dict) -> None:
         client = entry_client(entry)
+        # The first recognised line decides whose transcript this is: a line that merely
+        # looks like the other client's is not mixed into what it says.
         if not client or (self.client and client != self.client):
             return
         self.client = client
@@ -3956,6 +3961,7 @@ class TranscriptReader:
 
     def touch(self, path) -> None:
         if isinstance(path, str) and path.strip():
+            # Popped first: a file edited again moves to the end, so the list stays newest last.
             self.files.pop(path, None)
             self.files[path] = None
 
@@ -4292,6 +4298,7 @@ def find_project_transcript(
                         found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     except (OSError, ValueError):
         return None
+    # Newest first by modification time: the predecessor is the last one written to.
     found.sort(reverse=True)
     places = same_folder_names(cwd)
     for _, path in found[:limit]:
@@ -4303,6 +4310,8 @@ def find_project_transcript(
 def same_folder_names(path: str) -> set:
     """The spellings of a folder a transcript may record: as given and resolved."""
     with contextlib.suppress(OSError, ValueError):
+        # A client may record the folder through a link or resolved (macOS's /tmp is
+        # /private/tmp): either spelling must match.
         return {os.path.normpath(path), os.path.realpath(path)}
     return {os.path.normpath(path)}
 
@@ -4419,6 +4428,8 @@ def git_state(
     the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
     itself) count for neither. None outside a work tree or without git."""
     where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
+    # -uno: untracked files come from untracked_outside, whose pathspecs prune the walk
+    # that an excluding pathspec here would not.
     output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", "-uno", *where)
     if output is None:
         return None
@@ -4471,6 +4482,7 @@ def git_unmerged(root: str, paths=()) -> list[str] | None:
 
 def git_continue_command(root: str) -> tuple[str, ...] | None:
     """The command that finishes the merge, rebase, cherry-pick or revert in progress."""
+    # Asked of git, not joined to ".git": a worktree's or submodule's git dir is elsewhere.
     asked = [word for name, _ in GIT_IN_PROGRESS for word in ("--git-path", name)]
     where = git_output(root, "rev-parse", *asked)
     paths = where.splitlines() if where else []
@@ -4483,6 +4495,8 @@ def git_continue_command(root: str) -> tuple[str, ...] | None:
 def git_stage_text(path: str, stage: int) -> str | None:
     """One stage of an unmerged file (1 the common version, 2 ours, 3 theirs)."""
     folder, name = os.path.split(os.path.abspath(path))
+    # ":N:path" is relative to the top of the work tree unless it starts with "./": run in
+    # the file's own folder, "./name" names this file wherever the top is.
     return git_output(folder, "show", f":{stage}:./{name}")
 
 
