@@ -4601,6 +4601,7 @@ def merge_md_facts(ours: Fact, theirs: Fact) -> list[str]:
     The body as render_fact_body writes it: the one writer of the fact format."""
     merged: dict[tuple[str, str], list[str]] = {}
     for stamp, value, extra in ours.history + theirs.history:
+        # An entry both sides hold (it predates the fork) is kept once, its notes joined.
         kept = merged.setdefault((stamp, value), [])
         kept.extend(line for line in extra if line not in kept)
     # Stable sort: entries with equal (or unparsable) times keep ours-then-theirs order.
@@ -4644,6 +4645,8 @@ def merge_md_bullets(base: list, ours: list, theirs: list) -> list[str]:
     for keys, units in ((base_keys, base), (theirs_keys, theirs), (ours_keys, ours)):
         blank_after.update((key, units[i][1]) for i, key in enumerate(keys))  # ours wins
     in_base, in_theirs = set(base_keys), set(theirs_keys)
+    # Ours' order, less what theirs removed (in base, gone from theirs); their additions
+    # are placed into it below.
     order = [key for key in ours_keys if key in in_theirs or key not in in_base]
     ours_new = {key for key in order if key not in in_base and key not in in_theirs}
     chain = MdChain(order)
@@ -4756,6 +4759,7 @@ def md_region_items(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bh
     import difflib
 
     start = alo
+    # A common head and tail cost nothing to match: peeled off before any diff runs.
     while alo < ahi and blo < bhi and a[alo] == b[blo]:
         alo, blo = alo + 1, blo + 1
     head = [(start, blo - (alo - start), alo - start)] if alo > start else []
@@ -4885,6 +4889,7 @@ def merge_md_prose(
             for n, seq in ((0, ours), (1, theirs))
         )
         inserted = md_inserted_units(lo, hi, mine, yours)
+        # Both made the same change, or only ours changed this region: ours stands.
         if mine == yours or yours == base[lo:hi]:
             out += mine
         elif mine == base[lo:hi]:
