@@ -4933,6 +4933,8 @@ def merge_md_body(
 ) -> tuple[list[str], bool]:
     """Merge one section body (edge blank lines stripped) by the rule its content calls
     for: Last Updated, fact block, bullet list, else prose. Returns (lines, clean)."""
+    # git calls the driver for every file changed on both branches; most sections of such
+    # a file are unchanged on one side, and those need no rule at all.
     if ours == theirs or theirs == base:
         return ours, True
     if ours == base:
@@ -5271,6 +5273,7 @@ def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, l
         keep = section_limit(config, part.name)
         # a `# ` part is not a section: never compacted; Last Updated holds no list
         if len(bullets) > keep and part.name.lower() != MD_LAST_UPDATED and part.level == 2:
+            # `stm note` adds a bullet at the top of its section: the bottom ones are the oldest.
             gone = bullets[keep:]
             moved.append((part.name, [line for item in gone for line in doc.item_lines(item)]))
             drop.update(i for item in gone for i in range(item.start, item.end))
@@ -5386,6 +5389,7 @@ def compact_target_text(store: Store, rel: str) -> str | None:
     if path is None:
         return None
     try:
+        # The lstat spares reading a huge file; the capped read catches one that grew since.
         if os.lstat(path).st_size > COMPACT_READ_MAX_BYTES:
             return None
         data = read_bytes(path, COMPACT_READ_MAX_BYTES + 1)
@@ -5437,6 +5441,8 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
         return None
     rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
     text = compact_target_text(store, rel)  # the same bounded, link-free read
+    # A file with conflict markers is the user's to merge first: its sections are not
+    # what the compact read.
     if text is None or md_has_conflict_markers(text):
         return None
     if not dry_run:
@@ -5480,6 +5486,8 @@ def compact_moves_in(data: bytes) -> list:
     if COMPACT_TAG.encode() not in data:
         return moves
     for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+        # A torn compact entry records no move: its append never finished, so the rewrite
+        # after it never ran either.
         if kind == "entry" and rest[0].complete:
             moves += compact_moves(rest[0].body)
     return moves
@@ -5500,6 +5508,7 @@ def newest_compact_moves(moves: list) -> list:
 def resolve_done(done: str, steps: list) -> tuple[str, bool]:
     """--done as boot numbers the pending steps (`2`), or a step's exact text; returns
     (the step's text, whether it named a pending step)."""
+    # A step whose text is itself a number ("2") is matched by its text, not its position.
     if done.isdigit() and 1 <= int(done) <= len(steps) and done not in steps:
         return steps[int(done) - 1], True
     return done, done in steps
@@ -5550,6 +5559,8 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
         else:
             warnings.append(f"--done {done!r} matched no pending step; recorded as done")
     if resolved:
+        # The step's text, not the number given, goes into the event: a replay of the history
+        # must not depend on how the list was numbered at the time.
         change["done"] = done
         if len(resolved) > 1:
             change["done_steps"] = resolved
@@ -5630,6 +5641,7 @@ def conflict_sides(text: str) -> tuple[str, str]:
     for line in text.split("\n"):
         if line.startswith("<<<<<<<"):
             where = "ours"
+        # merge.conflictStyle=diff3 adds the base between the sides: it belongs to neither.
         elif line.startswith("|||||||") and where == "ours":
             where = "base"
         elif line.rstrip() == "=======" and where in ("ours", "base"):
