@@ -6075,6 +6075,7 @@ class BootParts:
         except StmError as exc:
             self.problems.append(exc.message)
             ref = None
+        # An archived session is read-only history: boot offers the waiting ones instead.
         if ref is not None and ref.archived:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
@@ -6143,6 +6144,7 @@ class BootParts:
         captured = state.get("captured")
         if not isinstance(captured, dict) or not is_iso_utc(captured.get("at")):
             return  # check reports a mistyped field
+        # Stamps in stm's one form (UTC, "Z") compare as text in time order.
         if self.captured is not None and self.captured["at"] >= captured["at"]:
             return
         self.captured = captured
@@ -6398,6 +6400,7 @@ def entries_since(store: Store, stamp: float) -> str:
         if not os.path.lexists(path):
             continue
         try:
+            # A day that began after the stamp counts whole: its headers need no parsing.
             count += count_entries_after(path, stamp, whole_day=day * 86400 >= stamp)
         except OSError:
             continue  # unreadable, a link, a FIFO: check reports it
@@ -6409,6 +6412,7 @@ def count_entries_after(path: str, stamp: float, *, whole_day: bool) -> int:
     count = 0
     for data, _, _ in iter_log_blocks(path):
         if whole_day:
+            # Counting markers counts entries: escape_log_text keeps the marker out of message text.
             count += data.count(b"<!-- stm:entry ")
             continue
         for match in LOG_HEADER_BYTES_RE.finditer(data):
@@ -6458,6 +6462,8 @@ def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str
     rows = []
     now = utc_now()
     user = (store.settings.user or "").strip().lower()
+    # Ids sort by creation date: the tail is the newest, and boot's cost stays flat
+    # however many sessions pile up.
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
         try:
             state = load_state(SessionRef(sid, path, False))
@@ -6473,6 +6479,7 @@ def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
         rows.append((not to_me, "task_id" not in state, updated, sid, path, state))
+    # False sorts first: handoffs to this user, then other handoffs, then the newest.
     rows.sort(key=lambda row: (row[0], row[1], _descending(row[2]), row[3]))
     return [(sid, path, state) for *_, sid, path, state in rows]
 
@@ -6535,6 +6542,7 @@ def read_arrivals(store: Store) -> dict | None:
     except (OSError, ValueError):
         return None
     with contextlib.suppress(OSError):
+        # A boot since the sync has shown the arrivals already.
         if os.lstat(os.path.join(store.state, LAST_BOOT_FILE)).st_mtime > synced:
             return None
     received = record.get("received") if isinstance(record, dict) else None
@@ -6758,6 +6766,7 @@ def render_refs(refs: list[RefInfo], mode: str) -> str:
         return "(none yet: add stable knowledge as Markdown files under refs/)"
     lines = []
     for ref in refs:
+        # A title that opens an HTML comment must not hide the boot text after it.
         title = one_line(ref.title or "(untitled)", 120).replace("<!--", "&lt;!--")
         line = f"- {one_line(path_text(ref.path), 200).replace('<!--', '&lt;!--')} — {title}"
         if mode == "full" and ref.summary:
