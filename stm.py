@@ -7199,6 +7199,7 @@ def export_members(store: Store, include_state: bool):
         for folder, dirs, files in os.walk(top):
             if os.path.relpath(folder, top).count(os.sep) >= EXPORT_DEPTH_MAX:
                 dirs[:] = []  # a hostile tree this deep is not memory; check reports it
+            # A half-built session (create_session) is no session yet; sorted for a stable order.
             dirs[:] = sorted(d for d in dirs if not d.endswith(".building"))
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             for name in sorted(files):
@@ -7236,9 +7237,11 @@ def write_export(store: Store, target: str, include_state: bool) -> list[str]:
     try:
         with open(tmp, "xb") as stream, zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as zf:
             for name, path in members:
+                # A zip holds times from 1980 on (315532800 is 1980-01-01): no older one fits.
                 info = zipfile.ZipInfo(
                     name, time.gmtime(max(os.lstat(path).st_mtime, 315532800))[:6]
                 )
+                # One mode for every member: the archive carries no local umask or executable bits.
                 info.external_attr = 0o644 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 copy_into_zip(zf, info, path)
@@ -7317,6 +7320,7 @@ class SyncGit:
             done = subprocess.run(
                 ["git", *args],
                 cwd=self.top,
+                # Never the inherited stdin: git must not read, or wait on, stm's own input.
                 input=data if data is not None else b"",
                 capture_output=True,
                 env={**self.env, **(env or {})},
@@ -7327,6 +7331,7 @@ class SyncGit:
                 f"`git {args[0]}` did not finish in {self.timeout:g} s; nothing of yours was "
                 "changed (raise STM_SYNC_TIMEOUT for a slow remote)"
             ) from None
+        # surrogateescape: a path that is not UTF-8 survives the round trip back to git.
         decode = lambda raw: raw.decode("utf-8", "surrogateescape")  # noqa: E731
         return done.returncode, decode(done.stdout), decode(done.stderr)
 
@@ -7545,6 +7550,7 @@ def conflicted_memory(store: Store) -> list[str]:
 def memory_tree(repo: SyncRepo, parent: str) -> str:
     """The tree of `parent` with the memory folders as they are on disk, built in a
     temporary index: the user's index and work tree are not touched."""
+    # A throwaway index of our own: the user's staged changes are never read or replaced.
     index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
     env = {"GIT_INDEX_FILE": index}
     try:
@@ -7559,6 +7565,7 @@ def memory_tree(repo: SyncRepo, parent: str) -> str:
 def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
     """A commit of `tree` on `parent`; `parent` itself when the tree is its own."""
     if tree == repo.git.tree(parent):
+        # Memory unchanged on disk: no empty commit.
         return parent
     return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
 
@@ -7598,6 +7605,7 @@ def driver_program(repo: SyncRepo) -> str:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        # Keyed by content: each new stm.py would otherwise leave one more file behind.
         for old in os.listdir(repo.git_dir):  # an older stm's
             if old.startswith("stm-driver-") and old != name:
                 with contextlib.suppress(OSError):
@@ -7613,8 +7621,10 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     if theirs is None or theirs == ours:
         return ours
     bases = repo.git.out("merge-base", "--all", ours, theirs).split()
+    # The upstream is already in ours: nothing to merge, and no merge commit for nothing.
     if theirs in bases:
         return ours
+    # Ours is behind the upstream: take it as it is (a fast-forward).
     if ours in bases:
         return theirs
     left, right = premerged(repo, ours, theirs, bases)
@@ -7622,6 +7632,7 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
         *sync_driver_options(repo),
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
     )  # fmt: skip
+    # merge-tree exits 1 for conflicts, and anything else for a failure.
     if code not in (0, 1):
         raise StmError(f"`git merge-tree` failed: {last_line(stderr or stdout)}")
     fields = stdout.split("\0")
@@ -7638,6 +7649,7 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     sides, which git then takes as is: a driver process costs a Python start for each
     file at each attempt, and under contention an attempt must be quick to win the race.
     Anything else, a conflict included, is left to git and the driver as passed."""
+    # Several merge bases: git first merges the bases themselves, which this cannot copy.
     if len(bases) != 1:
         return ours, theirs
     specs = repo.pathspecs()
@@ -7742,6 +7754,7 @@ def local_changes(repo: SyncRepo) -> set[str]:
     )  # fmt: skip
     if code != 0:  # not stripped: a record starts with its status, maybe a space
         raise StmError(f"`git status` failed: {last_line(stderr)}")
+    # A porcelain v1 record is two status letters and a space, then the path.
     return {record[3:] for record in found.split("\0") if len(record) > 3}
 
 
@@ -7810,7 +7823,9 @@ def sync_memory(
 
 def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> dict:
     started = time.monotonic()
+    # Fetched before the memory locks: a slow remote must not hold up every memory write.
     upstream = fetch_upstream(repo)
+    # Both locks while the tree is read: no write lands half in the memory commit.
     with store.stacks_lock(), store.state_lock():
         head = repo.git.out("rev-parse", "HEAD")
         ours = commit_on(repo, head, memory_tree(repo, head), message)
@@ -7819,6 +7834,7 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
     while True:
         target = integrate(repo, ours, upstream)
         refuse_clashes(repo, head, target, local)
+        # The remote already holds everything: nothing to push.
         if dry_run or target == upstream:
             break
         pushed, race, reason = push_commit(repo, target)
@@ -7836,6 +7852,7 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
         time.sleep(pause)
         retries += 1
         upstream = fetch_upstream(repo)
+    # No upstream yet: all of it counts as sent, against the empty tree.
     base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
     sent, _ = memory_counts(repo, base, target)
     received, arrived = memory_counts(repo, ours, target)
@@ -7905,6 +7922,8 @@ def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str
             )
     repo.git.out("add", "-A", "--", *repo.pathspecs())
     if base != now:
+        # With the old value: should the branch have moved again meanwhile, git refuses
+        # rather than drop that commit.
         repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", base, now)
     if final != base:
         code, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
