@@ -8162,6 +8162,7 @@ def write_checkpoint(store: Store, config: dict) -> str:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
     now = utc_now()
+    # Microseconds too: two checkpoints in one second get names that still sort by time.
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 10**6:06d}Z"
     path = os.path.join(folder, f"stm-checkpoint-{stamp}.zip")
     write_export(store, path, include_state=True)
@@ -8292,6 +8293,7 @@ def install_git_driver(top: str, driver: str | None = None) -> bool:
     if installed_git_driver(top) == driver:
         return False
     for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
+        # This clone's config only: the driver line names paths on this machine.
         done = git(top, "config", "--local", key, value)
         if done.returncode != 0:
             raise StmError(f"git config {key} failed: {done.stderr.strip()}")
@@ -8350,6 +8352,7 @@ def backup_name(path: str) -> str:
     candidate = f"{path}.{stamp}.bak"
     counter = 2
     while os.path.lexists(candidate):
+        # Two --force runs in one second keep both backups.
         candidate = f"{path}.{stamp}-{counter}.bak"
         counter += 1
     return candidate
@@ -8380,6 +8383,8 @@ def install_dir(store: Store, path: str, report: list) -> None:
     refuse_symlink(path, "folder")
     if make_dir(path):
         report.append(("created", store.rel(path) + "/", ""))
+    # git tracks no empty folder: without it, a fresh clone would lack the folder. Hidden,
+    # so no refs reader lists it.
     keep = os.path.join(path, ".gitkeep")
     if not os.path.lexists(keep):
         atomic_write(keep, b"")
