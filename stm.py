@@ -8473,6 +8473,7 @@ def read_free_text(words: list[str], verb: str, from_stdin: bool) -> str:
     """The text of `log` or `note`: the words joined, or standard input (UTF-8, at most
     1 MiB), normalised (normalise_message). Empty text is the caller's to judge."""
     if from_stdin:
+        # One byte over the limit tells too big from just right, without reading an endless pipe.
         raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
         try:
             text = raw.decode("utf-8")
@@ -8503,6 +8504,7 @@ def append_log_entry(
     refuse_symlink(path, "log file")
     entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
+    # A blank line between entries: the day's file reads as plain Markdown.
     data = ("\n" + entry if size else entry).encode("utf-8")
     return append_record(path, data, log_complete_end)
 
@@ -8577,6 +8579,7 @@ def day_log_entries(store: Store, name: str) -> list[dict]:
                     "timestamp": entry.stamp,
                     "author": entry.author,
                     "path": store.rel(path),
+                    # Read from the middle of a big file: line numbers there are not known.
                     "line": entry.line if line else None,
                     "text": "\n".join(entry.body).strip("\n"),
                 }
@@ -8709,6 +8712,7 @@ def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> 
     write_pointer(store, session_id)
 
 
+# Not a @memory_write: the pointer is local to this checkout and never committed.
 def switch_session(store: Store, token: str) -> SessionRef:
     """The `session switch` operation: point this checkout at an active session."""
     ref = resolve_session(store, token)
@@ -8732,6 +8736,7 @@ def archive_session(
     if ref.archived:
         return ref, load_state(ref), False
     with store.state_lock(), Rollback() as rollback:
+        # Found again under the lock: another process may have archived it while we waited.
         ref = locate_session(store, ref.id) or ref
         if ref.archived:
             return ref, load_state(ref), False
@@ -8749,6 +8754,7 @@ def archive_session(
         if os.path.lexists(destination):
             raise StmError(f"cannot archive {ref.id}: {destination} already exists")
         state["version"] += 1
+        # Marked before the move: the session arrives in history already saying so.
         state["updated_at"] = state["archived_at"] = iso_now()
         rollback.add(restorer(ref.state_path))
         save_state(ref, state)
@@ -8756,6 +8762,7 @@ def archive_session(
         rollback.add(append_event(ref, event))
         os.rename(ref.path, destination)  # one rename: the session is never half-moved
         rollback.add(lambda: os.rename(destination, ref.path))
+        # A rename changes two folders: both entries must survive a power cut.
         fsync_dir(destination_dir)
         fsync_dir(os.path.dirname(ref.path))
         if pointed == ref.id:
