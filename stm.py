@@ -8828,6 +8828,7 @@ def read_last_events(ref: SessionRef, count: int) -> list[dict]:
     finally:
         os.close(fd)
     events = []
+    # One line more than asked: the last may be torn, the first cut by the 64 KiB window.
     for raw in data.split(b"\n")[-count - 1 :]:
         try:
             event = load_json(raw)
@@ -8933,6 +8934,7 @@ def checkpoint_session(
     warnings: list[str] = []
 
     def mutate(state: dict):
+        # Matched under the lock, against the steps as they are now, not as read before.
         shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
         named = [match_done_step(step, shown, session_phases(state)) for step in dones]
         change = {"done": named[-1] if named else None, "pending": pending, "resume": resume}
@@ -9054,6 +9056,7 @@ def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | Non
             if not isinstance(state, dict) or state.get("task_id") != handoff["task_id"]:
                 continue
             key = [state.get("task_id"), state.get("from_agent"), state.get("handoff_created_at")]
+            # Same task, sender and creation time: the same handoff composed again (a retry).
             if dumps_json(key, None) == handoff_key(handoff):
                 same = SessionRef(sid, path, archived)
             else:
@@ -9074,6 +9077,8 @@ def receipt_logged(store: Store, session_id: str) -> bool:
     """Whether a receipt names the session: in the log of the day it was created, or of
     today (where a late receipt goes)."""
     receipt = f"\n\nsession: {session_id}\n".encode()
+    # The receipt goes to the log of the day it was written: the session's own day, or
+    # today for a receipt written late by a retry.
     for day in {session_id[:10], iso_now()[:10]}:
         with contextlib.suppress(OSError):  # a block holds whole entries: never cut there
             if any(receipt in data for data, _, _ in iter_log_blocks(store.log_path(day))):
@@ -9172,6 +9177,8 @@ def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
             result = compose_handoff(store, handoff, raw, switch)
             return result["ref"], result["state"], True, False, warnings
         state = load_state(same)
+        # A writer killed after the session was made but before its receipt: the retry
+        # writes the missing receipt instead of a second session.
         if not same.archived and not receipt_logged(store, same.id):
             append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
         adopted = switch and not same.archived and read_pointer(store) != same.id
@@ -9211,6 +9218,7 @@ def note_doc(text: str) -> MdDoc:
 
 def as_bullet(text: str) -> list[str]:
     first, *rest = text.split("\n")
+    # Later lines indented: the model reads them as the bullet's own (md_bullet_goes_on).
     return [f"- {first}"] + [f"  {line}" if line.strip() else "" for line in rest]
 
 
@@ -9237,6 +9245,7 @@ def add_note(text: str, section: str, note: str, replace: bool, anchor: str | No
     bullet = as_bullet(note)
     if first is None or first.kind != "bullet":
         bullet.append("")  # a blank line between the list and what follows
+    # Prose or a heading right above would run into the bullet without a blank line.
     if lines[at - 1].strip():
         bullet.insert(0, "")
     lines[at:at] = bullet
@@ -9437,6 +9446,7 @@ def write_memory_note(
             raise SectionMissing(section, path_from_here(path), nearest)
         if not replace and nearest is None and bullet_present(before, section, note):
             return note_result(store, path, section, replace, created=False, changed=False)
+        # A new MEMORY.md section goes above Last Updated, which stays last.
         anchor = None if identity or ref is not None else "Last Updated"
         after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
         if not identity and ref is None:
@@ -9445,6 +9455,7 @@ def write_memory_note(
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
+            # Put back as it was: a note that did not land must not leave the file changed.
             atomic_write(path, before.encode("utf-8"))
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
     heading = section
