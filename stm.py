@@ -9556,6 +9556,7 @@ def set_fact(
         preamble, sections = parse_fact_block(text or f"# {title}\n")
         found = find_fact(sections, key, store.rel(path))
         stamp = iso_now()
+        # The same value again is no new History entry: an agent's retry changes nothing.
         if found is not None and found[1].current == value:
             return {"path": store.rel(path), "key": key, "value": value, "changed": False}
         # The reason explains the new value: it goes under the new entry.
@@ -9611,6 +9612,7 @@ def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEF
         sections.remove(found)
         rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
         with Rollback() as rollback:  # a failed rewrite takes the log entry back out
+            # The log first: if the rewrite then fails, the fact's history is still somewhere.
             rollback.add(append_log_entry(store, normalise_message(message)))
             rollback.add(restorer(path))
             atomic_write(path, rendered.encode("utf-8"))
@@ -9674,6 +9676,7 @@ def digest_since(store: Store, since: str | None) -> float:
         try:
             if os.path.islink(path):
                 raise OSError
+            # The mark is the file's time (mark_boot writes no content).
             return os.lstat(path).st_mtime
         except OSError:
             raise StmError(
@@ -9698,6 +9701,7 @@ def digest(store: Store, *, since: str | None = None) -> dict:
     day = iso(start)[:10]
     entries = []
     for name in reversed(log_file_names(store)):
+        # Newest first by name: the first day before `since` ends the walk.
         if name[:10] < day:
             break
         path = os.path.join(store.logs_dir, name)
