@@ -9886,8 +9886,11 @@ def regex_hazard(pattern: str) -> str | None:
         for op, av in items:
             if op in repeats:
                 low, high, body = av
+                # A fixed count ({3}) only lengthens the match; a range gives the engine choices,
+                # and choices inside choices are what backtrack exponentially.
                 if inside and low != high:
                     return "repeats a group that holds another quantifier, as `(a+)+` does"
+                # A body that can run more than once makes every quantifier in it a nested one.
                 stack.append((body, inside or high > 1))
             elif op == parser.BRANCH:
                 if inside:
@@ -10062,6 +10065,7 @@ class LineMatcher:
                 at = found.start() if found else -1
             if at < 0 or at >= size:
                 return
+            # No newline between `pos` and the match: the line starts at `pos`, a line start.
             start = text.rfind(newline, pos, at) + 1 or pos
             end = text.find(newline, at)
             end = size if end < 0 else end
@@ -10096,6 +10100,7 @@ def search_matcher(pattern: str, regex: bool) -> LineMatcher:
             "write it without that, or search without --regex"
         )
     if regex:
+        # The per-line test and the block scan share one budget: the limit is per search.
         matcher.budget = RegexBudget(matcher.matches, pattern)
         matcher.matches = matcher.budget
         if matcher.block_regex is not None:
