@@ -10403,6 +10403,8 @@ def client_session_id(payload: dict) -> str:
         return ""
     import hashlib
 
+    # Hashed, not dropped: the same odd id always gives the same stored id, so that
+    # session's captures still find each other.
     return "h-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
@@ -10467,8 +10469,11 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
         with contextlib.suppress(StmError):
             state = load_state(SessionRef(sid, path, False))
             captured = state.get("captured")
+            # Back to where this client session's captures went before: one stm session per
+            # client session, not one per hook run.
             if isinstance(captured, dict) and captured.get("client_session") == session:
                 return SessionRef(sid, path, False), False
+    # Under STM_SESSION the pointer belongs to the other agents of this checkout.
     switch = ref is None and not store.settings.session
     ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
     return ref, True
@@ -10597,6 +10602,7 @@ def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=N
     transcript = payload_text(payload, "transcript_path")
     with store.state_lock():
         record = read_hook_record(store)
+        # When each hook last ran: check reports an installed hook that stopped running.
         record["runs"][f"{client} {event}"] = now
         if session and (event == "SessionStart" or transcript):
             record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
