@@ -10672,6 +10672,8 @@ AGENTS_BLOCK = agents_block()
 # site, and the project folder not on sys.path, so a json.py or an stm/ package in the
 # project cannot stand in for the standard library or for stm; -S: no site). A relative
 # path is looked for from the hook's folder upward (Codex names no project folder).
+# A hook imports stm.py as a module with its bytecode cached under ~/.cache/stm: no
+# __pycache__ in the work tree, and no compile of 15,000 lines at every hook.
 HOOK_LOADER = (
     "import os,sys,importlib.util as u;p=sys.argv[1];d=os.getcwd()\n"
     "while not os.path.isfile(os.path.join(d,p)) and os.path.dirname(d)!=d:"
@@ -10777,6 +10779,8 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
             path = (ShellText(client.project_dir), "/" + file)
         else:  # found from the hook's folder upward
             path = ("stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py",)
+        # -I: no PYTHON* variables, no user site-packages, not the current folder on sys.path
+        # (so the loader finds stm.py by path); -S: no site import, a quicker start.
         return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
     to = "" if "--boot" in arguments else " >&2"
     missing = shell_command(
@@ -10884,6 +10888,7 @@ def remove_stm_hooks(data: dict, command: str, events=("SessionStart",)) -> None
         hooks[event] = kept
         if not kept:
             del hooks[event]
+    # An emptied "hooks" goes whole: --remove leaves the file as it was before install.
     if not hooks and "hooks" in data:
         del data["hooks"]
 
