@@ -11137,6 +11137,7 @@ def read_import_entries(store: Store, source: str):
         total = 0
         planned, skipped, seen = [], [], {}
         for info in infos:
+            # A link written first could carry a later entry's bytes outside the tree.
             if stat.S_ISLNK(info.external_attr >> 16):
                 raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
             if info.flag_bits & 0x1:
@@ -11176,6 +11177,7 @@ def read_import_entries(store: Store, source: str):
             if len(data) != info.file_size:
                 raise StmError(f"import: entry {info.filename!r} is not the size it claims")
             text = data.decode("utf-8", "replace")
+            # An archive from elsewhere must not bring a credential into files git commits.
             refuse_secrets(text, "no flag", f"import: entry {info.filename!r}, ")
             files.append((info.filename, target, data))
     return files, skipped
@@ -11736,6 +11738,7 @@ class Checker:
     def check_log_name(self, name: str) -> None:
         """One entry of logs/: its name, its kind, and the log itself."""
         path = os.path.join(self.store.logs_dir, name)
+        # Hidden names are not logs: import keeps a replaced log as a hidden .bak beside it.
         if name.startswith("."):
             return
         if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
@@ -11967,6 +11970,7 @@ class Checker:
         self.check_temp_files(store.sessions_dir)
         self.check_temp_files(store.history_dir)
         self.check_building_folders(store.sessions_dir)
+        # One listing gives each name and whether it is a link: no lstat per session.
         for name, link in dir_entries(store.sessions_dir, with_links=True):
             path = os.path.join(store.sessions_dir, name)
             if name.startswith("user-") and link:
@@ -12015,6 +12019,7 @@ class Checker:
     def receipt_found(self, session_id: str) -> bool:
         """Whether a log records the receipt of this handoff session. The staged check has
         read only the staged logs: then the session's day and today, then every log."""
+        # Receipts gathered while the logs were read answer most sessions without a re-read.
         if session_id in self.receipts or self.receipts_complete:
             return session_id in self.receipts
         if receipt_logged(self.store, session_id):
