@@ -12310,6 +12310,7 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     if not os.path.lexists(path):
         return None  # a writer finished it while we waited for the lock
     if not dry_run:
+        # A half-built session folder (`.<id>.building`) is reported as a temp file too.
         if os.path.isdir(path) and not os.path.islink(path):
             import shutil
 
@@ -12329,6 +12330,8 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
             return None  # never cut through a hard link: a person decides
         size = os.fstat(fd).st_size
         end = complete_end(fd, size)
+        # None: the tail is a person's text, not ours to cut; `end >= size`: whole again,
+        # a writer repaired it while we waited for the lock.
         if end is None or end >= size:
             return None
         if not dry_run:
@@ -12393,6 +12396,7 @@ def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
             text = ""
         except StmError:
             return None  # not UTF-8: left for a person
+        # An empty or absent file gets the whole template, its comments included.
         block = template if not text.strip() else missing_block(template, missing)
         prefix = text if not text or text.endswith("\n") else text + "\n"
         atomic_write(finding.target, (prefix + block).encode("utf-8"))
@@ -12452,6 +12456,8 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
     if not dry_run:
         append_event(
             ref,
+            # The lost event's details are gone with it: a `recovered` event accounts for its
+            # version, so the history is whole again without inventing what happened.
             make_event(store, "recovered", state, from_version=behind[1], recorded_at=iso_now()),
         )
     return f"recorded a 'recovered' event at version {behind[0]}"
@@ -12592,6 +12598,7 @@ def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str
         return None
     if not isinstance(state, dict) or not state.get("archived_at"):
         return None
+    # The same month folder `session archive` would have chosen: the id's, not today's.
     destination_dir = os.path.join(store.history_dir, archive_month(session_id))
     destination = os.path.join(destination_dir, session_id)
     if os.path.lexists(destination) or links_on_the_way(store.state, destination_dir):
@@ -12750,6 +12757,7 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
                 locks.enter_context(store.state_lock())
         for finding in fixable:
             root = store.stacks if finding.target.startswith(store.stacks + os.sep) else store.state
+            # Looked at again just before each fix: the tree may have changed since check ran.
             if links_on_the_way(root, finding.target):
                 continue  # --fix never deletes, truncates or writes through a link
             action = RULES[finding.rule].fixer(store, finding, dry_run)
