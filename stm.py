@@ -14431,6 +14431,7 @@ def mcp_tool_boot(store: Store, args: dict):
 
 
 def mcp_tool_log(store: Store, args: dict):
+    # The CLI's text passes through read_free_text: a tool's gets the same normalising.
     entry = append_log(store, normalise_message(args["text"]))
     return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
 
@@ -14460,6 +14461,8 @@ def mcp_tool_search(store: Store, args: dict):
     )
     matches = []
     for hit in hits:
+        # A match past the limit is what says there are more: `truncated` is never a guess,
+        # and the search stops reading files there.
         if len(matches) == limit:
             return mcp_search_result(matches, truncated=True)
         matches.append(hit)
@@ -14536,6 +14539,8 @@ def mcp_tool_session_archive(store: Store, args: dict):
 
 def mcp_tool_compose_handoff(store: Store, args: dict):
     handoff = args["handoff"]
+    # The argument arrives parsed: written back as the bytes a handoff file would hold,
+    # it is stored and validated exactly as `compose-handoff FILE` would.
     raw = json.dumps(handoff, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
     refuse_oversized(raw.decode("utf-8"), "compose_handoff: argument 'handoff'")
     ref, state, created, warnings = compose_handoff_from(
@@ -14813,6 +14818,7 @@ class McpServer:
     def serve(self, stdin, stdout) -> int:
         """Answer each request line until end of input; returns the exit code."""
         while True:
+            # Bounded: a client that never sends a newline cannot make the server hold it all.
             line = stdin.readline(MCP_MAX_LINE + 1)
             if not line:
                 return EXIT_OK
@@ -14826,6 +14832,7 @@ class McpServer:
                 answer = self.answer(line)
             if answer is not None:
                 stdout.write(mcp_encode(answer) + b"\n")
+                # The client waits on each answer: sent at once, never left in a buffer.
                 stdout.flush()
 
     def answer(self, line: bytes) -> dict | None:
@@ -14845,6 +14852,7 @@ class McpServer:
         if "id" not in message:
             return None  # a notification (notifications/cancelled too): never answered
         request_id = message["id"]
+        # JSON-RPC ids are strings or numbers: true is neither, though Python's bool is an int.
         if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
             return mcp_error_message(None, MCP_INVALID_REQUEST, "Invalid Request: bad id")
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
@@ -14908,6 +14916,7 @@ class McpServer:
             name = client.get("name") if isinstance(client, dict) else None
             self.legacy_client = name if isinstance(name, str) else None
             return {
+                # An unknown version gets our newest; the client decides whether to go on.
                 "protocolVersion": requested if requested in MCP_LEGACY else MCP_LEGACY[0],
                 "capabilities": mcp_capabilities(),
                 "serverInfo": mcp_server_info(),
@@ -14959,6 +14968,7 @@ class McpServer:
             with voice:
                 mcp_check_arguments(name, arguments)
                 text, structured = MCP_TOOL_BY_NAME[name].handler(self.store(client), arguments)
+        # A tool error (isError), not a JSON-RPC error: the model reads it and can retry.
         except StmError as exc:  # the CLI's own message, as a tool error
             with with_hint_voice(**arguments_voice):
                 line = exc.line()
