@@ -13407,6 +13407,8 @@ def cmd_compose_handoff(args) -> int:
         sys.stdout.write(escape_controls(text))
         return EXIT_OK
     store = store_from_args(args)
+    # A handoff you send is the receiver's work: composing it in your own clone must not
+    # take over the session you are working on.
     switch = args.switch or not (args.no_switch or sent_by_me(store, handoff))
     ref, state, created, adopted, warnings = compose_or_adopt(store, handoff, raw, switch)
     if created:
@@ -13759,6 +13761,7 @@ def cmd_capture(args) -> int:
     --boot at a SessionStart (and for --print, which a person runs)."""
     event = "capture"
     try:
+        # sys.stdin is None when the process was started with it closed.
         data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
     except (OSError, ValueError):
         data = b""
@@ -13767,6 +13770,7 @@ def cmd_capture(args) -> int:
         payload = read_hook_payload(data)
         event = payload_text(payload, "hook_event_name", 60) or event
         store = store_from_args(args)
+        # The agent waits for its hook: better no capture than a stalled start.
         store.settings.cap_lock_timeout(HOOK_LOCK_TIMEOUT_S)
         result = capture_hook(store, payload, client=args.client, dry_run=args.print)
         for reason in result["skipped"]:
@@ -13874,6 +13878,7 @@ def install_hooks(client, path, shown, backup, wanted, installed, data, raw) -> 
     for event, (matcher, command) in wanted.items():
         if installed[event] == [command]:
             continue
+        # An older stm hook for the event goes first: one stm hook per event, never two.
         remove_stm_hooks(data, "", (event,))
         data.setdefault("hooks", {}).setdefault(event, []).append(hook_entry(command, matcher))
     with Rollback() as rollback:  # a failed install leaves no new backup either
@@ -14165,6 +14170,7 @@ def cmd_merge_file(args) -> int:
     if not clean:
         where = args.path or args.ours
         print(f"stm: conflict in {where}: markers written where both sides differ", file=sys.stderr)
+    # git's driver contract: a non-zero exit marks the file conflicted, markers and all.
     return EXIT_OK if clean else EXIT_FAIL
 
 
@@ -14227,6 +14233,7 @@ def cmd_setup_git(args) -> int:
         for line in added:
             out(line)
         return EXIT_OK
+    # A section with a name but no driver line (a hand edit) is still stm's to remove.
     if current is None and git(top, "config", "--get-regexp", r"^merge\.stm\.").returncode:
         out("not installed (nothing changed)")
         return EXIT_OK
@@ -14267,6 +14274,7 @@ def cmd_commit(args) -> int:
     if added.returncode != 0:
         raise StmError(f"git add failed: {added.stderr.strip()}")
     has_head = git(root, "rev-parse", "--verify", "-q", "HEAD").returncode == 0
+    # Before the first commit there is no HEAD to compare with: whatever is there goes in.
     if has_head and git(root, "diff", "--cached", "--quiet", "HEAD", "--", *paths).returncode == 0:
         if args.json:
             print_json({"committed": False, "commit": None, "message": None})
@@ -14334,6 +14342,7 @@ def sync_at_session_end(store: Store) -> None:
     try:
         if not load_config(store).get("sync_on_session_end"):
             return
+        # A hook must end: the client may kill a slow one, and the user is leaving anyway.
         timeout = min(sync_timeout(), SYNC_HOOK_TIMEOUT_S)
         report = sync_memory(store, timeout=timeout)
         for warning in report["warnings"]:
