@@ -137,8 +137,11 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+# --expect-version lost to another writer: re-read and retry.
 EXIT_CONFLICT = 3
+# EX_TEMPFAIL (sysexits.h): a lock held too long; the same command may work later.
 EXIT_LOCKED = 75
+# 128 + the signal's number (SIGINT 2, SIGTERM 15), as shells report a killed command.
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -172,6 +175,7 @@ MESSAGE_MAX_BYTES = 1024 * 1024
 MEMORY_STALE_DAYS = 7
 SESSION_IDLE_DAYS = 14
 REF_HEAD_BYTES = 8192  # boot reads only the head of each ref: title and summary live there
+# NAME_MAX of Linux, macOS and Windows filesystems alike, counted in bytes.
 NAME_MAX_BYTES = 255
 
 AGENT_TEMPLATE = """\
@@ -443,6 +447,8 @@ class LazyRegex:
         if self._compiled is None:
             self._compiled = re.compile(*self._args)
             for method in self.METHODS:
+                # Filled slots: __getattr__ runs only for missing attributes, so it is not called
+                # for these again.
                 setattr(self, method, getattr(self._compiled, method))
         return getattr(self._compiled, name)
 
@@ -511,6 +517,7 @@ def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) ->
             int(hour or 0),
             int(minute or 0),
             int(second or 0),
+            # datetime holds microseconds: nanoseconds are cut, and ".5" is 500000.
             int((frac or "0")[:6].ljust(6, "0")),
             tzinfo=tz,
         )
@@ -563,6 +570,7 @@ def a_kind(kind: str) -> str:
     "an npm token" (initialisms read letter by letter, words by their first sound)."""
     first = kind.split()[0] if kind.split() else kind
     spoken_vowel = first[:1].lower() in "aeio" or first in ("npm", "NPM", "RSA", "SSH")
+    # "URL" is spoken "you-are-el": a URL, though it starts with a vowel letter.
     return f"{'an' if spoken_vowel and first != 'URL' else 'a'} {kind}"
 
 
@@ -581,6 +589,8 @@ def md_code(text: str) -> str:
     (a quoted path may hold one), so a reader copies exactly the command."""
     runs = [len(run) for run in re.findall("`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
+    # CommonMark strips one space at each end of a span: a text that starts or ends with
+    # a backquote keeps it only when padded.
     pad = " " if runs else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
@@ -832,7 +842,9 @@ def load_json(data, *, bounded: bool = True, **options):
             value = json.loads(data, **options)
         else:  # json.loads would build a new decoder for every file: check reads 20,000
             if not isinstance(data, str):
+                # As json.loads decodes bytes: UTF-8, -16 or -32, told by the first bytes.
                 data = data.decode(json.detect_encoding(data), "surrogatepass")
+            # json.loads refuses a BOM in text; the shared decoder would not, so it is done here.
             elif data.startswith("\ufeff"):
                 raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", data, 0)
             value = json_decoder().decode(data)
@@ -875,6 +887,7 @@ def find_secrets(text: str):
         for match in re.finditer(pattern, text):
             line = text.count("\n", 0, match.start()) + 1
             found = match.group()
+            # Six characters at most: the report must not leak the secret it found.
             yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
 
 
@@ -13365,6 +13378,7 @@ def cmd_session_handoff(args) -> int:
         session=args.session,
     )
     text = json.dumps(handoff, indent=2, ensure_ascii=False) + "\n"
+    # A handoff is written to be passed on: no credential may leave in it.
     refuse_secrets(text, "no flag", "the handoff: ")
     if args.output:
         write_output_file(args.output, text)
