@@ -991,6 +991,8 @@ class Settings:
         self.session = env.get("STM_SESSION", "").strip() or None
         self.ci = bool(env.get("CI"))  # CI checkouts never merge, and no agent starts there
         self._lock_timeout_raw = env.get("STM_LOCK_TIMEOUT", "")
+        # From the real environment it is worked out on first use: boot names no author,
+        # and the fallback costs an import of `pwd`.
         self._author = None if env is os.environ else self.author_from(env)
 
     @staticmethod
