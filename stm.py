@@ -8583,6 +8583,7 @@ def day_log_entries(store: Store, name: str) -> list[dict]:
         os.close(fd)
     start, line = 0, 1
     if size > len(data):  # cut inside the file: start at the first whole entry
+        # The tail may begin inside an entry: parsing starts at the first header in it.
         first = LOG_HEADER_BYTES_RE.search(data)
         start, line = (first.start(), 0) if first else (len(data), 0)
     entries = []
@@ -15635,6 +15636,8 @@ def restore_signal_handlers() -> None:
 def quiet_stdout() -> None:
     """After a closed pipe (`stm boot | head -1`), send what is left to /dev/null."""
     try:
+        # Python flushes stdout again at exit: on the closed pipe that flush would fail
+        # with a traceback, so what is left goes nowhere instead.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
@@ -15693,6 +15696,8 @@ def run_command(argv: list[str]) -> int:
     except StmError as exc:
         exc.prog = exc.prog or command_prog(args)
         raise
+    # Flushed here, inside main's handlers: a closed pipe surfaces as BrokenPipeError,
+    # which main ends quietly, not as an error at interpreter exit.
     sys.stdout.flush()
     return code
 
@@ -15713,6 +15718,7 @@ def main(argv=None) -> int:
         code = EXIT_INTERRUPTED
     except Terminated:
         code = EXIT_TERMINATED
+    # `stm boot | head`: the reader had enough; that is no failure of stm.
     except BrokenPipeError:
         quiet_stdout()
         code = EXIT_OK
