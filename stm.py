@@ -3666,6 +3666,8 @@ def handoff_names(handoff: dict, limit: int = 60) -> str:
 
 def handoff_key(handoff: dict) -> str:
     """What makes two handoffs the same: task, sender, and creation time."""
+    # created_at is the sender's: the same file composed twice gives the same key, and
+    # a new handoff of the same task, made later, a new one.
     return dumps_json([handoff["task_id"], handoff["from_agent"], handoff["created_at"]], None)
 
 
@@ -9271,6 +9273,7 @@ def add_note(text: str, section: str, note: str, replace: bool, anchor: str | No
 def stamp_last_updated(text: str, stamp: str) -> str:
     doc = note_doc(text)
     lines, part = doc.lines, find_section(doc, "Last Updated")
+    # find_section also takes a unique prefix: only a section named exactly so is restamped.
     if part is None or part.name.lower() != "last updated":
         return add_note(text, "Last Updated", stamp, True, None)
     lines[part.start + 1 : part.end] = ["", stamp, ""] if part.end < len(lines) else ["", stamp]
@@ -13726,6 +13729,7 @@ def cmd_refs_show(args) -> int:
     if args.json:
         print_json({"path": store.rel(path), "text": text})
     else:
+        # A ref comes with the repository: an escape sequence in it must not reach the terminal.
         sys.stdout.write(escape_controls(text.rstrip("\n")) + "\n")
     return EXIT_OK
 
@@ -13759,9 +13763,11 @@ def cmd_search(args) -> int:
         else:
             where = path_from_here(os.path.join(os.path.dirname(store.stacks), hit["path"]))
             out(f"{path_text(where)}:{hit['line']}: {hit['text']}")
+            # Printed as found, only counted: the first matches show while later files are read.
             found.append(None)
     if args.json:
         print_json({"pattern": args.pattern, "matches": found})
+    # As grep: exit 1 when nothing matched, so a script can test for a match.
     return EXIT_OK if found else EXIT_FAIL
 
 
