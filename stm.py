@@ -14121,6 +14121,7 @@ def options_export(p) -> None:
 
 
 def cmd_import(args) -> int:
+    # An import may be what makes the store: a new container restoring its checkpoint.
     store = store_from_args(args, for_init=True)
     source = args.file
     if source is None:
@@ -14132,6 +14133,7 @@ def cmd_import(args) -> int:
             f"left out {name}: the session pointer belongs to each checkout (`stm session switch`)"
         )
     plan = []
+    # Every target is checked before the first write: a refusal leaves the tree as it was.
     for _, target, _ in files:
         root = store.stacks if target.startswith(store.stacks + os.sep) else store.state
         refuse_links_below(root, target)
