@@ -6875,6 +6875,7 @@ def cut_memory(
     for index, part in enumerate(parts[:keep]):
         drop, at = removed[index], part.start
         # the section's last `drop` bullets go, each whole; the lines between them stay
+        # `[-0:]` would be the whole list: no bullets to drop takes no slice at all.
         for item in parsed.bullets[index][-drop:] if drop else ():
             lines += source[at : item.start]
             at = item.end
@@ -7011,6 +7012,7 @@ def render_waiting(parts: BootParts, cut: BootCut) -> str:
 
 def with_boot_header(body: str, freshness: str | None = None) -> str:
     """The first line: when, how big, and how old the session memory is."""
+    # One stamp for every try: the header's length must not change between them.
     stamp = iso_now()
     tail = f" · {freshness}" if freshness else ""
     tokens = estimate_tokens(body)
@@ -7066,6 +7068,7 @@ def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
     for field, value in boot_cuts(parts, cut):
         if fits(text):
             break
+        # --no-refs left the index out already: cutting it further changes nothing.
         if field == "refs" and cut.refs == "none":
             continue
         if isinstance(value, int) and value > 0:
