@@ -4537,6 +4537,7 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
     # Run from here when here is inside the work tree; else with `git -C TOP`.
     here = os.path.abspath(os.getcwd())
     inside = here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+    # From outside the work tree the command names it: a hint runs as printed.
     git_words = ("git",) if inside else ("git", "-C", top)
     start = here if inside else top
     names = [os.path.relpath(os.path.abspath(p), start) for p in paths]
@@ -5147,6 +5148,7 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
         return ours
     if ours == base:
         return theirs
+    # Ordered by content, not by which side is ours: both clones compute the same state.
     older, newer = sorted((ours, theirs), key=state_side_key)
     merged = merge_state_values(base, older, newer)
     for group, key in STATE_JOINED_TEXTS:
@@ -5176,6 +5178,7 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
         merged["updated_at"] = max(stamps, key=lambda s: parse_iso(s, need_zone=True))
     versions = [s["version"] for s in (older, newer) if type(s.get("version")) is int]
     merged["version"] = max(versions, default=0) + 1
+    # This version has no event of its own: history_behind must not ask for one.
     merged["merged_version"] = merged["version"]
     return merged
 
@@ -5759,6 +5762,7 @@ def replay_event(state: dict, event: dict) -> None:
     """Apply one history event, which passed replay_problem, to a state being rebuilt."""
     name, stamp = event.get("event"), event.get("timestamp")
     if name == "created":
+        # What the start already holds (from state.json or the handoff) wins over the event.
         state.setdefault("created_at", stamp)
         for key in ("name", "valid_phases"):
             if event.get(key) is not None:
@@ -7978,6 +7982,8 @@ def read_blobs(repo: SyncRepo, specs: list[str]) -> dict[str, bytes | None]:
             break
         header = raw[pos:end].split()
         pos = end + 1
+        # `<oid> blob <size>`, then the bytes and a newline; an object that is not there is
+        # one line, `<spec> missing`, with no bytes after it.
         if len(header) != 3 or header[1] != b"blob":
             found[spec] = None
             continue
@@ -8943,6 +8949,7 @@ def checkpoint_session(
     if note is not None:
         note = clean_text(note, "--note", 2000) if note.strip() else ""
     texts = (*dones, resume, note, *(pending or []))
+    # state.json is committed: a credential in a step or a note would be too.
     refuse_secrets("\n".join(t for t in texts if t), "no flag")
     given = (done, pending, resume, note)
     if all(value is None for value in given) and not interrupted and not finish:
@@ -9013,6 +9020,7 @@ def session_handoff(
     checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
     recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
     notes = []
+    # A received handoff's resume line is stm's own (handoff_state): not passed on.
     if checkpoint.get("resume_instruction") and not came_from:
         notes.append(f"Resume: {checkpoint['resume_instruction']}")
     if recovery.get("recovery_notes"):
