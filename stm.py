@@ -1964,6 +1964,7 @@ def md_line_kinds(lines: list[str], comments: bool = True) -> list[int]:
             kinds.append(MD_COMMENT)
             closer = line.find("-->")
             if closer >= 0:
+                # Another comment may open on the same line, after this one closed.
                 opened = index if md_comment_left_open(line, closer + 3) else -1
             continue
         # A fence line starts with a space, ` or ~: the regex runs only on lines that can be one.
@@ -4796,6 +4797,7 @@ def md_region_items(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bh
         return head + tail  # nothing to cut at: the region counts as changed
     middle, i, j, run = [], alo, blo, None  # run: equal lines so far, [i, j, size]
     for ai, bj in [*anchors, (ahi, bhi)]:  # the region's end closes the last gap
+        # The region's end closes the last gap but is no line: it adds nothing to a run.
         anchor = 1 if ai < ahi else 0
         if ai - i == bj - j and a[i:ai] == b[j:bj]:  # the gap is equal too (a blank line)
             if run is None:
@@ -6105,6 +6107,7 @@ class BootParts:
             rows = waiting_rows(store, captures=self._captures, stale=stale)
             self._stale_notice(stale)
             self.waiting = waiting_lines(rows)
+            # A finished session is listed, not shown whole: there is nothing left to resume.
             shown = [
                 i for i, (_, _, s) in enumerate(rows[:BOOT_WAITING_MAX]) if not s.get("finished_at")
             ]
@@ -10276,6 +10279,7 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
     newline, marker = (b"\n", b"\n## ") if isinstance(text, bytes) else ("\n", "\n## ")
     end = start + 3  # "\n## " ending there: a header starting at `start`
     while True:
+        # From the newline before `low`, so a header that starts right at `low` is found.
         at = text.rfind(marker, max(low - 1, 0), end)
         if at < 0 and not (low == 0 and text[:3] == marker[1:]):
             return None
@@ -10450,6 +10454,7 @@ def captured_record(transcript, git, *, client: str, session: str, event: str) -
             if len(keep) < CAPTURE_PLAN_MAX
             else []
         )
+        # Kept in the plan's own order, whatever order they were chosen in.
         plan = [p for p in plan if p in keep]
     failures = [f"{c} — {e}" if e else c for c, e in transcript.failures]
     record = {
@@ -10608,6 +10613,7 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         if capture_is_empty(transcript):
             result["skipped"].append(f"transcript {path}: nothing to capture")
             continue
+        # Neither --client nor the payload said: the transcript's format tells whose it is.
         who = client if client != "agent" else transcript.client or client
         captured = captured_record(transcript, git, client=who, session=session, event=event)
         result["captured"].append(captured)
