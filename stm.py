@@ -6039,6 +6039,8 @@ class BootParts:
         self.raw[layer.name] = text
         self._conflict_notice(path, text)
         text = label_conflict_markers(text)
+        # Two levels down: boot's own `## ` sections hold the layers, and a layer's `# `
+        # title and `## ` sections must sit below them.
         return demote_headings(strip_comments(escape_controls(text)), 2)
 
     def _template_notice(self) -> None:
@@ -6906,6 +6908,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         cut = BootCut()
         cut.refs = refs_mode
     store = parts.store
+    # A copy: the cut notices belong to this render, and fit_boot renders many times.
     notices = [as_invoked(notice) for notice in parts.notices]
     sections = []
     identity_path = store.rel(store.agent_path)
@@ -14965,6 +14968,7 @@ class McpServer:
             requested = params.get("protocolVersion")
             client = params.get("clientInfo")
             name = client.get("name") if isinstance(client, dict) else None
+            # A legacy client names itself once, here; that name authors its log entries.
             self.legacy_client = name if isinstance(name, str) else None
             return {
                 # An unknown version gets our newest; the client decides whether to go on.
