@@ -5087,6 +5087,7 @@ def merge_state_lists(base, older: list, newer: list) -> list:
     new_keys = [dumps_json(v, None) for v in newer]
     merged, seen = [], set()
     for value, key in [*zip(older, old_keys), *zip(newer, new_keys)]:
+        # A base item missing from either side was removed there, and removal wins.
         if key in seen or (key in keys and not (key in old_keys and key in new_keys)):
             continue
         seen.add(key)
@@ -5122,6 +5123,7 @@ def merge_state_values(base, older, newer):
         return merged
     if isinstance(older, list) and isinstance(newer, list):
         return merge_state_lists(base, older, newer)
+    # One side deleted the key and the other changed it: the change is kept.
     return newer if newer is not _MISSING else older
 
 
@@ -5751,6 +5753,7 @@ def replay_problem(event: dict, valid_phases) -> str | None:
         problem = None if value is None and key != "timestamp" else field_problem(value, kind)
         if problem:
             return f"{key} {problem}"
+    # A created event names the phases: the events after it are judged by them.
     if event["event"] == "created" and event.get("valid_phases"):
         valid_phases = event["valid_phases"]
     phase = event.get("phase" if event["event"] == "created" else "to")
@@ -7246,6 +7249,7 @@ def copy_into_zip(zf, info, path: str) -> None:
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
+        # Written as a stream, its size unknown to zipfile: zip64 lets a member pass 4 GiB.
         with zf.open(info, "w", force_zip64=True) as member:
             while True:
                 chunk = os.read(fd, SEARCH_CHUNK)
@@ -7490,6 +7494,7 @@ class SyncRepo:
         up_remote, _, up_ref = found.partition("\0")
         remotes = self.git.out("remote").split()
         if remote is None:
+            # An upstream on remote "." is a local branch: there is nowhere to push.
             if not up_remote or up_remote == "." or not up_ref.startswith("refs/heads/"):
                 raise SyncRefused(self.no_upstream_message(remotes))
             remote = up_remote
@@ -7837,6 +7842,7 @@ def sync_memory(
     changes. Refusals (SyncRefused) change nothing. Returns the report (spec/sync.md)."""
     timeout = sync_timeout(timeout)
     repo = SyncRepo(store, remote, timeout)
+    # Markers committed and pushed would spread the conflict to every clone.
     marked = conflicted_memory(store)
     if marked:
         raise SyncRefused(
@@ -8399,6 +8405,7 @@ def install_file(store: Store, path: str, content: str, *, force: bool, report: 
             report.append(("kept", store.rel(path), "exists; left untouched"))
             return
         old = read_bytes(path)
+        # Rewriting the same bytes would only leave a needless backup behind.
         if old == data:
             report.append(("kept", store.rel(path), "already the template"))
             return
@@ -8888,6 +8895,7 @@ def set_phase(
                 f"phase {phase!r} is not one of this session's phases: {', '.join(valid)}"
             )
         old = state.get("phase")
+        # The same phase again changes nothing, so update_session writes nothing.
         if old == phase:
             return "phase_change", {}
         now = iso_now()
@@ -9060,6 +9068,7 @@ def session_handoff(
 
 def read_handoff_input(source: str | None) -> tuple[bytes, str]:
     if source in (None, "-"):
+        # No file and a terminal on stdin: waiting for typed JSON would look like a hang.
         if source is None and sys.stdin.isatty():
             raise usage_error("compose-handoff needs FILE, or `-` / a pipe on standard input")
         return sys.stdin.buffer.read(HANDOFF_MAX_BYTES + 1), "<stdin>"
@@ -12414,6 +12423,7 @@ def missing_git_lines(path: str, template: str) -> list[str]:
         if not line or line.startswith("#"):
             continue
         want = git_rule_key(line)
+        # A line with more attributes than the template's (a user's -diff) still has them.
         if not any(
             have[0] == want[0] and set(want[1:]) <= set(have[1:]) for have in present if have
         ):
