@@ -703,6 +703,7 @@ def tool_call_words(name: str, words: list[str], spec: tuple) -> str | None:
     """A command's remaining words as a call of tool `name` (`spec`: its arguments and
     the required ones, which take the command's words in order); None when one has no
     argument to go to."""
+    # A tool has no such flag: leaving the limits out is how it asks for everything.
     if "--no-limit" in words:
         return f"the `{name}` tool without max_tokens or max_chars"
     arguments, required = spec
@@ -966,6 +967,7 @@ def parse_lock_timeout(raw: str) -> float:
         value = float(raw)
     except ValueError:
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+    # NaN is the one value unequal to itself; NaN or infinity would make no deadline.
     if value != value or value in (float("inf"), float("-inf")):
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a finite number of seconds")
     if value < 0:
@@ -1794,6 +1796,7 @@ def stores_below(root: str) -> list[str]:
             with contextlib.suppress(OSError):
                 if not entry.is_dir(follow_symlinks=False):
                     continue
+                # A store at the root itself would have been found on the way up (find_stacks).
                 if entry.name == STACKS_DIRNAME and folder != root:
                     found.append(entry.path)
                 elif not entry.name.startswith(".") and depth + 1 < STORE_SEARCH_DEPTH:
@@ -12913,6 +12916,7 @@ def cmd_init(args) -> int:
     store = store_from_args(args, for_init=True)
     report: list = []
     refuse_symlink(store.stacks, "stacks folder")
+    # Before the lock: the lock file lives in .stacks/, which must exist first.
     if make_dir(store.stacks):
         report.append(("created", store.rel(store.stacks) + "/", ""))
     with store.stacks_lock():
