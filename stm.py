@@ -15597,6 +15597,7 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
         description="Layered, git-friendly memory for AI agents.",
         epilog=MAIN_EPILOG,
         formatter_class=help_formatter(),
+        # No abbreviations: a new flag must never change what an old short form meant.
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"stm {__version__}")
@@ -15614,6 +15615,7 @@ def command_of(argv: list[str]) -> tuple[str | None, str | None]:
     for arg in argv:
         if skip:
             skip = False
+        # These take a value: the next word is that value, not the command.
         elif arg in ("--dir", "--state-dir", "--user"):
             skip = True
         elif arg.startswith("-"):
