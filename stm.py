@@ -7816,6 +7816,7 @@ def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
     )
     if code == 0:
         return True, False, ""
+    # --porcelain marks a rejected ref with "!"; git's reason is its last tab-separated field.
     rejected = [line for line in stdout.splitlines() if line.startswith("!")]
     reason = rejected[0].split("\t")[-1] if rejected else last_line(stderr or stdout)
     text = (reason + "\n" + stderr).lower()
@@ -10356,6 +10357,7 @@ def payload_client(payload: dict, given: str | None) -> str:
     if given:
         return given
     path = payload_text(payload, "transcript_path")
+    # Claude Code sets CLAUDE_PROJECT_DIR for the hooks it runs.
     if os.environ.get("CLAUDE_PROJECT_DIR") or f"{os.sep}.claude{os.sep}" in path:
         return "claude"
     if f"{os.sep}.codex{os.sep}" in path or os.path.basename(path).startswith("rollout-"):
@@ -12625,6 +12627,8 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
     top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
     if dry_run:
         return "would re-merge it with the stm merge driver (`git checkout -m`)"
+    # `git checkout -m` re-merges with the configured driver: without one it would only
+    # write the same markers again.
     if top and not installed_git_driver(top):
         install_git_driver(top)
     saved = git_output(root, "hash-object", "-w", "--", path)
