@@ -4177,6 +4177,7 @@ class TranscriptReader:
                 (safe_line(command, COMMAND_MAX_CHARS), safe_line(error, COMMAND_MAX_CHARS))
                 for command, error in self.failures
             ],
+            # Size and last entry together: a grown file, or a new last entry, is new work.
             position="" if size is None else f"{size}:{safe_line(self.last_id, ID_MAX_CHARS)}",
             ended_at=iso(ended) if ended is not None else "",
             compacted=self.compacted,
@@ -7765,6 +7766,8 @@ def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
 def fetch_upstream(repo: SyncRepo) -> str | None:
     """Fetch the remote branch into its remote-tracking ref; its commit, or None when
     the remote has no such branch yet (the first sync creates it)."""
+    # Forced into the tracking ref only, as a plain fetch is: it mirrors the remote even
+    # after a force-push there, and no branch of the user's moves.
     refspec = f"+{repo.remote_ref}:{repo.tracking}"
     code, stdout, stderr = repo.git.run("fetch", "--no-tags", "--quiet", repo.remote, refspec)
     if code != 0:
@@ -11841,6 +11844,8 @@ class Checker:
 
     def report_log_item(self, path: str, item: tuple, held):
         """Report one parse_log item; returns the entry now held (see check_log_file)."""
+        # Something follows the held entry: it is not the file's tail, so not a write cut
+        # short, but an entry whose end line is missing.
         if held is not None:
             self.report(
                 "log-entry",
