@@ -5231,6 +5231,7 @@ def config_problems(data) -> list[str]:
         return ["it must be a JSON object"]
     problems = [f"unknown key {key!r}" for key in sorted(set(data) - set(CONFIG_DEFAULTS))]
     for key in ("consolidation_threshold", "default_section_limit", "fact_history_limit"):
+        # An absent key takes its default, which passes.
         value = data.get(key, 1)
         if type(value) is not int or value < 1:
             problems.append(f"{key} must be a whole number of 1 or more")
@@ -10869,6 +10870,7 @@ def is_stm_hook(hook, command: str) -> bool:
     text = hook.get("command") if isinstance(hook, dict) else None
     if not isinstance(text, str):
         return False
+    # The loader form whatever path it names: a stm.py moved since is still stm's hook.
     if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
         return True
     if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
@@ -12246,6 +12248,7 @@ class Checker:
             return
         ref = SessionRef(os.path.basename(path), path, False)
         for key, value in sorted(context.items()):
+            # A path already wrong as text is reported by state_problems: said once, not twice.
             if context_path_problem(value) is None and not context_file_inside(ref, value):
                 self.report(
                     "state-field",
