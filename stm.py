@@ -7345,6 +7345,8 @@ class SyncGit:
         self.timeout = timeout
         self.env = dict(os.environ, LC_ALL="C", LANGUAGE="C", GIT_OPTIONAL_LOCKS="0")
         try:
+            # A person at a terminal can answer git's credential prompt; anywhere else (an
+            # agent, a hook) it would wait until the timeout.
             interactive = sys.stdin.isatty()
         except (AttributeError, ValueError, OSError):
             interactive = False
@@ -7442,6 +7444,7 @@ class SyncRepo:
                 outside.append(folder)
             else:
                 inside.append(rel.replace(os.sep, "/"))
+        # The stacks tree is what sync is for: only the state tree may live elsewhere.
         if not inside or inside[0] != os.path.relpath(
             os.path.realpath(store.stacks), real_top
         ).replace(os.sep, "/"):
@@ -8025,6 +8028,7 @@ def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
     ids: dict = {"sessions": {}, "handoffs": {}}
     stacks, state = repo.memory[0] + "/", (repo.memory[1:] or [None])[0]
     for path in paths:
+        # A file absent on one side (added or deleted) reads as empty there.
         before = (blobs.get(f"{old}:{path}") or b"").decode("utf-8", "replace")
         after = (blobs.get(f"{new}:{path}") or b"").decode("utf-8", "replace")
         if path.startswith(stacks):
