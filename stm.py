@@ -2000,6 +2000,7 @@ def md_fence_flags(lines: list[str]) -> list[bool]:
 
 def md_fence_left_open(lines: list[str]) -> bool:
     """Whether the lines leave a code fence open: a line after them would be code."""
+    # A blank line added after them: its kind says whether it would sit inside a fence.
     return md_line_kinds([*lines, ""])[-1] == MD_FENCE
 
 
@@ -2191,6 +2192,8 @@ class MdDoc:
 def md_heading_in_body(lines: list[str]) -> int | None:
     """The index of the first line of a section's body that would end the section (a
     `#` or `##` heading, by md_sections' own rule), or None."""
+    # A stand-in heading makes the lines a section's body: the model's own rule then
+    # says where that section would end.
     parts = MdDoc(["## body", *lines]).parts
     return parts[1].start - 1 if len(parts) > 1 else None
 
