@@ -8425,6 +8425,7 @@ def install_file(store: Store, path: str, content: str, *, force: bool, report: 
             report.append(("kept", store.rel(path), "already the template"))
             return
         backup = backup_name(path)
+        # The backup first: should the rewrite fail, the old text is already safe.
         atomic_write(backup, old)
         atomic_write(path, data)
         report.append(("rewrote", store.rel(path), f"previous content kept in {store.rel(backup)}"))
