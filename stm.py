@@ -11579,6 +11579,7 @@ class Checker:
             self.check_logs()
         else:
             self.check_only_logs()
+        # After the logs: their compact entries were gathered while they were read.
         self.check_compact_duplicates()
         self.check_config()
         self.check_budget()
