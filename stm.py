@@ -175,7 +175,7 @@ MESSAGE_MAX_BYTES = 1024 * 1024
 MEMORY_STALE_DAYS = 7
 SESSION_IDLE_DAYS = 14
 REF_HEAD_BYTES = 8192  # boot reads only the head of each ref: title and summary live there
-# NAME_MAX of Linux, macOS and Windows filesystems alike, counted in bytes.
+# The common NAME_MAX (ext4, APFS): 255 bytes, not characters.
 NAME_MAX_BYTES = 255
 
 AGENT_TEMPLATE = """\
@@ -1071,8 +1071,8 @@ def component_problem(name: str) -> str | None:
     # Filesystems limit a name in bytes, not characters: a long CJK name fails sooner.
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         return f"is longer than {NAME_MAX_BYTES} bytes"
-    # check --fix deletes leftover .tmp files, and lock files are never deleted nor
-    # written as data: a user's name must not collide with either.
+    # The suffixes of stm's own lock and temp files (.stm.lock, *.tmp): a user's name must
+    # never be taken for one, and check --fix deletes leftover temp files.
     if name.endswith((".tmp", ".lock")):
         return "ends in .tmp or .lock, which stm reserves"
     return None
@@ -3858,7 +3858,7 @@ def tail_lines(fd: int, size: int, count: int) -> list[bytes]:
 def head_lines(fd: int, size: int, count: int) -> list[bytes]:
     """The whole lines among the first `count` bytes of a file of `size` bytes."""
     lines = read_span(fd, 0, min(size, count)).split(b"\n")
-    # Beyond `count` the last line read is cut in the middle: dropped.
+    # Beyond `count` the last line read may be cut in the middle: dropped.
     return lines if size <= count else lines[:-1]
 
 
@@ -5473,8 +5473,8 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
         return None
     rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
     text = compact_target_text(store, rel)  # the same bounded, link-free read
-    # A file with conflict markers is the user's to merge first: its sections are not
-    # what the compact read.
+    # A file with conflict markers is the user's to merge first: stm edits no
+    # conflicted file (refuse_conflicted).
     if text is None or md_has_conflict_markers(text):
         return None
     if not dry_run:
@@ -5761,7 +5761,7 @@ def replay_problem(event: dict, valid_phases) -> str | None:
         problem = None if value is None and key != "timestamp" else field_problem(value, kind)
         if problem:
             return f"{key} {problem}"
-    # A created event names the phases: the events after it are judged by them.
+    # A created event brings the session's phases: its own phase is judged by them.
     if event["event"] == "created" and event.get("valid_phases"):
         valid_phases = event["valid_phases"]
     phase = event.get("phase" if event["event"] == "created" else "to")
@@ -7257,7 +7257,7 @@ def copy_into_zip(zf, info, path: str) -> None:
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
-        # Written as a stream, its size unknown to zipfile: zip64 lets a member pass 4 GiB.
+        # Written as a stream, its size unknown to zipfile: zip64 lets a member pass 2 GiB.
         with zf.open(info, "w", force_zip64=True) as member:
             while True:
                 chunk = os.read(fd, SEARCH_CHUNK)
@@ -7826,7 +7826,7 @@ def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
     )
     if code == 0:
         return True, False, ""
-    # --porcelain marks a rejected ref with "!"; git's reason is its last tab-separated field.
+    # --porcelain marks a rejected ref with "!"; git's reason is in its last tab field.
     rejected = [line for line in stdout.splitlines() if line.startswith("!")]
     reason = rejected[0].split("\t")[-1] if rejected else last_line(stderr or stdout)
     text = (reason + "\n" + stderr).lower()
@@ -11805,7 +11805,7 @@ class Checker:
     def check_log_name(self, name: str) -> None:
         """One entry of logs/: its name, its kind, and the log itself."""
         path = os.path.join(self.store.logs_dir, name)
-        # Hidden names are not logs: import keeps a replaced log as a hidden .bak beside it.
+        # Hidden names are not logs: .gitkeep, and the hidden .bak import keeps of a log.
         if name.startswith("."):
             return
         if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
@@ -14422,7 +14422,7 @@ def sync_at_session_end(store: Store) -> None:
     try:
         if not load_config(store).get("sync_on_session_end"):
             return
-        # A hook must end: the client may kill a slow one, and the user is leaving anyway.
+        # A hook must end: the client may kill a slow one.
         timeout = min(sync_timeout(), SYNC_HOOK_TIMEOUT_S)
         report = sync_memory(store, timeout=timeout)
         for warning in report["warnings"]:
