@@ -3979,6 +3979,7 @@ class TranscriptReader:
             self.claude_entry(entry)
         else:
             self.codex_entry(entry)
+        # Claude Code's lines carry a uuid, Codex's only a time: either marks the last entry.
         marker = entry.get("uuid") or stamp
         if isinstance(marker, str):
             self.last_id = marker
@@ -4947,6 +4948,7 @@ def md_inserted_units(lo: int, hi: int, mine: list[str], yours: list[str]) -> li
     if any(not MD_BULLET_RE.match(lines[0]) for lines, _ in ours_units + theirs_units):
         return None
     merged = [line for line in merge_md_bullets([], ours_units, theirs_units) if line.strip()]
+    # A blank line after the list when either side had one: the prose below stays apart.
     return merged + ([""] if not mine[-1].strip() or not yours[-1].strip() else [])
 
 
