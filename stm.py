@@ -4435,6 +4435,7 @@ def untracked_outside(root: str, exclude=()) -> list[str]:
         return []
     if not names:
         return []
+    # Literal: a file named `*` or `[a]` is that file, not a pattern matching others.
     specs = [f":(literal){name}" for name in names]
     specs += [f":(exclude,literal){folder}" for folder in exclude if "/" in folder]
     output = git_output(
