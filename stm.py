@@ -6202,6 +6202,7 @@ class BootParts:
             except OSError as exc:
                 self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
                 continue
+            # A link is listed without being read: there is no text to look for markers in.
             if refs[-1].head is not None:
                 self._conflict_notice(path, refs[-1].head)
         for path, error in skipped:  # a placeholder in the index, and a warning
@@ -6239,6 +6240,7 @@ class BootParts:
         text = self.raw.get("session")
         if text is None:
             return
+        # Not strict: a broken config must not stop a boot; the defaults stand in.
         threshold = load_config(self.store)["consolidation_threshold"]
         count = MdDoc.of(text).bullet_count()
         if count > threshold:
