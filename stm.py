@@ -1626,6 +1626,7 @@ def tail_bytes(fd: int, size: int, count: int) -> bytes:
 
 def jsonl_complete_end(fd: int, size: int) -> int:
     """history.jsonl: a record is a line; anything after the last newline is torn."""
+    # The common case, from one byte: the file ends with a whole line.
     if tail_bytes(fd, size, 1) == b"\n":
         return size
     pos = size
@@ -1733,6 +1734,7 @@ class Store:
 
 def plain_path(rel: str) -> bool:
     """Whether a relative path is already normal: no empty, `.` or `..` component."""
+    # Windows takes "/" as well: a path holding one is not in its normal form there.
     if os.altsep and os.altsep in rel:
         return False
     parts = rel.split(os.sep)
@@ -2597,6 +2599,7 @@ def log_blocks_of(fd: int, size: int):
             if data:
                 yield data, line, True, offset
             return
+        # Cut after the last end line: what follows it waits for the next read to complete.
         marker = data.rfind(b"<!-- stm:end ")
         cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
         if cut <= 0:
