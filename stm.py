@@ -3995,6 +3995,7 @@ class TranscriptReader:
 
     def fail(self, command: str, error: str) -> None:
         self.failures.append((command, error))
+        # Only the newest few: the last failures are what the next agent must know.
         del self.failures[:-FAILURES_MAX]
 
     def set_list_plan(self, items, text_key: str) -> None:
@@ -7206,6 +7207,7 @@ def mark_boot(store: Store) -> None:
     """Record when this checkout last booted, as the time of an empty, git-ignored file:
     one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
     path = os.path.join(store.state, LAST_BOOT_FILE)
+    # A link planted in a clone would have the mark touch a file somewhere else.
     if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
         return
     with contextlib.suppress(OSError):
