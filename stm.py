@@ -5604,10 +5604,12 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
         if len(resolved) > 1:
             change["done_steps"] = resolved
     if change.get("pending") is not None:
+        # Given, the list replaces the old one, after --done took its steps out of it.
         steps = list(change["pending"])
     if change.get("finish"):
         steps = []
         state["finished_at"] = now
+        # Finished work has nothing pending and nothing to resume from.
         checkpoint.pop("resume_instruction", None)
     checkpoint["pending_steps"] = steps
     if change.get("resume") is not None:
@@ -15501,6 +15503,7 @@ def help_formatter():
                     columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
                 except (ValueError, OSError):
                     columns = 80
+                # argparse's own two-column margin, and never so narrow that help cannot wrap.
                 width = max(columns - 2, 40)
             super().__init__(prog, indent_increment, max_help_position, width)
 
