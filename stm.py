@@ -10541,6 +10541,7 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
         ref = None  # a pointer to a session gone: a hook captures all the same
     if ref is not None and not ref.archived:
         return ref, False
+    # Newest first, and bounded as boot's scan is: a hook stays quick however many exist.
     for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
         with contextlib.suppress(StmError):
             state = load_state(SessionRef(sid, path, False))
@@ -10612,6 +10613,7 @@ def record_capture(
         append_log(store, capture_log_text(captured))
         captured["logged"] = captured["position"]
     elif same or previous.get("logged") == captured["position"]:
+        # The position already logged stays on record, so no later hook logs it again.
         captured["logged"] = previous.get("logged", "")
 
     def mutate(state: dict):
