@@ -10096,10 +10096,12 @@ class LineMatcher:
         self.needle = self.folded = self.block_regex = self.budget = None
         if regex:
             self.matches = re.compile(pattern, re.IGNORECASE).search
+            # MULTILINE: `^` and `$` then match at each line of a block, as they would on one line.
             if not any(construct in pattern for construct in SEARCH_LINE_ONLY):
                 self.block_regex = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
             return
         self.folded = pattern.casefold()
+        # Only an ASCII needle can be looked for in the undecoded bytes of a block.
         if self.folded.isascii():
             self.needle = self.folded.encode()
             self.folding = folding_into(self.folded)
