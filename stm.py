@@ -3195,6 +3195,8 @@ def update_session(
         if dumps_json(state) == before:
             return state, False
         state["version"] += 1
+        # A capture passes its own time: updated_at equal to the capture's `at` is how boot
+        # and the next capture tell that the last write was a capture, not the agent's.
         state["updated_at"] = now or iso_now()
         with Rollback() as rollback:
             # If the event cannot be appended, state.json goes back too: the state's version and
