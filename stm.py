@@ -7301,6 +7301,8 @@ def write_export(store: Store, target: str, include_state: bool) -> list[str]:
                 info.external_attr = 0o644 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 copy_into_zip(zf, info, path)
+            # Closed inside the `with`: the zip's central directory is written at close, and it
+            # must be on disk before the fsync and the rename.
             zf.close()
             stream.flush()
             fsync_fd(stream.fileno())
