@@ -9168,11 +9168,15 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
     session_id = unused_session_id(store, now)
     state = handoff_state(handoff, session_id, iso(now), store.user)
     session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
+    # The handoff kept as its bytes arrived: check validates it, and Session.md can be
+    # rendered from it again.
     files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
     event = make_event(
         store, "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
     )
     with Rollback() as rollback:
+        # The handoff event is written with `created`, at the same version: one write made
+        # both (event_versions knows to leave it out).
         ref = create_session(store, state, rollback, files, [event])
         if switch:
             switch_pointer(store, session_id, rollback)
