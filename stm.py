@@ -9791,6 +9791,7 @@ def digest(store: Store, *, since: str | None = None) -> dict:
         except OSError:
             continue
         entries += found
+    # By time, not file order: a union merge can leave a day's entries out of order.
     entries.sort(key=lambda e: e["timestamp"], reverse=True)
     facts = []
     for path in iter_ref_files(store.refs_dir):
