@@ -2040,7 +2040,6 @@ def md_sections(lines: list[str], kinds: list[int], depth: int = 0) -> list[MdPa
     for index, line in enumerate(lines):
         if line[:1] != "#" or kinds[index] != MD_TEXT:
             continue
-        # `own` is tested first: "## x" also starts with "#", and a section outranks a part.
         if line.startswith(own):
             found.append([line[len(own) :].strip(), 2, index])
         elif found and line.startswith(part):  # before the first section: the title
@@ -2614,7 +2613,7 @@ def log_blocks_of(fd: int, size: int):
 def log_complete_end(fd: int, size: int) -> int | None:
     """Where the last complete log entry ends; None when the tail is not stm's. Read a
     block at a time (as check reads logs): never the whole file at once."""
-    # The common case, decided from 64 bytes (an end line is 27): the file ends whole.
+    # The common case, decided from 64 bytes (an end line is 26): the file ends whole.
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
@@ -4330,7 +4329,7 @@ def find_project_transcript(
                         found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     except (OSError, ValueError):
         return None
-    # Newest first by modification time: the predecessor is the last one written to.
+    # Newest first by modification time: the predecessor is most likely the last written.
     found.sort(reverse=True)
     places = same_folder_names(cwd)
     for _, path in found[:limit]:
@@ -10561,7 +10560,7 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
             # client session, not one per hook run.
             if isinstance(captured, dict) and captured.get("client_session") == session:
                 return SessionRef(sid, path, False), False
-    # Under STM_SESSION the pointer belongs to the other agents of this checkout.
+    # With STM_SESSION set, this environment does not follow the pointer: not ours to move.
     switch = ref is None and not store.settings.session
     ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
     return ref, True
@@ -14654,7 +14653,7 @@ def mcp_tool_session_archive(store: Store, args: dict):
 def mcp_tool_compose_handoff(store: Store, args: dict):
     handoff = args["handoff"]
     # The argument arrives parsed: written back as the bytes a handoff file would hold,
-    # it is stored and validated exactly as `compose-handoff FILE` would.
+    # it is validated and stored as such a file's bytes would be.
     raw = json.dumps(handoff, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
     refuse_oversized(raw.decode("utf-8"), "compose_handoff: argument 'handoff'")
     ref, state, created, warnings = compose_handoff_from(
