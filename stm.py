@@ -139,8 +139,11 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+# --expect-version lost to another writer: re-read and retry.
 EXIT_CONFLICT = 3
+# EX_TEMPFAIL (sysexits.h): a lock held too long; the same command may work later.
 EXIT_LOCKED = 75
+# 128 + the signal's number (SIGINT 2, SIGTERM 15), as shells report a killed command.
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -174,6 +177,7 @@ MESSAGE_MAX_BYTES = 1024 * 1024
 MEMORY_STALE_DAYS = 7
 SESSION_IDLE_DAYS = 14
 REF_HEAD_BYTES = 8192  # boot reads only the head of each ref: title and summary live there
+# The common NAME_MAX (ext4, APFS): 255 bytes, not characters.
 NAME_MAX_BYTES = 255
 
 AGENT_TEMPLATE = """\
@@ -449,6 +453,8 @@ class LazyRegex:
         if self._compiled is None:
             self._compiled = re.compile(*self._args)
             for method in self.METHODS:
+                # Filled slots: __getattr__ runs only for missing attributes, so it is not called
+                # for these again.
                 setattr(self, method, getattr(self._compiled, method))
         return getattr(self._compiled, name)
 
@@ -517,6 +523,7 @@ def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) ->
             int(hour or 0),
             int(minute or 0),
             int(second or 0),
+            # datetime holds microseconds: nanoseconds are cut, and ".5" is 500000.
             int((frac or "0")[:6].ljust(6, "0")),
             tzinfo=tz,
         )
@@ -569,6 +576,7 @@ def a_kind(kind: str) -> str:
     "an npm token" (initialisms read letter by letter, words by their first sound)."""
     first = kind.split()[0] if kind.split() else kind
     spoken_vowel = first[:1].lower() in "aeio" or first in ("npm", "NPM", "RSA", "SSH")
+    # "URL" is spoken "you-are-el": a URL, though it starts with a vowel letter.
     return f"{'an' if spoken_vowel and first != 'URL' else 'a'} {kind}"
 
 
@@ -587,6 +595,8 @@ def md_code(text: str) -> str:
     (a quoted path may hold one), so a reader copies exactly the command."""
     runs = [len(run) for run in re.findall("`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
+    # CommonMark strips one space at each end of a span: a text that starts or ends with
+    # a backquote keeps it only when padded.
     pad = " " if runs else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
@@ -699,6 +709,7 @@ def tool_call_words(name: str, words: list[str], spec: tuple) -> str | None:
     """A command's remaining words as a call of tool `name` (`spec`: its arguments and
     the required ones, which take the command's words in order); None when one has no
     argument to go to."""
+    # A tool has no such flag: leaving the limits out is how it asks for everything.
     if "--no-limit" in words:
         return f"the `{name}` tool without max_tokens or max_chars"
     arguments, required = spec
@@ -838,7 +849,9 @@ def load_json(data, *, bounded: bool = True, **options):
             value = json.loads(data, **options)
         else:  # json.loads would build a new decoder for every file: check reads 20,000
             if not isinstance(data, str):
+                # As json.loads decodes bytes: UTF-8, -16 or -32, told by the first bytes.
                 data = data.decode(json.detect_encoding(data), "surrogatepass")
+            # json.loads refuses a BOM in text; the shared decoder would not, so it is done here.
             elif data.startswith("\ufeff"):
                 raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", data, 0)
             value = json_decoder().decode(data)
@@ -881,6 +894,7 @@ def find_secrets(text: str):
         for match in re.finditer(pattern, text):
             line = text.count("\n", 0, match.start()) + 1
             found = match.group()
+            # Six characters at most: the report must not leak the secret it found.
             yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
 
 
@@ -959,6 +973,7 @@ def parse_lock_timeout(raw: str) -> float:
         value = float(raw)
     except ValueError:
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+    # NaN is the one value unequal to itself; NaN or infinity would make no deadline.
     if value != value or value in (float("inf"), float("-inf")):
         raise usage_error(f"STM_LOCK_TIMEOUT={raw!r} is not a finite number of seconds")
     if value < 0:
@@ -984,6 +999,8 @@ class Settings:
         self.session = env.get("STM_SESSION", "").strip() or None
         self.ci = bool(env.get("CI"))  # CI checkouts never merge, and no agent starts there
         self._lock_timeout_raw = env.get("STM_LOCK_TIMEOUT", "")
+        # From the real environment it is worked out on first use: boot names no author,
+        # and the fallback costs an import of `pwd`.
         self._author = None if env is os.environ else self.author_from(env)
 
     @staticmethod
@@ -1054,10 +1071,14 @@ def component_problem(name: str) -> str | None:
         return "contains a path separator"
     if name in (".", ".."):
         return "is '.' or '..'"
+    # Lowercased: on case-insensitive filesystems (macOS, Windows) ".GIT" is that folder.
     if name.lower() == ".git":
         return "is .git"
+    # Filesystems limit a name in bytes, not characters: a long CJK name fails sooner.
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         return f"is longer than {NAME_MAX_BYTES} bytes"
+    # The suffixes of stm's own lock and temp files (.stm.lock, *.tmp): a user's name must
+    # never be taken for one, and check --fix deletes leftover temp files.
     if name.endswith((".tmp", ".lock")):
         return "ends in .tmp or .lock, which stm reserves"
     return None
@@ -1079,6 +1100,7 @@ def context_path_problem(value) -> str | None:
     """
     if not isinstance(value, str) or not value.strip():
         return "is not a non-empty string"
+    # "C:foo" is caught too: a drive letter leaves the session on Windows.
     if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
         return "is an absolute path"
     if "\\" in value or any(ord(c) < 32 for c in value):
@@ -1120,6 +1142,7 @@ def require_inside(path: str, root: str, what: str) -> str:
     """Refuse `path` unless it resolves inside `root` (no symlink may lead out)."""
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
+    # The separator matters: "/a/stm-other" starts with "/a/stm" but is not inside it.
     if real != real_root and not real.startswith(real_root + os.sep):
         raise StmError(
             f"{what} {path} leads outside {root} (a symbolic link?); "
@@ -1241,6 +1264,7 @@ def random_hex(nbytes: int) -> str:
 
 
 def default_file_mode() -> int:
+    # The umask can only be read by setting it: set it to 0 and put it back at once.
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
@@ -1250,9 +1274,14 @@ def atomic_write(path: str, data: bytes) -> None:
     """Replace `path` with `data`: readers see the old or the new bytes, never a mix."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
+        # Keep the mode the file has (a user's chmod survives a rewrite); a new file gets what
+        # open() would give it under the umask.
         mode = os.lstat(path).st_mode & 0o777
     except FileNotFoundError:
         mode = default_file_mode()
+    # Same directory, or os.replace would cross filesystems and stop being atomic. The
+    # ".<name>.<random>.tmp" form is what sweep_temp_files finds after a killed writer, and
+    # the random part keeps a leftover from blocking O_EXCL on the next attempt.
     tmp = os.path.join(directory, f".{name}.{random_hex(4)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
     fd = None
@@ -1262,8 +1291,11 @@ def atomic_write(path: str, data: bytes) -> None:
         fd = os.open(tmp, flags, 0o600)
         write_all(fd, data)
         if hasattr(os, "fchmod"):
+            # fchmod sets the mode exactly; os.open's mode would be filtered by the umask.
             os.fchmod(fd, mode)
         fsync_fd(fd)
+        # `fd` is cleared before the close: should close fail, the except branch must not
+        # close the number again (it may name another file by then).
         closing, fd = fd, None
         os.close(closing)
         os.replace(tmp, path)
@@ -1276,6 +1308,7 @@ def atomic_write(path: str, data: bytes) -> None:
                 os.unlink(tmp)
         name_the_file(exc, path, tmp)
         raise
+    # The rename is done: from here the temp name is gone and nothing may be unlinked.
     try:
         fsync_dir(directory)
     except OSError as exc:
@@ -1307,6 +1340,8 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
                 break
             chunks.append(chunk)
             total += len(chunk)
+            # Stop only on a short read past the known size: a file that grew meanwhile
+            # is read on to its new end.
             if len(chunk) < want and total >= size:
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -1338,6 +1373,8 @@ def make_dir(path: str) -> bool:
         return False
     parent = os.path.dirname(path)
     if parent and not os.path.isdir(parent):
+        # One level at a time (not os.makedirs): each new folder's entry is fsynced in its
+        # parent, so a power cut cannot forget a folder that files were written into.
         make_dir(parent)
     os.mkdir(path)
     try:
@@ -1381,6 +1418,8 @@ class FileLock:
                     "delete it (stm recreates it)"
                 )
             self._acquire()
+            # Who holds the lock, for the message a waiting process prints when it gives up. Fixed
+            # width, written in place: the file never needs truncating and never grows.
             stamp = f"{os.getpid()} {host_name()} {iso_now()}".ljust(LOCK_STAMP_BYTES)
             pwrite(self.fd, stamp.encode()[:LOCK_STAMP_BYTES], 0)
         except BaseException:
@@ -1406,6 +1445,8 @@ class FileLock:
                 ) from exc
             if time.monotonic() >= deadline:
                 raise StmError(self._timeout_message(), EXIT_LOCKED)
+            # Exponential backoff from 1 ms to 1 s, jittered so that waiters do not retry in
+            # lockstep, and never sleeping past the deadline.
             jitter = 0.5 + os.urandom(1)[0] / 255
             time.sleep(min(delay * jitter, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
@@ -1438,6 +1479,7 @@ def _try_lock(fd: int) -> None:
     except ImportError:  # pragma: no cover - Windows: byte 0 via msvcrt (untested)
         import msvcrt
 
+        # msvcrt locks bytes from the current position: always byte 0, so all agree.
         os.lseek(fd, 0, os.SEEK_SET)
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
@@ -1488,6 +1530,7 @@ def append_record(path: str, data: bytes, complete_end):
         raise
     try:
         require_regular(fd, path)
+        # Appending through a hard link would write into another file too.
         if os.fstat(fd).st_nlink > 1:
             raise StmError(
                 f"{path} has other hard links; stm appends to its own files only: copy it "
@@ -1500,6 +1543,8 @@ def append_record(path: str, data: bytes, complete_end):
             cut = size - end
             warn(f"{path}: removed a torn record of {cut} bytes left by an interrupted writer")
             size = end
+        # Foreign text without a final newline: our record starts on a line of its own instead
+        # of being glued to the user's last line.
         elif end is None and size and pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
         try:
@@ -1514,6 +1559,7 @@ def append_record(path: str, data: bytes, complete_end):
             raise
     finally:
         os.close(fd)
+    # `size` is the length after any repair: undoing keeps the repair and drops our record.
     return lambda: undo_append(path, size, existed)
 
 
@@ -1586,10 +1632,12 @@ def tail_bytes(fd: int, size: int, count: int) -> bytes:
 
 def jsonl_complete_end(fd: int, size: int) -> int:
     """history.jsonl: a record is a line; anything after the last newline is torn."""
+    # The common case, from one byte: the file ends with a whole line.
     if tail_bytes(fd, size, 1) == b"\n":
         return size
     pos = size
     while pos > 0:
+        # Backwards in 64 KiB chunks: a long history is not read whole to find its last line.
         start = max(0, pos - 65536)
         chunk = pread(fd, pos - start, start)
         index = chunk.rfind(b"\n")
@@ -1675,6 +1723,7 @@ class Store:
         return os.path.join(self.state, POINTER_FILE)
 
     def state_lock(self) -> FileLock:
+        # The state tree is created on demand: the lock file must have a folder to live in.
         if not os.path.isdir(self.state):  # a symlinked state root is allowed (spec)
             make_dir(self.state)
         return FileLock(os.path.join(self.state, LOCK_NAME), self.settings.lock_timeout)
@@ -1691,6 +1740,7 @@ class Store:
 
 def plain_path(rel: str) -> bool:
     """Whether a relative path is already normal: no empty, `.` or `..` component."""
+    # Windows takes "/" as well: a path holding one is not in its normal form there.
     if os.altsep and os.altsep in rel:
         return False
     parts = rel.split(os.sep)
@@ -1709,6 +1759,8 @@ def find_stacks(start: str, *, for_init: bool = False) -> str | None:
         if os.path.isdir(candidate):
             if for_init and boundary is not None:
                 return None  # init makes this repository its own store
+            # Found above the repository, or owned by someone else: refuse rather than skip, so
+            # the user learns why their memory is not the one being used.
             refuse_foreign_stacks(candidate, boundary)
             return candidate
         if boundary is None and os.path.lexists(os.path.join(current, ".git")):
@@ -1752,6 +1804,7 @@ def stores_below(root: str) -> list[str]:
             with contextlib.suppress(OSError):
                 if not entry.is_dir(follow_symlinks=False):
                     continue
+                # A store at the root itself would have been found on the way up (find_stacks).
                 if entry.name == STACKS_DIRNAME and folder != root:
                     found.append(entry.path)
                 elif not entry.name.startswith(".") and depth + 1 < STORE_SEARCH_DEPTH:
@@ -1785,6 +1838,7 @@ def refuse_foreign_stacks(candidate: str, boundary: str | None) -> None:
             f"--dir {candidate} if it is yours"
         )
     owner = getattr(os, "getuid", None)
+    # Windows has no getuid: the ownership check applies where ownership can be read.
     if owner is not None and os.stat(candidate).st_uid != owner():
         raise StmError(
             f"{candidate} belongs to another user and is not used; pass --dir {candidate} "
@@ -1893,6 +1947,7 @@ def md_lines(text: str) -> list[str]:
     ['a', 'b\\u2028c']
     """
     lines = text.replace("\r\n", "\n").split("\n")
+    # A final "\n" ends the last line; it does not open an empty one after it.
     return lines[:-1] if lines[-1] == "" else lines
 
 
@@ -1920,12 +1975,15 @@ def md_line_kinds(lines: list[str], comments: bool = True) -> list[int]:
             kinds.append(MD_COMMENT)
             closer = line.find("-->")
             if closer >= 0:
+                # Another comment may open on the same line, after this one closed.
                 opened = index if md_comment_left_open(line, closer + 3) else -1
             continue
+        # A fence line starts with a space, ` or ~: the regex runs only on lines that can be one.
         match = fence_match(line) if line[:1] in " `~" else None
         if fence:
             kinds.append(MD_FENCE)
             run = match[1] if match else ""
+            # CommonMark: a closing fence has no info string; "```python" inside a fence is code.
             if run[:1] == fence[0] and len(run) >= len(fence) and not match[2].strip():
                 fence = ""
         elif match:
@@ -1950,6 +2008,7 @@ def md_fence_flags(lines: list[str]) -> list[bool]:
 
 def md_fence_left_open(lines: list[str]) -> bool:
     """Whether the lines leave a code fence open: a line after them would be code."""
+    # A blank line added after them: its kind says whether it would sit inside a fence.
     return md_line_kinds([*lines, ""])[-1] == MD_FENCE
 
 
@@ -2140,6 +2199,8 @@ class MdDoc:
 def md_heading_in_body(lines: list[str]) -> int | None:
     """The index of the first line of a section's body that would end the section (a
     `#` or `##` heading, by md_sections' own rule), or None."""
+    # A stand-in heading makes the lines a section's body: the model's own rule then
+    # says where that section would end.
     parts = MdDoc(["## body", *lines]).parts
     return parts[1].start - 1 if len(parts) > 1 else None
 
@@ -2248,6 +2309,7 @@ def memory_stamp(text: str) -> float | None:
     if body is None:
         return None
     for line in md_lines(strip_comments(body)):
+        # "**2026-11-22**", "`2026-11-22`" or "- 2026-11-22" are the same date to a reader.
         line = line.strip().strip("*_`- ")
         if line:
             return parse_iso(line.split()[0], date_only_ok=True)
@@ -2344,6 +2406,7 @@ def parse_ref_head(text: str) -> tuple[str | None, str | None]:
     if lines and lines[0].strip() == "---":
         for index in range(1, len(lines)):
             line = lines[index]
+            # YAML ends a document with "---" or "...": either closes the front matter.
             if line.strip() in ("---", "..."):
                 start = index + 1
                 break
@@ -2383,6 +2446,7 @@ def layer_files(store: Store, layer: Layer, *, newest_first: bool = False, since
     elif layer.name == "logs":
         names, logs = log_file_names(store), store.logs_dir
         for name in reversed(names) if newest_first else names:
+            # Names are dates, sorted: newest first, the first older day means all the rest are.
             if since and name[:10] < since:
                 if newest_first:
                     break
@@ -2491,6 +2555,8 @@ def parse_log(data: bytes, line: int = 1):
             return
         stamp, author, entry_id = (g.decode("utf-8", "replace") for g in match.groups())
         entry = LogEntry(stamp, author, entry_id, line, match.start())
+        # The end line must carry this entry's own id: an end line that belongs to another
+        # entry does not complete this one.
         end_line = b"\n<!-- stm:end " + match.group(3) + b" -->\n"
         end = data.find(end_line, match.end())
         if end < 0:  # torn: it runs to the next entry's header, or to the end of the file
@@ -2538,6 +2604,7 @@ def log_blocks_of(fd: int, size: int):
             if data:
                 yield data, line, True, offset
             return
+        # Cut after the last end line: what follows it waits for the next read to complete.
         marker = data.rfind(b"<!-- stm:end ")
         cut = data.find(b"\n", marker) + 1 if marker >= 0 else 0
         if cut <= 0:
@@ -2552,6 +2619,7 @@ def log_blocks_of(fd: int, size: int):
 def log_complete_end(fd: int, size: int) -> int | None:
     """Where the last complete log entry ends; None when the tail is not stm's. Read a
     block at a time (as check reads logs): never the whole file at once."""
+    # The common case, decided from 64 bytes (an end line is 26): the file ends whole.
     if LOG_END_RE.search(tail_bytes(fd, size, 64)):
         return size
     last = None
@@ -2599,6 +2667,7 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     opener, closer = "<" * marker_size, ">" * marker_size
     if opener not in text and closer not in text:
         return []  # the common case, without splitting the text
+    # A byte order mark would hide a marker on the first line.
     lines = md_lines(text.removeprefix("\ufeff"))
     # A fence is the one place a marker-like line is content (a quoted diff): inside a
     # comment, git's markers are still git's.
@@ -2682,6 +2751,8 @@ def check_fact_value(value: str, flag: str = "VALUE") -> str:
     text = value.strip()
     if not text:
         raise usage_error(f"fact {flag} is empty")
+    # A fact is one `- stamp: value` line; str.splitlines() and many viewers break at
+    # U+2028 and U+2029 too, so those would split it for some reader.
     if "\n" in text or "\r" in text or "\u2028" in text or "\u2029" in text:
         raise usage_error(f"fact {flag} must be one line; put longer text in a ref")
     if len(text) > FACT_VALUE_MAX:
@@ -2697,6 +2768,7 @@ def read_fact(key: str, body: list[str]) -> Fact | None:
     for line in body:
         if not line.strip():
             continue
+        # A second Current line, or one under History, is not the format: the body is prose.
         if line.startswith(FACT_CURRENT) and current is None and not in_history:
             current = line[len(FACT_CURRENT) :].strip()
         elif line.strip() == "**History:**" and not in_history:
@@ -2759,6 +2831,7 @@ def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
     if not may_hold_facts(text):
         return None
     _, sections = parse_fact_block(text)
+    # The head may end inside the last fact: it is not judged, but its key is still listed.
     whole = sections[:-1] if partial and len(sections) > 1 else sections
     if not whole or any(fact is None for _, fact, _, _ in whole):
         return None
@@ -2768,6 +2841,7 @@ def fact_keys_summary(text: str, *, partial: bool = False) -> list[str] | None:
 def read_ref(path: str, refs_dir: str, head_only: bool = True) -> RefInfo:
     rel = os.path.relpath(path, os.path.dirname(refs_dir))
     size = os.lstat(path).st_size
+    # A link is listed, never read: a cloned repository chooses where it points.
     if os.path.islink(path):
         return RefInfo(rel, None, None, size)
     text = read_text(path, REF_HEAD_BYTES if head_only else None)
@@ -2805,10 +2879,14 @@ def is_session_id(text: str) -> bool:
 
 
 def new_session_id(now: float) -> str:
+    # UTC date first, so sorted ids are chronological; the random part keeps ids made
+    # the same day in two clones apart without any coordination.
     return time.strftime("%Y-%m-%d", time.gmtime(now)) + "-" + random_hex(4)
 
 
 def archive_month(session_id: str) -> str:
+    # The month the session was created, read from its id: an archived session's folder
+    # follows from its id alone, so locate_session finds it without listing.
     return session_id[:7]
 
 
@@ -2862,6 +2940,7 @@ def iter_archived_sessions(store: Store, since: str | None = None):
     sorted by id."""
     found = []
     for month in list_dirs(store.history_dir):
+        # Every session in an earlier month folder is older than `since`: not even listed.
         if since and month < since[:7]:
             continue
         month_dir = os.path.join(store.history_dir, month)
@@ -2925,6 +3004,7 @@ def resolve_session(store: Store, token: str) -> SessionRef:
             (True, iter_archived_sessions),
         )
         for sid, path in listing(store)
+        # sid[11:] is the random hex part, what people copy like a short git hash.
         if sid.startswith(token) or sid.endswith(token) or sid[11:].startswith(token)
     ]
     if not matches:
@@ -3100,6 +3180,8 @@ def update_session(
     Returns (state, changed).
     """
     with store.state_lock():
+        # Found again under the lock: while we waited, another process may have archived
+        # or removed the session.
         fresh = locate_session(store, ref.id)
         if fresh is None:
             raise StmError(f"session {ref.id} disappeared while waiting for the lock")
@@ -3111,13 +3193,19 @@ def update_session(
         state = load_state(fresh)
         refuse_invalid_state(fresh, state)
         check_expected_version(ref, state, expect_version)
+        # Compared as JSON: a mutation that changes nothing writes nothing, so an agent's
+        # retry of a step that already landed is harmless.
         before = dumps_json(state)
         name, details = mutate(state)
         if dumps_json(state) == before:
             return state, False
         state["version"] += 1
+        # A capture passes its own time: updated_at equal to the capture's `at` is how boot
+        # and the next capture tell that the last write was a capture, not the agent's.
         state["updated_at"] = now or iso_now()
         with Rollback() as rollback:
+            # If the event cannot be appended, state.json goes back too: the state's version and
+            # the history's last event never disagree.
             rollback.add(restorer(fresh.state_path))
             save_state(fresh, state)
             append_event(fresh, make_event(store, name, state, **details))
@@ -3158,6 +3246,8 @@ def create_session(
     parent = os.path.dirname(final)
     make_dir_undoable(parent, rollback)
     require_inside(parent, store.state, "sessions folder")
+    # A hidden name that is no session id: no reader lists a half-built session, and a
+    # folder left by a killed process is never mistaken for one.
     building = os.path.join(parent, f".{session_id}.{random_hex(4)}.building")
     try:
         os.mkdir(building)  # inside the try, so a signal right after it still cleans up
@@ -3173,11 +3263,13 @@ def create_session(
         for rel, data in (files or {}).items():
             atomic_write(os.path.join(building, rel), data)
         if os.path.lexists(final):
+            # Checked because os.rename silently replaces an empty folder on POSIX.
             raise StmError(f"session folder {final} already exists")
         os.rename(building, final)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
+    # Registered only after the rename: before it, the except branch above cleans up.
     rollback.add(lambda: shutil.rmtree(final))
     fsync_dir(parent)
     return SessionRef(session_id, final, False)
@@ -3285,6 +3377,7 @@ def field_problem(value, kind) -> str | None:
     if kind == "bool":
         return None if isinstance(value, bool) else "must be true or false"
     if kind == "int":
+        # `type() is int`, not isinstance: a JSON true is a bool, and bool is an int subclass.
         return None if type(value) is int and value >= 1 else "must be a positive integer"
     if kind == "stamp":
         return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
@@ -3333,6 +3426,7 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
         value = state.get(key)
         if key not in state:
             problems.append(("state-field", f"required field {key!r} is missing"))
+        # bool is an int subclass: a version of `true` must not pass as an integer.
         elif not isinstance(value, kind) or isinstance(value, bool):
             problems.append(("state-field", f"{key!r} must be a {kind.__name__}"))
     if isinstance(state.get("session_id"), str) and state["session_id"] != folder_name:
@@ -3367,6 +3461,8 @@ def state_problems(state: dict, folder_name: str) -> list[tuple[str, str]]:
 def refuse_invalid_state(ref: SessionRef, state: dict) -> None:
     """An update never builds on a state.json whose fields have the wrong types: what it
     wrote could not be read back. Exit 1, nothing written."""
+    # A phase outside valid_phases is check's to report; it does not make the file
+    # unreadable, and the update may be the one that moves the phase back.
     problems = [m for rule, m in state_problems(state, ref.id) if rule != "state-phase"]
     if problems:
         raise StmError(
@@ -3508,10 +3604,12 @@ def neutralise_markdown(text: str) -> str:
     '\\\\# Not a heading\\n\\\\---'
     """
     out = []
+    # An unclosed `<!--` in a value would make a Markdown viewer hide the rest of the file.
     text = escape_controls(text.replace("\r\n", "\n")).replace("<!--", "&lt;!--")
     for line in text.split("\n"):
         stripped = line.lstrip(" ")
         # a heading, a setext underline, or a code fence that would swallow what follows
+        # Four spaces or more make an indented code block, where none of these is structure.
         if len(line) - len(stripped) <= 3 and re.match(r"#|=+\s*$|-+\s*$|```|~~~", stripped):
             line = line[: len(line) - len(stripped)] + "\\" + stripped
         out.append(line)
@@ -3585,6 +3683,8 @@ def handoff_names(handoff: dict, limit: int = 60) -> str:
 
 def handoff_key(handoff: dict) -> str:
     """What makes two handoffs the same: task, sender, and creation time."""
+    # created_at is the sender's: the same file composed twice gives the same key, and
+    # a new handoff of the same task, made later, a new one.
     return dumps_json([handoff["task_id"], handoff["from_agent"], handoff["created_at"]], None)
 
 
@@ -3702,6 +3802,7 @@ def redact(text: str) -> str:
     for kind, pattern, hints in SECRET_PATTERNS:
         if any(hint in text for hint in hints):
             marker = f"[redacted: {kind}]"
+            # A function, not a string, as the replacement: re.sub reads no escapes in its result.
             text = re.sub(pattern + SECRET_REST.get(kind, ""), lambda _, m=marker: m, text)
     return text
 
@@ -3767,6 +3868,7 @@ def tail_lines(fd: int, size: int, count: int) -> list[bytes]:
 def head_lines(fd: int, size: int, count: int) -> list[bytes]:
     """The whole lines among the first `count` bytes of a file of `size` bytes."""
     lines = read_span(fd, 0, min(size, count)).split(b"\n")
+    # Beyond `count` the last line read may be cut in the middle: dropped.
     return lines if size <= count else lines[:-1]
 
 
@@ -3842,6 +3944,7 @@ def request_text(text: str) -> str:
 def first_error_line(text: str) -> str:
     """The first telling line of a failed command's output: not an exit-code header.
     Private blocks go first: a line picked from inside one would carry no marker."""
+    # The tail: a long output's error is at its end, and the regexes stay bounded.
     text = ANSI_RE.sub("", PRIVATE_RE.sub("", text[-16384:]))
     lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line]
@@ -3874,6 +3977,8 @@ class TranscriptReader:
 
     def feed(self, entry: dict) -> None:
         client = entry_client(entry)
+        # The first recognised line decides whose transcript this is: a line that merely
+        # looks like the other client's is not mixed into what it says.
         if not client or (self.client and client != self.client):
             return
         self.client = client
@@ -3884,17 +3989,20 @@ class TranscriptReader:
             self.claude_entry(entry)
         else:
             self.codex_entry(entry)
+        # Claude Code's lines carry a uuid, Codex's only a time: either marks the last entry.
         marker = entry.get("uuid") or stamp
         if isinstance(marker, str):
             self.last_id = marker
 
     def touch(self, path) -> None:
         if isinstance(path, str) and path.strip():
+            # Popped first: a file edited again moves to the end, so the list stays newest last.
             self.files.pop(path, None)
             self.files[path] = None
 
     def fail(self, command: str, error: str) -> None:
         self.failures.append((command, error))
+        # Only the newest few: the last failures are what the next agent must know.
         del self.failures[:-FAILURES_MAX]
 
     def set_list_plan(self, items, text_key: str) -> None:
@@ -4084,6 +4192,7 @@ class TranscriptReader:
                 (safe_line(command, COMMAND_MAX_CHARS), safe_line(error, COMMAND_MAX_CHARS))
                 for command, error in self.failures
             ],
+            # Size and last entry together: a grown file, or a new last entry, is new work.
             position="" if size is None else f"{size}:{safe_line(self.last_id, ID_MAX_CHARS)}",
             ended_at=iso(ended) if ended is not None else "",
             compacted=self.compacted,
@@ -4226,6 +4335,7 @@ def find_project_transcript(
                         found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     except (OSError, ValueError):
         return None
+    # Newest first by modification time: the predecessor is most likely the last written.
     found.sort(reverse=True)
     places = same_folder_names(cwd)
     for _, path in found[:limit]:
@@ -4237,6 +4347,8 @@ def find_project_transcript(
 def same_folder_names(path: str) -> set:
     """The spellings of a folder a transcript may record: as given and resolved."""
     with contextlib.suppress(OSError, ValueError):
+        # A client may record the folder through a link or resolved (macOS's /tmp is
+        # /private/tmp): either spelling must match.
         return {os.path.normpath(path), os.path.realpath(path)}
     return {os.path.normpath(path)}
 
@@ -4334,6 +4446,7 @@ def untracked_outside(root: str, exclude=()) -> list[str]:
         return []
     if not names:
         return []
+    # Literal: a file named `*` or `[a]` is that file, not a pattern matching others.
     specs = [f":(literal){name}" for name in names]
     specs += [f":(exclude,literal){folder}" for folder in exclude if "/" in folder]
     output = git_output(
@@ -4353,6 +4466,8 @@ def git_state(
     the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
     itself) count for neither. None outside a work tree or without git."""
     where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
+    # -uno: untracked files come from untracked_outside, whose pathspecs prune the walk
+    # that an excluding pathspec here would not.
     output = git_output(root, "status", "--porcelain=v2", "--branch", "-z", "-uno", *where)
     if output is None:
         return None
@@ -4405,6 +4520,7 @@ def git_unmerged(root: str, paths=()) -> list[str] | None:
 
 def git_continue_command(root: str) -> tuple[str, ...] | None:
     """The command that finishes the merge, rebase, cherry-pick or revert in progress."""
+    # Asked of git, not joined to ".git": a worktree's or submodule's git dir is elsewhere.
     asked = [word for name, _ in GIT_IN_PROGRESS for word in ("--git-path", name)]
     where = git_output(root, "rev-parse", *asked)
     paths = where.splitlines() if where else []
@@ -4417,6 +4533,8 @@ def git_continue_command(root: str) -> tuple[str, ...] | None:
 def git_stage_text(path: str, stage: int) -> str | None:
     """One stage of an unmerged file (1 the common version, 2 ours, 3 theirs)."""
     folder, name = os.path.split(os.path.abspath(path))
+    # ":N:path" is relative to the top of the work tree unless it starts with "./": run in
+    # the file's own folder, "./name" names this file wherever the top is.
     return git_output(folder, "show", f":{stage}:./{name}")
 
 
@@ -4440,6 +4558,7 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
     # Run from here when here is inside the work tree; else with `git -C TOP`.
     here = os.path.abspath(os.getcwd())
     inside = here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+    # From outside the work tree the command names it: a hint runs as printed.
     git_words = ("git",) if inside else ("git", "-C", top)
     start = here if inside else top
     names = [os.path.relpath(os.path.abspath(p), start) for p in paths]
@@ -4521,6 +4640,7 @@ def merge_md_facts(ours: Fact, theirs: Fact) -> list[str]:
     The body as render_fact_body writes it: the one writer of the fact format."""
     merged: dict[tuple[str, str], list[str]] = {}
     for stamp, value, extra in ours.history + theirs.history:
+        # An entry both sides hold (it predates the fork) is kept once, its notes joined.
         kept = merged.setdefault((stamp, value), [])
         kept.extend(line for line in extra if line not in kept)
     # Stable sort: entries with equal (or unparsable) times keep ours-then-theirs order.
@@ -4564,6 +4684,8 @@ def merge_md_bullets(base: list, ours: list, theirs: list) -> list[str]:
     for keys, units in ((base_keys, base), (theirs_keys, theirs), (ours_keys, ours)):
         blank_after.update((key, units[i][1]) for i, key in enumerate(keys))  # ours wins
     in_base, in_theirs = set(base_keys), set(theirs_keys)
+    # Ours' order, less what theirs removed (in base, gone from theirs); their additions
+    # are placed into it below.
     order = [key for key in ours_keys if key in in_theirs or key not in in_base]
     ours_new = {key for key in order if key not in in_base and key not in in_theirs}
     chain = MdChain(order)
@@ -4676,6 +4798,7 @@ def md_region_items(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bh
     import difflib
 
     start = alo
+    # A common head and tail cost nothing to match: peeled off before any diff runs.
     while alo < ahi and blo < bhi and a[alo] == b[blo]:
         alo, blo = alo + 1, blo + 1
     head = [(start, blo - (alo - start), alo - start)] if alo > start else []
@@ -4694,6 +4817,7 @@ def md_region_items(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bh
         return head + tail  # nothing to cut at: the region counts as changed
     middle, i, j, run = [], alo, blo, None  # run: equal lines so far, [i, j, size]
     for ai, bj in [*anchors, (ahi, bhi)]:  # the region's end closes the last gap
+        # The region's end closes the last gap but is no line: it adds nothing to a run.
         anchor = 1 if ai < ahi else 0
         if ai - i == bj - j and a[i:ai] == b[j:bj]:  # the gap is equal too (a blank line)
             if run is None:
@@ -4805,6 +4929,7 @@ def merge_md_prose(
             for n, seq in ((0, ours), (1, theirs))
         )
         inserted = md_inserted_units(lo, hi, mine, yours)
+        # Both made the same change, or only ours changed this region: ours stands.
         if mine == yours or yours == base[lo:hi]:
             out += mine
         elif mine == base[lo:hi]:
@@ -4835,6 +4960,7 @@ def md_inserted_units(lo: int, hi: int, mine: list[str], yours: list[str]) -> li
     if any(not MD_BULLET_RE.match(lines[0]) for lines, _ in ours_units + theirs_units):
         return None
     merged = [line for line in merge_md_bullets([], ours_units, theirs_units) if line.strip()]
+    # A blank line after the list when either side had one: the prose below stays apart.
     return merged + ([""] if not mine[-1].strip() or not yours[-1].strip() else [])
 
 
@@ -4848,6 +4974,8 @@ def merge_md_body(
 ) -> tuple[list[str], bool]:
     """Merge one section body (edge blank lines stripped) by the rule its content calls
     for: Last Updated, fact block, bullet list, else prose. Returns (lines, clean)."""
+    # git calls the driver for every file changed on both branches; most sections of such
+    # a file are unchanged on one side, and those need no rule at all.
     if ours == theirs or theirs == base:
         return ours, True
     if ours == base:
@@ -4980,6 +5108,7 @@ def merge_state_lists(base, older: list, newer: list) -> list:
     new_keys = [dumps_json(v, None) for v in newer]
     merged, seen = [], set()
     for value, key in [*zip(older, old_keys), *zip(newer, new_keys)]:
+        # A base item missing from either side was removed there, and removal wins.
         if key in seen or (key in keys and not (key in old_keys and key in new_keys)):
             continue
         seen.add(key)
@@ -5015,6 +5144,7 @@ def merge_state_values(base, older, newer):
         return merged
     if isinstance(older, list) and isinstance(newer, list):
         return merge_state_lists(base, older, newer)
+    # One side deleted the key and the other changed it: the change is kept.
     return newer if newer is not _MISSING else older
 
 
@@ -5043,6 +5173,7 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
         return ours
     if ours == base:
         return theirs
+    # Ordered by content, not by which side is ours: both clones compute the same state.
     older, newer = sorted((ours, theirs), key=state_side_key)
     merged = merge_state_values(base, older, newer)
     for group, key in STATE_JOINED_TEXTS:
@@ -5072,6 +5203,7 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
         merged["updated_at"] = max(stamps, key=lambda s: parse_iso(s, need_zone=True))
     versions = [s["version"] for s in (older, newer) if type(s.get("version")) is int]
     merged["version"] = max(versions, default=0) + 1
+    # This version has no event of its own: history_behind must not ask for one.
     merged["merged_version"] = merged["version"]
     return merged
 
@@ -5116,6 +5248,7 @@ def config_problems(data) -> list[str]:
         return ["it must be a JSON object"]
     problems = [f"unknown key {key!r}" for key in sorted(set(data) - set(CONFIG_DEFAULTS))]
     for key in ("consolidation_threshold", "default_section_limit", "fact_history_limit"):
+        # An absent key takes its default, which passes.
         value = data.get(key, 1)
         if type(value) is not int or value < 1:
             problems.append(f"{key} must be a whole number of 1 or more")
@@ -5186,6 +5319,7 @@ def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, l
         keep = section_limit(config, part.name)
         # a `# ` part is not a section: never compacted; Last Updated holds no list
         if len(bullets) > keep and part.name.lower() != MD_LAST_UPDATED and part.level == 2:
+            # `stm note` adds a bullet at the top of its section: the bottom ones are the oldest.
             gone = bullets[keep:]
             moved.append((part.name, [line for item in gone for line in doc.item_lines(item)]))
             drop.update(i for item in gone for i in range(item.start, item.end))
@@ -5301,6 +5435,7 @@ def compact_target_text(store: Store, rel: str) -> str | None:
     if path is None:
         return None
     try:
+        # The lstat spares reading a huge file; the capped read catches one that grew since.
         if os.lstat(path).st_size > COMPACT_READ_MAX_BYTES:
             return None
         data = read_bytes(path, COMPACT_READ_MAX_BYTES + 1)
@@ -5352,6 +5487,8 @@ def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str 
         return None
     rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
     text = compact_target_text(store, rel)  # the same bounded, link-free read
+    # A file with conflict markers is the user's to merge first: stm edits no
+    # conflicted file (refuse_conflicted).
     if text is None or md_has_conflict_markers(text):
         return None
     if not dry_run:
@@ -5395,6 +5532,8 @@ def compact_moves_in(data: bytes) -> list:
     if COMPACT_TAG.encode() not in data:
         return moves
     for kind, *rest in parse_log(data.replace(b"\r\n", b"\n")):
+        # A torn compact entry records no move: its append never finished, so the rewrite
+        # after it never ran either.
         if kind == "entry" and rest[0].complete:
             moves += compact_moves(rest[0].body)
     return moves
@@ -5415,6 +5554,7 @@ def newest_compact_moves(moves: list) -> list:
 def resolve_done(done: str, steps: list) -> tuple[str, bool]:
     """--done as boot numbers the pending steps (`2`), or a step's exact text; returns
     (the step's text, whether it named a pending step)."""
+    # A step whose text is itself a number ("2") is matched by its text, not its position.
     if done.isdigit() and 1 <= int(done) <= len(steps) and done not in steps:
         return steps[int(done) - 1], True
     return done, done in steps
@@ -5465,14 +5605,18 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
         else:
             warnings.append(f"--done {done!r} matched no pending step; recorded as done")
     if resolved:
+        # The step's text, not the number given, goes into the event: a replay of the history
+        # must not depend on how the list was numbered at the time.
         change["done"] = done
         if len(resolved) > 1:
             change["done_steps"] = resolved
     if change.get("pending") is not None:
+        # Given, the list replaces the old one, after --done took its steps out of it.
         steps = list(change["pending"])
     if change.get("finish"):
         steps = []
         state["finished_at"] = now
+        # Finished work has nothing pending and nothing to resume from.
         checkpoint.pop("resume_instruction", None)
     checkpoint["pending_steps"] = steps
     if change.get("resume") is not None:
@@ -5545,6 +5689,7 @@ def conflict_sides(text: str) -> tuple[str, str]:
     for line in text.split("\n"):
         if line.startswith("<<<<<<<"):
             where = "ours"
+        # merge.conflictStyle=diff3 adds the base between the sides: it belongs to neither.
         elif line.startswith("|||||||") and where == "ours":
             where = "base"
         elif line.rstrip() == "=======" and where in ("ours", "base"):
@@ -5632,6 +5777,7 @@ def replay_problem(event: dict, valid_phases) -> str | None:
         problem = None if value is None and key != "timestamp" else field_problem(value, kind)
         if problem:
             return f"{key} {problem}"
+    # A created event brings the session's phases: its own phase is judged by them.
     if event["event"] == "created" and event.get("valid_phases"):
         valid_phases = event["valid_phases"]
     phase = event.get("phase" if event["event"] == "created" else "to")
@@ -5645,6 +5791,7 @@ def replay_event(state: dict, event: dict) -> None:
     """Apply one history event, which passed replay_problem, to a state being rebuilt."""
     name, stamp = event.get("event"), event.get("timestamp")
     if name == "created":
+        # What the start already holds (from state.json or the handoff) wins over the event.
         state.setdefault("created_at", stamp)
         for key in ("name", "valid_phases"):
             if event.get(key) is not None:
@@ -5919,6 +6066,8 @@ class BootParts:
         self.raw[layer.name] = text
         self._conflict_notice(path, text)
         text = label_conflict_markers(text)
+        # Two levels down: boot's own `## ` sections hold the layers, and a layer's `# `
+        # title and `## ` sections must sit below them.
         return demote_headings(strip_comments(escape_controls(text)), 2)
 
     def _template_notice(self) -> None:
@@ -5978,6 +6127,7 @@ class BootParts:
         except StmError as exc:
             self.problems.append(exc.message)
             ref = None
+        # An archived session is read-only history: boot offers the waiting ones instead.
         if ref is not None and ref.archived:
             self.problems.append(f"the current session {ref.id} is archived")
             ref = None
@@ -5986,6 +6136,7 @@ class BootParts:
             rows = waiting_rows(store, captures=self._captures, stale=stale)
             self._stale_notice(stale)
             self.waiting = waiting_lines(rows)
+            # A finished session is listed, not shown whole: there is nothing left to resume.
             shown = [
                 i for i, (_, _, s) in enumerate(rows[:BOOT_WAITING_MAX]) if not s.get("finished_at")
             ]
@@ -6046,6 +6197,7 @@ class BootParts:
         captured = state.get("captured")
         if not isinstance(captured, dict) or not is_iso_utc(captured.get("at")):
             return  # check reports a mistyped field
+        # Stamps in stm's one form (UTC, "Z") compare as text in time order.
         if self.captured is not None and self.captured["at"] >= captured["at"]:
             return
         self.captured = captured
@@ -6063,6 +6215,7 @@ class BootParts:
             except OSError as exc:
                 self.problems.append(f"cannot read {display_path(path)}: {exc.strerror}")
                 continue
+            # A link is listed without being read: there is no text to look for markers in.
             if refs[-1].head is not None:
                 self._conflict_notice(path, refs[-1].head)
         for path, error in skipped:  # a placeholder in the index, and a warning
@@ -6100,6 +6253,7 @@ class BootParts:
         text = self.raw.get("session")
         if text is None:
             return
+        # Not strict: a broken config must not stop a boot; the defaults stand in.
         threshold = load_config(self.store)["consolidation_threshold"]
         count = MdDoc.of(text).bullet_count()
         if count > threshold:
@@ -6301,6 +6455,7 @@ def entries_since(store: Store, stamp: float) -> str:
         if not os.path.lexists(path):
             continue
         try:
+            # A day that began after the stamp counts whole: its headers need no parsing.
             count += count_entries_after(path, stamp, whole_day=day * 86400 >= stamp)
         except OSError:
             continue  # unreadable, a link, a FIFO: check reports it
@@ -6312,6 +6467,7 @@ def count_entries_after(path: str, stamp: float, *, whole_day: bool) -> int:
     count = 0
     for data, _, _ in iter_log_blocks(path):
         if whole_day:
+            # Counting markers counts entries: escape_log_text keeps the marker out of message text.
             count += data.count(b"<!-- stm:entry ")
             continue
         for match in LOG_HEADER_BYTES_RE.finditer(data):
@@ -6361,6 +6517,8 @@ def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str
     rows = []
     now = utc_now()
     user = (store.settings.user or "").strip().lower()
+    # Ids sort by creation date: the tail is the newest, and boot's cost stays flat
+    # however many sessions pile up.
     for sid, path in iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]:
         try:
             state = load_state(SessionRef(sid, path, False))
@@ -6376,6 +6534,7 @@ def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str
         to_me = bool(user) and str(state.get("to_agent", "")).strip().lower() == user
         updated = str(state.get("updated_at", ""))
         rows.append((not to_me, "task_id" not in state, updated, sid, path, state))
+    # False sorts first: handoffs to this user, then other handoffs, then the newest.
     rows.sort(key=lambda row: (row[0], row[1], _descending(row[2]), row[3]))
     return [(sid, path, state) for *_, sid, path, state in rows]
 
@@ -6438,6 +6597,7 @@ def read_arrivals(store: Store) -> dict | None:
     except (OSError, ValueError):
         return None
     with contextlib.suppress(OSError):
+        # A boot since the sync has shown the arrivals already.
         if os.lstat(os.path.join(store.state, LAST_BOOT_FILE)).st_mtime > synced:
             return None
     received = record.get("received") if isinstance(record, dict) else None
@@ -6661,6 +6821,7 @@ def render_refs(refs: list[RefInfo], mode: str) -> str:
         return "(none yet: add stable knowledge as Markdown files under refs/)"
     lines = []
     for ref in refs:
+        # A title that opens an HTML comment must not hide the boot text after it.
         title = one_line(ref.title or "(untitled)", 120).replace("<!--", "&lt;!--")
         line = f"- {one_line(path_text(ref.path), 200).replace('<!--', '&lt;!--')} — {title}"
         if mode == "full" and ref.summary:
@@ -6761,6 +6922,7 @@ def cut_memory(
     for index, part in enumerate(parts[:keep]):
         drop, at = removed[index], part.start
         # the section's last `drop` bullets go, each whole; the lines between them stay
+        # `[-0:]` would be the whole list: no bullets to drop takes no slice at all.
         for item in parsed.bullets[index][-drop:] if drop else ():
             lines += source[at : item.start]
             at = item.end
@@ -6784,6 +6946,7 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         cut = BootCut()
         cut.refs = refs_mode
     store = parts.store
+    # A copy: the cut notices belong to this render, and fit_boot renders many times.
     notices = [as_invoked(notice) for notice in parts.notices]
     sections = []
     identity_path = store.rel(store.agent_path)
@@ -6903,6 +7066,7 @@ def render_waiting(parts: BootParts, cut: BootCut) -> str:
 
 def with_boot_header(body: str, freshness: str | None = None) -> str:
     """The first line: when, how big, and how old the session memory is."""
+    # One stamp for every try: the header's length must not change between them.
     stamp = iso_now()
     tail = f" · {freshness}" if freshness else ""
     tokens = estimate_tokens(body)
@@ -6958,6 +7122,7 @@ def fit_boot(parts: BootParts, cut: BootCut, fits) -> tuple[str, BootCut]:
     for field, value in boot_cuts(parts, cut):
         if fits(text):
             break
+        # --no-refs left the index out already: cutting it further changes nothing.
         if field == "refs" and cut.refs == "none":
             continue
         if isinstance(value, int) and value > 0:
@@ -7067,6 +7232,7 @@ def mark_boot(store: Store) -> None:
     """Record when this checkout last booted, as the time of an empty, git-ignored file:
     one syscall or two, nothing to parse or fsync (a lost mark only widens a digest)."""
     path = os.path.join(store.state, LAST_BOOT_FILE)
+    # A link planted in a clone would have the mark touch a file somewhere else.
     if not os.path.isdir(store.state) or links_on_the_way(store.state, path):
         return
     with contextlib.suppress(OSError):
@@ -7109,6 +7275,7 @@ def export_members(store: Store, include_state: bool):
         for folder, dirs, files in os.walk(top):
             if os.path.relpath(folder, top).count(os.sep) >= EXPORT_DEPTH_MAX:
                 dirs[:] = []  # a hostile tree this deep is not memory; check reports it
+            # A half-built session (create_session) is no session yet; sorted for a stable order.
             dirs[:] = sorted(d for d in dirs if not d.endswith(".building"))
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             for name in sorted(files):
@@ -7125,6 +7292,7 @@ def copy_into_zip(zf, info, path: str) -> None:
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
+        # Written as a stream, its size unknown to zipfile: zip64 lets a member pass 2 GiB.
         with zf.open(info, "w", force_zip64=True) as member:
             while True:
                 chunk = os.read(fd, SEARCH_CHUNK)
@@ -7146,12 +7314,16 @@ def write_export(store: Store, target: str, include_state: bool) -> list[str]:
     try:
         with open(tmp, "xb") as stream, zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as zf:
             for name, path in members:
+                # A zip holds times from 1980 on (315532800 is 1980-01-01): no older one fits.
                 info = zipfile.ZipInfo(
                     name, time.gmtime(max(os.lstat(path).st_mtime, 315532800))[:6]
                 )
+                # One mode for every member: the archive carries no local umask or executable bits.
                 info.external_attr = 0o644 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 copy_into_zip(zf, info, path)
+            # Closed inside the `with`: the zip's central directory is written at close, and it
+            # must be on disk before the fsync and the rename.
             zf.close()
             stream.flush()
             fsync_fd(stream.fileno())
@@ -7213,6 +7385,8 @@ class SyncGit:
         self.timeout = timeout
         self.env = dict(os.environ, LC_ALL="C", LANGUAGE="C", GIT_OPTIONAL_LOCKS="0")
         try:
+            # A person at a terminal can answer git's credential prompt; anywhere else (an
+            # agent, a hook) it would wait until the timeout.
             interactive = sys.stdin.isatty()
         except (AttributeError, ValueError, OSError):
             interactive = False
@@ -7227,6 +7401,7 @@ class SyncGit:
             done = subprocess.run(
                 ["git", *args],
                 cwd=self.top,
+                # Never the inherited stdin: git must not read, or wait on, stm's own input.
                 input=data if data is not None else b"",
                 capture_output=True,
                 env={**self.env, **(env or {})},
@@ -7237,6 +7412,7 @@ class SyncGit:
                 f"`git {args[0]}` did not finish in {self.timeout:g} s; nothing of yours was "
                 "changed (raise STM_SYNC_TIMEOUT for a slow remote)"
             ) from None
+        # surrogateescape: a path that is not UTF-8 survives the round trip back to git.
         decode = lambda raw: raw.decode("utf-8", "surrogateescape")  # noqa: E731
         return done.returncode, decode(done.stdout), decode(done.stderr)
 
@@ -7308,6 +7484,7 @@ class SyncRepo:
                 outside.append(folder)
             else:
                 inside.append(rel.replace(os.sep, "/"))
+        # The stacks tree is what sync is for: only the state tree may live elsewhere.
         if not inside or inside[0] != os.path.relpath(
             os.path.realpath(store.stacks), real_top
         ).replace(os.sep, "/"):
@@ -7365,6 +7542,7 @@ class SyncRepo:
         up_remote, _, up_ref = found.partition("\0")
         remotes = self.git.out("remote").split()
         if remote is None:
+            # An upstream on remote "." is a local branch: there is nowhere to push.
             if not up_remote or up_remote == "." or not up_ref.startswith("refs/heads/"):
                 raise SyncRefused(self.no_upstream_message(remotes))
             remote = up_remote
@@ -7455,6 +7633,7 @@ def conflicted_memory(store: Store) -> list[str]:
 def memory_tree(repo: SyncRepo, parent: str) -> str:
     """The tree of `parent` with the memory folders as they are on disk, built in a
     temporary index: the user's index and work tree are not touched."""
+    # A throwaway index of our own: the user's staged changes are never read or replaced.
     index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
     env = {"GIT_INDEX_FILE": index}
     try:
@@ -7469,6 +7648,7 @@ def memory_tree(repo: SyncRepo, parent: str) -> str:
 def commit_on(repo: SyncRepo, parent: str, tree: str, message: str) -> str:
     """A commit of `tree` on `parent`; `parent` itself when the tree is its own."""
     if tree == repo.git.tree(parent):
+        # Memory unchanged on disk: no empty commit.
         return parent
     return repo.git.out("commit-tree", tree, "-p", parent, "-m", message)
 
@@ -7508,6 +7688,7 @@ def driver_program(repo: SyncRepo) -> str:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        # Keyed by content: each new stm.py would otherwise leave one more file behind.
         for old in os.listdir(repo.git_dir):  # an older stm's
             if old.startswith("stm-driver-") and old != name:
                 with contextlib.suppress(OSError):
@@ -7523,8 +7704,10 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     if theirs is None or theirs == ours:
         return ours
     bases = repo.git.out("merge-base", "--all", ours, theirs).split()
+    # The upstream is already in ours: nothing to merge, and no merge commit for nothing.
     if theirs in bases:
         return ours
+    # Ours is behind the upstream: take it as it is (a fast-forward).
     if ours in bases:
         return theirs
     left, right = premerged(repo, ours, theirs, bases)
@@ -7532,6 +7715,7 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
         *sync_driver_options(repo),
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
     )  # fmt: skip
+    # merge-tree exits 1 for conflicts, and anything else for a failure.
     if code not in (0, 1):
         raise StmError(f"`git merge-tree` failed: {last_line(stderr or stdout)}")
     fields = stdout.split("\0")
@@ -7548,6 +7732,7 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     sides, which git then takes as is: a driver process costs a Python start for each
     file at each attempt, and under contention an attempt must be quick to win the race.
     Anything else, a conflict included, is left to git and the driver as passed."""
+    # Several merge bases: git first merges the bases themselves, which this cannot copy.
     if len(bases) != 1:
         return ours, theirs
     specs = repo.pathspecs()
@@ -7625,6 +7810,8 @@ def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
 def fetch_upstream(repo: SyncRepo) -> str | None:
     """Fetch the remote branch into its remote-tracking ref; its commit, or None when
     the remote has no such branch yet (the first sync creates it)."""
+    # Forced into the tracking ref only, as a plain fetch is: it mirrors the remote even
+    # after a force-push there, and no branch of the user's moves.
     refspec = f"+{repo.remote_ref}:{repo.tracking}"
     code, stdout, stderr = repo.git.run("fetch", "--no-tags", "--quiet", repo.remote, refspec)
     if code != 0:
@@ -7652,6 +7839,7 @@ def local_changes(repo: SyncRepo) -> set[str]:
     )  # fmt: skip
     if code != 0:  # not stripped: a record starts with its status, maybe a space
         raise StmError(f"`git status` failed: {last_line(stderr)}")
+    # A porcelain v1 record is two status letters and a space, then the path.
     return {record[3:] for record in found.split("\0") if len(record) > 3}
 
 
@@ -7675,6 +7863,7 @@ def push_commit(repo: SyncRepo, commit: str) -> tuple[bool, bool, str]:
     )
     if code == 0:
         return True, False, ""
+    # --porcelain marks a rejected ref with "!"; git's reason is in its last tab field.
     rejected = [line for line in stdout.splitlines() if line.startswith("!")]
     reason = rejected[0].split("\t")[-1] if rejected else last_line(stderr or stdout)
     text = (reason + "\n" + stderr).lower()
@@ -7704,6 +7893,7 @@ def sync_memory(
     changes. Refusals (SyncRefused) change nothing. Returns the report (spec/sync.md)."""
     timeout = sync_timeout(timeout)
     repo = SyncRepo(store, remote, timeout)
+    # Markers committed and pushed would spread the conflict to every clone.
     marked = conflicted_memory(store)
     if marked:
         raise SyncRefused(
@@ -7720,7 +7910,9 @@ def sync_memory(
 
 def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> dict:
     started = time.monotonic()
+    # Fetched before the memory locks: a slow remote must not hold up every memory write.
     upstream = fetch_upstream(repo)
+    # Both locks while the tree is read: no write lands half in the memory commit.
     with store.stacks_lock(), store.state_lock():
         head = repo.git.out("rev-parse", "HEAD")
         ours = commit_on(repo, head, memory_tree(repo, head), message)
@@ -7729,6 +7921,7 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
     while True:
         target = integrate(repo, ours, upstream)
         refuse_clashes(repo, head, target, local)
+        # The remote already holds everything: nothing to push.
         if dry_run or target == upstream:
             break
         pushed, race, reason = push_commit(repo, target)
@@ -7746,6 +7939,7 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
         time.sleep(pause)
         retries += 1
         upstream = fetch_upstream(repo)
+    # No upstream yet: all of it counts as sent, against the empty tree.
     base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
     sent, _ = memory_counts(repo, base, target)
     received, arrived = memory_counts(repo, ours, target)
@@ -7815,6 +8009,8 @@ def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str
             )
     repo.git.out("add", "-A", "--", *repo.pathspecs())
     if base != now:
+        # With the old value: should the branch have moved again meanwhile, git refuses
+        # rather than drop that commit.
         repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", base, now)
     if final != base:
         code, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
@@ -7849,6 +8045,8 @@ def read_blobs(repo: SyncRepo, specs: list[str]) -> dict[str, bytes | None]:
             break
         header = raw[pos:end].split()
         pos = end + 1
+        # `<oid> blob <size>`, then the bytes and a newline; an object that is not there is
+        # one line, `<spec> missing`, with no bytes after it.
         if len(header) != 3 or header[1] != b"blob":
             found[spec] = None
             continue
@@ -7870,6 +8068,7 @@ def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
     ids: dict = {"sessions": {}, "handoffs": {}}
     stacks, state = repo.memory[0] + "/", (repo.memory[1:] or [None])[0]
     for path in paths:
+        # A file absent on one side (added or deleted) reads as empty there.
         before = (blobs.get(f"{old}:{path}") or b"").decode("utf-8", "replace")
         after = (blobs.get(f"{new}:{path}") or b"").decode("utf-8", "replace")
         if path.startswith(stacks):
@@ -8053,6 +8252,7 @@ def write_checkpoint(store: Store, config: dict) -> str:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
     now = utc_now()
+    # Microseconds too: two checkpoints in one second get names that still sort by time.
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 10**6:06d}Z"
     path = os.path.join(folder, f"stm-checkpoint-{stamp}.zip")
     write_export(store, path, include_state=True)
@@ -8183,6 +8383,7 @@ def install_git_driver(top: str, driver: str | None = None) -> bool:
     if installed_git_driver(top) == driver:
         return False
     for key, value in (("merge.stm.name", GIT_DRIVER_NAME), ("merge.stm.driver", driver)):
+        # This clone's config only: the driver line names paths on this machine.
         done = git(top, "config", "--local", key, value)
         if done.returncode != 0:
             raise StmError(f"git config {key} failed: {done.stderr.strip()}")
@@ -8241,6 +8442,7 @@ def backup_name(path: str) -> str:
     candidate = f"{path}.{stamp}.bak"
     counter = 2
     while os.path.lexists(candidate):
+        # Two --force runs in one second keep both backups.
         candidate = f"{path}.{stamp}-{counter}.bak"
         counter += 1
     return candidate
@@ -8255,10 +8457,12 @@ def install_file(store: Store, path: str, content: str, *, force: bool, report: 
             report.append(("kept", store.rel(path), "exists; left untouched"))
             return
         old = read_bytes(path)
+        # Rewriting the same bytes would only leave a needless backup behind.
         if old == data:
             report.append(("kept", store.rel(path), "already the template"))
             return
         backup = backup_name(path)
+        # The backup first: should the rewrite fail, the old text is already safe.
         atomic_write(backup, old)
         atomic_write(path, data)
         report.append(("rewrote", store.rel(path), f"previous content kept in {store.rel(backup)}"))
@@ -8271,6 +8475,8 @@ def install_dir(store: Store, path: str, report: list) -> None:
     refuse_symlink(path, "folder")
     if make_dir(path):
         report.append(("created", store.rel(path) + "/", ""))
+    # git tracks no empty folder: without it, a fresh clone would lack the folder. Hidden,
+    # so no refs reader lists it.
     keep = os.path.join(path, ".gitkeep")
     if not os.path.lexists(keep):
         atomic_write(keep, b"")
@@ -8359,6 +8565,7 @@ def read_free_text(words: list[str], verb: str, from_stdin: bool) -> str:
     """The text of `log` or `note`: the words joined, or standard input (UTF-8, at most
     1 MiB), normalised (normalise_message). Empty text is the caller's to judge."""
     if from_stdin:
+        # One byte over the limit tells too big from just right, without reading an endless pipe.
         raw = sys.stdin.buffer.read(MESSAGE_MAX_BYTES + 1)
         try:
             text = raw.decode("utf-8")
@@ -8389,6 +8596,7 @@ def append_log_entry(
     refuse_symlink(path, "log file")
     entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
+    # A blank line between entries: the day's file reads as plain Markdown.
     data = ("\n" + entry if size else entry).encode("utf-8")
     return append_record(path, data, log_complete_end)
 
@@ -8452,6 +8660,7 @@ def day_log_entries(store: Store, name: str) -> list[dict]:
         os.close(fd)
     start, line = 0, 1
     if size > len(data):  # cut inside the file: start at the first whole entry
+        # The tail may begin inside an entry: parsing starts at the first header in it.
         first = LOG_HEADER_BYTES_RE.search(data)
         start, line = (first.start(), 0) if first else (len(data), 0)
     entries = []
@@ -8463,6 +8672,7 @@ def day_log_entries(store: Store, name: str) -> list[dict]:
                     "timestamp": entry.stamp,
                     "author": entry.author,
                     "path": store.rel(path),
+                    # Read from the middle of a big file: line numbers there are not known.
                     "line": entry.line if line else None,
                     "text": "\n".join(entry.body).strip("\n"),
                 }
@@ -8595,6 +8805,7 @@ def switch_pointer(store: Store, session_id: str | None, rollback: Rollback) -> 
     write_pointer(store, session_id)
 
 
+# Not a @memory_write: the pointer is local to this checkout and never committed.
 def switch_session(store: Store, token: str) -> SessionRef:
     """The `session switch` operation: point this checkout at an active session."""
     ref = resolve_session(store, token)
@@ -8618,6 +8829,7 @@ def archive_session(
     if ref.archived:
         return ref, load_state(ref), False
     with store.state_lock(), Rollback() as rollback:
+        # Found again under the lock: another process may have archived it while we waited.
         ref = locate_session(store, ref.id) or ref
         if ref.archived:
             return ref, load_state(ref), False
@@ -8635,6 +8847,7 @@ def archive_session(
         if os.path.lexists(destination):
             raise StmError(f"cannot archive {ref.id}: {destination} already exists")
         state["version"] += 1
+        # Marked before the move: the session arrives in history already saying so.
         state["updated_at"] = state["archived_at"] = iso_now()
         rollback.add(restorer(ref.state_path))
         save_state(ref, state)
@@ -8642,6 +8855,7 @@ def archive_session(
         rollback.add(append_event(ref, event))
         os.rename(ref.path, destination)  # one rename: the session is never half-moved
         rollback.add(lambda: os.rename(destination, ref.path))
+        # A rename changes two folders: both entries must survive a power cut.
         fsync_dir(destination_dir)
         fsync_dir(os.path.dirname(ref.path))
         if pointed == ref.id:
@@ -8707,6 +8921,7 @@ def read_last_events(ref: SessionRef, count: int) -> list[dict]:
     finally:
         os.close(fd)
     events = []
+    # One line more than asked: the last may be torn, the first cut by the 64 KiB window.
     for raw in data.split(b"\n")[-count - 1 :]:
         try:
             event = load_json(raw)
@@ -8733,6 +8948,7 @@ def set_phase(
                 f"phase {phase!r} is not one of this session's phases: {', '.join(valid)}"
             )
         old = state.get("phase")
+        # The same phase again changes nothing, so update_session writes nothing.
         if old == phase:
             return "phase_change", {}
         now = iso_now()
@@ -8800,6 +9016,7 @@ def checkpoint_session(
     if note is not None:
         note = clean_text(note, "--note", 2000) if note.strip() else ""
     texts = (*dones, resume, note, *(pending or []))
+    # state.json is committed: a credential in a step or a note would be too.
     refuse_secrets("\n".join(t for t in texts if t), "no flag")
     given = (done, pending, resume, note)
     if all(value is None for value in given) and not interrupted and not finish:
@@ -8812,6 +9029,7 @@ def checkpoint_session(
     warnings: list[str] = []
 
     def mutate(state: dict):
+        # Matched under the lock, against the steps as they are now, not as read before.
         shown = list((state.get("checkpoint") or {}).get("pending_steps") or [])
         named = [match_done_step(step, shown, session_phases(state)) for step in dones]
         named = list(dict.fromkeys(named))  # `--done 2 --done tests`, one step: done once
@@ -8870,6 +9088,7 @@ def session_handoff(
     checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
     recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
     notes = []
+    # A received handoff's resume line is stm's own (handoff_state): not passed on.
     if checkpoint.get("resume_instruction") and not came_from:
         notes.append(f"Resume: {checkpoint['resume_instruction']}")
     if recovery.get("recovery_notes"):
@@ -8903,6 +9122,7 @@ def session_handoff(
 
 def read_handoff_input(source: str | None) -> tuple[bytes, str]:
     if source in (None, "-"):
+        # No file and a terminal on stdin: waiting for typed JSON would look like a hang.
         if source is None and sys.stdin.isatty():
             raise usage_error("compose-handoff needs FILE, or `-` / a pipe on standard input")
         return sys.stdin.buffer.read(HANDOFF_MAX_BYTES + 1), "<stdin>"
@@ -8934,6 +9154,7 @@ def find_handoff_sessions(store: Store, handoff: dict) -> tuple[SessionRef | Non
             if not isinstance(state, dict) or state.get("task_id") != handoff["task_id"]:
                 continue
             key = [state.get("task_id"), state.get("from_agent"), state.get("handoff_created_at")]
+            # Same task, sender and creation time: the same handoff composed again (a retry).
             if dumps_json(key, None) == handoff_key(handoff):
                 same = SessionRef(sid, path, archived)
             else:
@@ -8954,6 +9175,8 @@ def receipt_logged(store: Store, session_id: str) -> bool:
     """Whether a receipt names the session: in the log of the day it was created, or of
     today (where a late receipt goes)."""
     receipt = f"\n\nsession: {session_id}\n".encode()
+    # The receipt goes to the log of the day it was written: the session's own day, or
+    # today for a receipt written late by a retry.
     for day in {session_id[:10], iso_now()[:10]}:
         with contextlib.suppress(OSError):  # a block holds whole entries: never cut there
             if any(receipt in data for data, _, _ in iter_log_blocks(store.log_path(day))):
@@ -8967,11 +9190,15 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
     session_id = unused_session_id(store, now)
     state = handoff_state(handoff, session_id, iso(now), store.user)
     session_md = render_session_md(handoff, session_id, iso(now)).encode("utf-8")
+    # The handoff kept as its bytes arrived: check validates it, and Session.md can be
+    # rendered from it again.
     files = {os.path.join("context", HANDOFF_JSON): raw, SESSION_MD: session_md}
     event = make_event(
         store, "handoff", state, task_id=handoff["task_id"], from_agent=handoff["from_agent"]
     )
     with Rollback() as rollback:
+        # The handoff event is written with `created`, at the same version: one write made
+        # both (event_versions knows to leave it out).
         ref = create_session(store, state, rollback, files, [event])
         if switch:
             switch_pointer(store, session_id, rollback)
@@ -9052,6 +9279,8 @@ def compose_or_adopt(store: Store, handoff: dict, raw: bytes, switch: bool):
             result = compose_handoff(store, handoff, raw, switch)
             return result["ref"], result["state"], True, False, warnings
         state = load_state(same)
+        # A writer killed after the session was made but before its receipt: the retry
+        # writes the missing receipt instead of a second session.
         if not same.archived and not receipt_logged(store, same.id):
             append_log_entry(store, handoff_receipt(state, same.id))  # a kill left it out
         adopted = switch and not same.archived and read_pointer(store) != same.id
@@ -9091,6 +9320,7 @@ def note_doc(text: str) -> MdDoc:
 
 def as_bullet(text: str) -> list[str]:
     first, *rest = text.split("\n")
+    # Later lines indented: the model reads them as the bullet's own (md_bullet_goes_on).
     return [f"- {first}"] + [f"  {line}" if line.strip() else "" for line in rest]
 
 
@@ -9117,6 +9347,7 @@ def add_note(text: str, section: str, note: str, replace: bool, anchor: str | No
     bullet = as_bullet(note)
     if first is None or first.kind != "bullet":
         bullet.append("")  # a blank line between the list and what follows
+    # Prose or a heading right above would run into the bullet without a blank line.
     if lines[at - 1].strip():
         bullet.insert(0, "")
     lines[at:at] = bullet
@@ -9126,6 +9357,7 @@ def add_note(text: str, section: str, note: str, replace: bool, anchor: str | No
 def stamp_last_updated(text: str, stamp: str) -> str:
     doc = note_doc(text)
     lines, part = doc.lines, find_section(doc, "Last Updated")
+    # find_section also takes a unique prefix: only a section named exactly so is restamped.
     if part is None or part.name.lower() != "last updated":
         return add_note(text, "Last Updated", stamp, True, None)
     lines[part.start + 1 : part.end] = ["", stamp, ""] if part.end < len(lines) else ["", stamp]
@@ -9317,6 +9549,7 @@ def write_memory_note(
             raise SectionMissing(section, path_from_here(path), nearest)
         if not replace and nearest is None and bullet_present(before, section, note):
             return note_result(store, path, section, replace, created=False, changed=False)
+        # A new MEMORY.md section goes above Last Updated, which stays last.
         anchor = None if identity or ref is not None else "Last Updated"
         after = add_note(before.replace("\r\n", "\n"), section, note, replace, anchor)
         if not identity and ref is None:
@@ -9325,6 +9558,7 @@ def write_memory_note(
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
+            # Put back as it was: a note that did not land must not leave the file changed.
             atomic_write(path, before.encode("utf-8"))
             raise StmError(f"note did not land under '## {section}' in {store.rel(path)}")
     heading = section
@@ -9425,6 +9659,7 @@ def set_fact(
         preamble, sections = parse_fact_block(text or f"# {title}\n")
         found = find_fact(sections, key, store.rel(path))
         stamp = iso_now()
+        # The same value again is no new History entry: an agent's retry changes nothing.
         if found is not None and found[1].current == value:
             return {"path": store.rel(path), "key": key, "value": value, "changed": False}
         # The reason explains the new value: it goes under the new entry.
@@ -9480,6 +9715,7 @@ def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEF
         sections.remove(found)
         rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
         with Rollback() as rollback:  # a failed rewrite takes the log entry back out
+            # The log first: if the rewrite then fails, the fact's history is still somewhere.
             rollback.add(append_log_entry(store, normalise_message(message)))
             rollback.add(restorer(path))
             atomic_write(path, rendered.encode("utf-8"))
@@ -9543,6 +9779,7 @@ def digest_since(store: Store, since: str | None) -> float:
         try:
             if os.path.islink(path):
                 raise OSError
+            # The mark is the file's time (mark_boot writes no content).
             return os.lstat(path).st_mtime
         except OSError:
             raise StmError(
@@ -9567,6 +9804,7 @@ def digest(store: Store, *, since: str | None = None) -> dict:
     day = iso(start)[:10]
     entries = []
     for name in reversed(log_file_names(store)):
+        # Newest first by name: the first day before `since` ends the walk.
         if name[:10] < day:
             break
         path = os.path.join(store.logs_dir, name)
@@ -9575,6 +9813,7 @@ def digest(store: Store, *, since: str | None = None) -> dict:
         except OSError:
             continue
         entries += found
+    # By time, not file order: a union merge can leave a day's entries out of order.
     entries.sort(key=lambda e: e["timestamp"], reverse=True)
     facts = []
     for path in iter_ref_files(store.refs_dir):
@@ -9751,8 +9990,11 @@ def regex_hazard(pattern: str) -> str | None:
         for op, av in items:
             if op in repeats:
                 low, high, body = av
+                # A fixed count ({3}) only lengthens the match; a range gives the engine choices,
+                # and choices inside choices are what backtrack exponentially.
                 if inside and low != high:
                     return "repeats a group that holds another quantifier, as `(a+)+` does"
+                # A body that can run more than once makes every quantifier in it a nested one.
                 stack.append((body, inside or high > 1))
             elif op == parser.BRANCH:
                 if inside:
@@ -9885,10 +10127,12 @@ class LineMatcher:
         self.needle = self.folded = self.block_regex = self.budget = None
         if regex:
             self.matches = re.compile(pattern, re.IGNORECASE).search
+            # MULTILINE: `^` and `$` then match at each line of a block, as they would on one line.
             if not any(construct in pattern for construct in SEARCH_LINE_ONLY):
                 self.block_regex = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
             return
         self.folded = pattern.casefold()
+        # Only an ASCII needle can be looked for in the undecoded bytes of a block.
         if self.folded.isascii():
             self.needle = self.folded.encode()
             self.folding = folding_into(self.folded)
@@ -9927,6 +10171,7 @@ class LineMatcher:
                 at = found.start() if found else -1
             if at < 0 or at >= size:
                 return
+            # No newline between `pos` and the match: the line starts at `pos`, a line start.
             start = text.rfind(newline, pos, at) + 1 or pos
             end = text.find(newline, at)
             end = size if end < 0 else end
@@ -9961,6 +10206,7 @@ def search_matcher(pattern: str, regex: bool) -> LineMatcher:
             "write it without that, or search without --regex"
         )
     if regex:
+        # The per-line test and the block scan share one budget: the limit is per search.
         matcher.budget = RegexBudget(matcher.matches, pattern)
         matcher.matches = matcher.budget
         if matcher.block_regex is not None:
@@ -10106,6 +10352,7 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
     newline, marker = (b"\n", b"\n## ") if isinstance(text, bytes) else ("\n", "\n## ")
     end = start + 3  # "\n## " ending there: a header starting at `start`
     while True:
+        # From the newline before `low`, so a header that starts right at `low` is found.
         at = text.rfind(marker, max(low - 1, 0), end)
         if at < 0 and not (low == 0 and text[:3] == marker[1:]):
             return None
@@ -10167,6 +10414,7 @@ def payload_client(payload: dict, given: str | None) -> str:
     if given:
         return given
     path = payload_text(payload, "transcript_path")
+    # Claude Code sets CLAUDE_PROJECT_DIR for the hooks it runs.
     if os.environ.get("CLAUDE_PROJECT_DIR") or f"{os.sep}.claude{os.sep}" in path:
         return "claude"
     if f"{os.sep}.codex{os.sep}" in path or os.path.basename(path).startswith("rollout-"):
@@ -10263,6 +10511,8 @@ def client_session_id(payload: dict) -> str:
         return ""
     import hashlib
 
+    # Hashed, not dropped: the same odd id always gives the same stored id, so that
+    # session's captures still find each other.
     return "h-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
@@ -10278,6 +10528,7 @@ def captured_record(transcript, git, *, client: str, session: str, event: str) -
             if len(keep) < CAPTURE_PLAN_MAX
             else []
         )
+        # Kept in the plan's own order, whatever order they were chosen in.
         plan = [p for p in plan if p in keep]
     failures = [f"{c} — {e}" if e else c for c, e in transcript.failures]
     record = {
@@ -10323,12 +10574,16 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
         ref = None  # a pointer to a session gone: a hook captures all the same
     if ref is not None and not ref.archived:
         return ref, False
+    # Newest first, and bounded as boot's scan is: a hook stays quick however many exist.
     for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
         with contextlib.suppress(StmError):
             state = load_state(SessionRef(sid, path, False))
             captured = state.get("captured")
+            # Back to where this client session's captures went before: one stm session per
+            # client session, not one per hook run.
             if isinstance(captured, dict) and captured.get("client_session") == session:
                 return SessionRef(sid, path, False), False
+    # With STM_SESSION set, this environment does not follow the pointer: not ours to move.
     switch = ref is None and not store.settings.session
     ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
     return ref, True
@@ -10391,6 +10646,7 @@ def record_capture(
         append_log(store, capture_log_text(captured))
         captured["logged"] = captured["position"]
     elif same or previous.get("logged") == captured["position"]:
+        # The position already logged stays on record, so no later hook logs it again.
         captured["logged"] = previous.get("logged", "")
 
     def mutate(state: dict):
@@ -10433,6 +10689,7 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         if capture_is_empty(transcript):
             result["skipped"].append(f"transcript {path}: nothing to capture")
             continue
+        # Neither --client nor the payload said: the transcript's format tells whose it is.
         who = client if client != "agent" else transcript.client or client
         captured = captured_record(transcript, git, client=who, session=session, event=event)
         result["captured"].append(captured)
@@ -10457,6 +10714,7 @@ def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=N
     transcript = payload_text(payload, "transcript_path")
     with store.state_lock():
         record = read_hook_record(store)
+        # When each hook last ran: check reports an installed hook that stopped running.
         record["runs"][f"{client} {event}"] = now
         if session and (event == "SessionStart" or transcript):
             record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
@@ -10526,6 +10784,8 @@ AGENTS_BLOCK = agents_block()
 # site, and the project folder not on sys.path, so a json.py or an stm/ package in the
 # project cannot stand in for the standard library or for stm; -S: no site). A relative
 # path is looked for from the hook's folder upward (Codex names no project folder).
+# A hook imports stm.py as a module with its bytecode cached under ~/.cache/stm: no
+# __pycache__ in the work tree, and no compile of 15,000 lines at every hook.
 HOOK_LOADER = (
     "import os,sys,importlib.util as u;p=sys.argv[1];d=os.getcwd()\n"
     "while not os.path.isfile(os.path.join(d,p)) and os.path.dirname(d)!=d:"
@@ -10631,6 +10891,8 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
             path = (ShellText(client.project_dir), "/" + file)
         else:  # found from the hook's folder upward
             path = ("stm.py" if rel == "." else f"{rel.replace(os.sep, '/')}/stm.py",)
+        # -I: no PYTHON* variables, no user site-packages, not the current folder on sys.path
+        # (so the loader finds stm.py by path); -S: no site import, a quicker start.
         return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
     to = "" if "--boot" in arguments else " >&2"
     missing = shell_command(
@@ -10663,6 +10925,7 @@ def is_stm_hook(hook, command: str) -> bool:
     text = hook.get("command") if isinstance(hook, dict) else None
     if not isinstance(text, str):
         return False
+    # The loader form whatever path it names: a stm.py moved since is still stm's hook.
     if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
         return True
     if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
@@ -10738,6 +11001,7 @@ def remove_stm_hooks(data: dict, command: str, events=("SessionStart",)) -> None
         hooks[event] = kept
         if not kept:
             del hooks[event]
+    # An emptied "hooks" goes whole: --remove leaves the file as it was before install.
     if not hooks and "hooks" in data:
         del data["hooks"]
 
@@ -10986,6 +11250,7 @@ def read_import_entries(store: Store, source: str):
         total = 0
         planned, skipped, seen = [], [], {}
         for info in infos:
+            # A link written first could carry a later entry's bytes outside the tree.
             if stat.S_ISLNK(info.external_attr >> 16):
                 raise usage_error(f"unsafe entry {info.filename!r}: a symbolic link; refused")
             if info.flag_bits & 0x1:
@@ -11025,6 +11290,7 @@ def read_import_entries(store: Store, source: str):
             if len(data) != info.file_size:
                 raise StmError(f"import: entry {info.filename!r} is not the size it claims")
             text = data.decode("utf-8", "replace")
+            # An archive from elsewhere must not bring a credential into files git commits.
             refuse_secrets(text, "no flag", f"import: entry {info.filename!r}, ")
             files.append((info.filename, target, data))
     return files, skipped
@@ -11360,6 +11626,7 @@ class Checker:
             self.check_logs()
         else:
             self.check_only_logs()
+        # After the logs: their compact entries were gathered while they were read.
         self.check_compact_duplicates()
         self.check_config()
         self.check_budget()
@@ -11585,6 +11852,7 @@ class Checker:
     def check_log_name(self, name: str) -> None:
         """One entry of logs/: its name, its kind, and the log itself."""
         path = os.path.join(self.store.logs_dir, name)
+        # Hidden names are not logs: .gitkeep, and the hidden .bak import keeps of a log.
         if name.startswith("."):
             return
         if not LOG_NAME_RE.match(name) or parse_iso(name[:-3], date_only_ok=True) is None:
@@ -11634,6 +11902,8 @@ class Checker:
 
     def report_log_item(self, path: str, item: tuple, held):
         """Report one parse_log item; returns the entry now held (see check_log_file)."""
+        # Something follows the held entry: it is not the file's tail, so not a write cut
+        # short, but an entry whose end line is missing.
         if held is not None:
             self.report(
                 "log-entry",
@@ -11816,6 +12086,7 @@ class Checker:
         self.check_temp_files(store.sessions_dir)
         self.check_temp_files(store.history_dir)
         self.check_building_folders(store.sessions_dir)
+        # One listing gives each name and whether it is a link: no lstat per session.
         for name, link in dir_entries(store.sessions_dir, with_links=True):
             path = os.path.join(store.sessions_dir, name)
             if name.startswith("user-") and link:
@@ -11864,6 +12135,7 @@ class Checker:
     def receipt_found(self, session_id: str) -> bool:
         """Whether a log records the receipt of this handoff session. The staged check has
         read only the staged logs: then the session's day and today, then every log."""
+        # Receipts gathered while the logs were read answer most sessions without a re-read.
         if session_id in self.receipts or self.receipts_complete:
             return session_id in self.receipts
         if receipt_logged(self.store, session_id):
@@ -12032,6 +12304,7 @@ class Checker:
             return
         ref = SessionRef(os.path.basename(path), path, False)
         for key, value in sorted(context.items()):
+            # A path already wrong as text is reported by state_problems: said once, not twice.
             if context_path_problem(value) is None and not context_file_inside(ref, value):
                 self.report(
                     "state-field",
@@ -12154,6 +12427,7 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     if not os.path.lexists(path):
         return None  # a writer finished it while we waited for the lock
     if not dry_run:
+        # A half-built session folder (`.<id>.building`) is reported as a temp file too.
         if os.path.isdir(path) and not os.path.islink(path):
             import shutil
 
@@ -12173,6 +12447,8 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
             return None  # never cut through a hard link: a person decides
         size = os.fstat(fd).st_size
         end = complete_end(fd, size)
+        # None: the tail is a person's text, not ours to cut; `end >= size`: whole again,
+        # a writer repaired it while we waited for the lock.
         if end is None or end >= size:
             return None
         if not dry_run:
@@ -12216,6 +12492,7 @@ def missing_git_lines(path: str, template: str) -> list[str]:
         if not line or line.startswith("#"):
             continue
         want = git_rule_key(line)
+        # A line with more attributes than the template's (a user's -diff) still has them.
         if not any(
             have[0] == want[0] and set(want[1:]) <= set(have[1:]) for have in present if have
         ):
@@ -12237,6 +12514,7 @@ def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
             text = ""
         except StmError:
             return None  # not UTF-8: left for a person
+        # An empty or absent file gets the whole template, its comments included.
         block = template if not text.strip() else missing_block(template, missing)
         prefix = text if not text or text.endswith("\n") else text + "\n"
         atomic_write(finding.target, (prefix + block).encode("utf-8"))
@@ -12296,6 +12574,8 @@ def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | N
     if not dry_run:
         append_event(
             ref,
+            # The lost event's details are gone with it: a `recovered` event accounts for its
+            # version, so the history is whole again without inventing what happened.
             make_event(store, "recovered", state, from_version=behind[1], recorded_at=iso_now()),
         )
     return f"recorded a 'recovered' event at version {behind[0]}"
@@ -12411,6 +12691,8 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
     top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
     if dry_run:
         return "would re-merge it with the stm merge driver (`git checkout -m`)"
+    # `git checkout -m` re-merges with the configured driver: without one it would only
+    # write the same markers again.
     if top and not installed_git_driver(top):
         install_git_driver(top)
     saved = git_output(root, "hash-object", "-w", "--", path)
@@ -12436,6 +12718,7 @@ def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str
         return None
     if not isinstance(state, dict) or not state.get("archived_at"):
         return None
+    # The same month folder `session archive` would have chosen: the id's, not today's.
     destination_dir = os.path.join(store.history_dir, archive_month(session_id))
     destination = os.path.join(destination_dir, session_id)
     if os.path.lexists(destination) or links_on_the_way(store.state, destination_dir):
@@ -12595,6 +12878,7 @@ def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
                 locks.enter_context(store.state_lock())
         for finding in fixable:
             root = store.stacks if finding.target.startswith(store.stacks + os.sep) else store.state
+            # Looked at again just before each fix: the tree may have changed since check ran.
             if links_on_the_way(root, finding.target):
                 continue  # --fix never deletes, truncates or writes through a link
             action = RULES[finding.rule].fixer(store, finding, dry_run)
@@ -12701,6 +12985,7 @@ def cmd_init(args) -> int:
     store = store_from_args(args, for_init=True)
     report: list = []
     refuse_symlink(store.stacks, "stacks folder")
+    # Before the lock: the lock file lives in .stacks/, which must exist first.
     if make_dir(store.stacks):
         report.append(("created", store.rel(store.stacks) + "/", ""))
     with store.stacks_lock():
@@ -13205,6 +13490,7 @@ def cmd_session_handoff(args) -> int:
         session=args.session,
     )
     text = json.dumps(handoff, indent=2, ensure_ascii=False) + "\n"
+    # A handoff is written to be passed on: no credential may leave in it.
     refuse_secrets(text, "no flag", "the handoff: ")
     if args.output:
         write_output_file(args.output, text)
@@ -13247,6 +13533,8 @@ def cmd_compose_handoff(args) -> int:
         sys.stdout.write(escape_controls(text))
         return EXIT_OK
     store = store_from_args(args)
+    # A handoff you send is the receiver's work: composing it in your own clone must not
+    # take over the session you are working on.
     switch = args.switch or not (args.no_switch or sent_by_me(store, handoff))
     ref, state, created, adopted, warnings = compose_or_adopt(store, handoff, raw, switch)
     if created:
@@ -13547,6 +13835,7 @@ def cmd_refs_show(args) -> int:
     if args.json:
         print_json({"path": store.rel(path), "text": text})
     else:
+        # A ref comes with the repository: an escape sequence in it must not reach the terminal.
         sys.stdout.write(escape_controls(text.rstrip("\n")) + "\n")
     return EXIT_OK
 
@@ -13580,9 +13869,11 @@ def cmd_search(args) -> int:
         else:
             where = path_from_here(os.path.join(os.path.dirname(store.stacks), hit["path"]))
             out(f"{path_text(where)}:{hit['line']}: {hit['text']}")
+            # Printed as found, only counted: the first matches show while later files are read.
             found.append(None)
     if args.json:
         print_json({"pattern": args.pattern, "matches": found})
+    # As grep: exit 1 when nothing matched, so a script can test for a match.
     return EXIT_OK if found else EXIT_FAIL
 
 
@@ -13599,6 +13890,7 @@ def cmd_capture(args) -> int:
     --boot at a SessionStart (and for --print, which a person runs)."""
     event = "capture"
     try:
+        # sys.stdin is None when the process was started with it closed.
         data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
     except (OSError, ValueError):
         data = b""
@@ -13607,6 +13899,7 @@ def cmd_capture(args) -> int:
         payload = read_hook_payload(data)
         event = payload_text(payload, "hook_event_name", 60) or event
         store = store_from_args(args)
+        # The agent waits for its hook: better no capture than a stalled start.
         store.settings.cap_lock_timeout(HOOK_LOCK_TIMEOUT_S)
         result = capture_hook(store, payload, client=args.client, dry_run=args.print)
         for reason in result["skipped"]:
@@ -13714,6 +14007,7 @@ def install_hooks(client, path, shown, backup, wanted, installed, data, raw) -> 
     for event, (matcher, command) in wanted.items():
         if installed[event] == [command]:
             continue
+        # An older stm hook for the event goes first: one stm hook per event, never two.
         remove_stm_hooks(data, "", (event,))
         data.setdefault("hooks", {}).setdefault(event, []).append(hook_entry(command, matcher))
     with Rollback() as rollback:  # a failed install leaves no new backup either
@@ -13933,6 +14227,7 @@ def options_export(p) -> None:
 
 
 def cmd_import(args) -> int:
+    # An import may be what makes the store: a new container restoring its checkpoint.
     store = store_from_args(args, for_init=True)
     source = args.file
     if source is None:
@@ -13944,6 +14239,7 @@ def cmd_import(args) -> int:
             f"left out {name}: the session pointer belongs to each checkout (`stm session switch`)"
         )
     plan = []
+    # Every target is checked before the first write: a refusal leaves the tree as it was.
     for _, target, _ in files:
         root = store.stacks if target.startswith(store.stacks + os.sep) else store.state
         refuse_links_below(root, target)
@@ -14006,6 +14302,7 @@ def cmd_merge_file(args) -> int:
     if not clean:
         where = args.path or args.ours
         print(f"stm: conflict in {where}: markers written where both sides differ", file=sys.stderr)
+    # git's driver contract: a non-zero exit marks the file conflicted, markers and all.
     return EXIT_OK if clean else EXIT_FAIL
 
 
@@ -14068,6 +14365,7 @@ def cmd_setup_git(args) -> int:
         for line in added:
             out(line)
         return EXIT_OK
+    # A section with a name but no driver line (a hand edit) is still stm's to remove.
     if current is None and git(top, "config", "--get-regexp", r"^merge\.stm\.").returncode:
         out("not installed (nothing changed)")
         return EXIT_OK
@@ -14108,6 +14406,7 @@ def cmd_commit(args) -> int:
     if added.returncode != 0:
         raise StmError(f"git add failed: {added.stderr.strip()}")
     has_head = git(root, "rev-parse", "--verify", "-q", "HEAD").returncode == 0
+    # Before the first commit there is no HEAD to compare with: whatever is there goes in.
     if has_head and git(root, "diff", "--cached", "--quiet", "HEAD", "--", *paths).returncode == 0:
         if args.json:
             print_json({"committed": False, "commit": None, "message": None})
@@ -14175,6 +14474,7 @@ def sync_at_session_end(store: Store) -> None:
     try:
         if not load_config(store).get("sync_on_session_end"):
             return
+        # A hook must end: the client may kill a slow one.
         timeout = min(sync_timeout(), SYNC_HOOK_TIMEOUT_S)
         report = sync_memory(store, timeout=timeout)
         for warning in report["warnings"]:
@@ -14272,6 +14572,7 @@ def mcp_tool_boot(store: Store, args: dict):
 
 
 def mcp_tool_log(store: Store, args: dict):
+    # The CLI's text passes through read_free_text: a tool's gets the same normalising.
     entry = append_log(store, normalise_message(args["text"]))
     return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
 
@@ -14301,6 +14602,8 @@ def mcp_tool_search(store: Store, args: dict):
     )
     matches = []
     for hit in hits:
+        # A match past the limit is what says there are more: `truncated` is never a guess,
+        # and the search stops reading files there.
         if len(matches) == limit:
             return mcp_search_result(matches, truncated=True)
         matches.append(hit)
@@ -14377,6 +14680,8 @@ def mcp_tool_session_archive(store: Store, args: dict):
 
 def mcp_tool_compose_handoff(store: Store, args: dict):
     handoff = args["handoff"]
+    # The argument arrives parsed: written back as the bytes a handoff file would hold,
+    # it is validated and stored as such a file's bytes would be.
     raw = json.dumps(handoff, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
     refuse_oversized(raw.decode("utf-8"), "compose_handoff: argument 'handoff'")
     ref, state, created, warnings = compose_handoff_from(
@@ -14654,6 +14959,7 @@ class McpServer:
     def serve(self, stdin, stdout) -> int:
         """Answer each request line until end of input; returns the exit code."""
         while True:
+            # Bounded: a client that never sends a newline cannot make the server hold it all.
             line = stdin.readline(MCP_MAX_LINE + 1)
             if not line:
                 return EXIT_OK
@@ -14667,6 +14973,7 @@ class McpServer:
                 answer = self.answer(line)
             if answer is not None:
                 stdout.write(mcp_encode(answer) + b"\n")
+                # The client waits on each answer: sent at once, never left in a buffer.
                 stdout.flush()
 
     def answer(self, line: bytes) -> dict | None:
@@ -14686,6 +14993,7 @@ class McpServer:
         if "id" not in message:
             return None  # a notification (notifications/cancelled too): never answered
         request_id = message["id"]
+        # JSON-RPC ids are strings or numbers: true is neither, though Python's bool is an int.
         if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
             return mcp_error_message(None, MCP_INVALID_REQUEST, "Invalid Request: bad id")
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
@@ -14747,8 +15055,10 @@ class McpServer:
             requested = params.get("protocolVersion")
             client = params.get("clientInfo")
             name = client.get("name") if isinstance(client, dict) else None
+            # A legacy client names itself once, here; that name authors its log entries.
             self.legacy_client = name if isinstance(name, str) else None
             return {
+                # An unknown version gets our newest; the client decides whether to go on.
                 "protocolVersion": requested if requested in MCP_LEGACY else MCP_LEGACY[0],
                 "capabilities": mcp_capabilities(),
                 "serverInfo": mcp_server_info(),
@@ -14800,6 +15110,7 @@ class McpServer:
             with voice:
                 mcp_check_arguments(name, arguments)
                 text, structured = MCP_TOOL_BY_NAME[name].handler(self.store(client), arguments)
+        # A tool error (isError), not a JSON-RPC error: the model reads it and can retry.
         except StmError as exc:  # the CLI's own message, as a tool error
             with with_hint_voice(**arguments_voice):
                 line = exc.line()
@@ -15232,6 +15543,7 @@ def help_formatter():
                     columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
                 except (ValueError, OSError):
                     columns = 80
+                # argparse's own two-column margin, and never so narrow that help cannot wrap.
                 width = max(columns - 2, 40)
             super().__init__(prog, indent_increment, max_help_position, width)
 
@@ -15359,6 +15671,7 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
         description="Layered, git-friendly memory for AI agents.",
         epilog=MAIN_EPILOG,
         formatter_class=help_formatter(),
+        # No abbreviations: a new flag must never change what an old short form meant.
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"stm {__version__}")
@@ -15376,6 +15689,7 @@ def command_of(argv: list[str]) -> tuple[str | None, str | None]:
     for arg in argv:
         if skip:
             skip = False
+        # These take a value: the next word is that value, not the command.
         elif arg in ("--dir", "--state-dir", "--user"):
             skip = True
         elif arg.startswith("-"):
@@ -15441,6 +15755,8 @@ def restore_signal_handlers() -> None:
 def quiet_stdout() -> None:
     """After a closed pipe (`stm boot | head -1`), send what is left to /dev/null."""
     try:
+        # Python flushes stdout again at exit: on the closed pipe that flush would fail
+        # with a traceback, so what is left goes nowhere instead.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
@@ -15501,6 +15817,8 @@ def run_command(argv: list[str]) -> int:
     except StmError as exc:
         exc.prog = exc.prog or command_prog(args)
         raise
+    # Flushed here, inside main's handlers: a closed pipe surfaces as BrokenPipeError,
+    # which main ends quietly, not as an error at interpreter exit.
     sys.stdout.flush()
     return code
 
@@ -15521,6 +15839,7 @@ def main(argv=None) -> int:
         code = EXIT_INTERRUPTED
     except Terminated:
         code = EXIT_TERMINATED
+    # `stm boot | head`: the reader had enough; that is no failure of stm.
     except BrokenPipeError:
         quiet_stdout()
         code = EXIT_OK
