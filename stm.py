@@ -10115,16 +10115,31 @@ def may_fold_into(block: bytes, codes, leads) -> bool:
 SEARCH_LINE_ONLY = ("\\A", "\\Z", "(?<", "(?=", "(?!")
 
 
+# The one word event_text writes of its own ("TIME EVENT by ACTOR: ..."); a needle's
+# first and last words may be a part of it, so each part counts.
+EVENT_TEXT_WORDS = (b"b", b"y", b"by")
+
+
+def event_words(needle: bytes) -> list[bytes] | None:
+    """The words (ASCII letters and digits) of a lowered needle that a history line must
+    hold in its raw JSON for its event_text to hold the needle (may_hold_event says when
+    that reasoning applies); None when there is no such word to look for."""
+    words = re.findall(rb"[a-z0-9]+", needle)
+    if not words or any(word in EVENT_TEXT_WORDS for word in words):
+        return None
+    return words
+
+
 class LineMatcher:
     """A search pattern: `matches(line)` is whether one line matches (a case-insensitive
     substring, or a case-insensitive regex search); `scan(block)` finds the matching
     lines of a block of whole lines, returning the text it searched (the bytes, or their
     decoded text) and an iterator of (offset in that text, line)."""
 
-    __slots__ = ("matches", "needle", "folded", "block_regex", "folding", "budget")
+    __slots__ = ("matches", "needle", "folded", "block_regex", "folding", "budget", "words")
 
     def __init__(self, pattern: str, regex: bool):
-        self.needle = self.folded = self.block_regex = self.budget = None
+        self.needle = self.folded = self.block_regex = self.budget = self.words = None
         if regex:
             self.matches = re.compile(pattern, re.IGNORECASE).search
             # MULTILINE: `^` and `$` then match at each line of a block, as they would on one line.
@@ -10136,6 +10151,7 @@ class LineMatcher:
         if self.folded.isascii():
             self.needle = self.folded.encode()
             self.folding = folding_into(self.folded)
+            self.words = event_words(self.needle)
         folded = self.folded
         self.matches = lambda line: folded in line.casefold()
 
@@ -10156,6 +10172,19 @@ class LineMatcher:
             if len(folded) == len(text):  # one character each: the offsets line up
                 return text, self._found(text, folded, self.folded, "\n", "\r")
         return text, self._each_line(text)
+
+    def may_hold_event(self, block: bytes) -> bool:
+        """False only when no history event of `block` (whole JSON lines) can match once
+        rendered by event_text: each word of the needle must then stand in the raw JSON,
+        and most blocks of a miss are skipped without parsing one event."""
+        if self.words is None:
+            return True  # a regex, a non-ASCII needle, or a word event_text itself adds
+        if b"\\" in block or b"\x7f" in block or not block.isascii():
+            # Only then is every JSON string verbatim in the line and left alone by
+            # event_text (no escape either way, nothing that folds into ASCII): else parse.
+            return True
+        lowered = block.lower()
+        return all(word in lowered for word in self.words)
 
     def _found(self, text, haystack, needle, newline, cr):
         """(offset, line) of each line of `text` holding a match; `haystack` is `text` as
@@ -10252,9 +10281,17 @@ def _search_hits(store: Store, matcher, layers, since):
             yield from log_hits_newest_first(store, path, blocks, matcher)
             continue
         if path.endswith(HISTORY_FILE):  # each event as one readable line, not JSON
-            for number, line in session_event_lines(block_lines(blocks)):
-                if matcher.matches(line):
-                    yield {"path": store.rel(path), "line": number, "text": line, "layer": layer}
+            for block in blocks:
+                if not matcher.may_hold_event(block[1]):
+                    continue  # a miss costs a find, not a JSON parse of each event
+                for number, line in session_event_lines(block_lines([block])):
+                    if matcher.matches(line):
+                        yield {
+                            "path": store.rel(path),
+                            "line": number,
+                            "text": line,
+                            "layer": layer,
+                        }
             continue
         shown = None
         for number, line in matching_lines(blocks, matcher):
@@ -10292,6 +10329,12 @@ def session_event_lines(lines):
             yield number, event_text(event)
 
 
+def event_value(value):
+    """A value inside an event's field, as event_text shows it: a nested list or object
+    as its compact JSON, anything else as it is."""
+    return dumps_json(value, None) if isinstance(value, (dict, list)) else value
+
+
 def event_text(event: dict) -> str:
     """One history event as a line: `TIME EVENT by ACTOR: field value; ...`, its values
     one line each (lists joined with ` | `), without the bookkeeping (version)."""
@@ -10299,10 +10342,16 @@ def event_text(event: dict) -> str:
     for key, value in sorted(event.items()):
         if key in ("event", "timestamp", "actor", "version") or value is None:
             continue
+        # Nested values read as their JSON (never Python's None or quotes), and nothing
+        # is written that the line's JSON does not hold: may_hold_event relies on it.
         if isinstance(value, dict):
-            value = "; ".join(f"{k} {one_line(v, 200)}" for k, v in sorted(value.items()))
+            value = "; ".join(
+                f"{k} {one_line(event_value(v), 200)}"
+                for k, v in sorted(value.items())
+                if v is not None
+            )
         elif isinstance(value, list):
-            value = " | ".join(one_line(v, 200) for v in value)
+            value = " | ".join(one_line(event_value(v), 200) for v in value if v is not None)
         parts.append(f"{key} {one_line(value, 500)}")
     head = f"{one_line(event.get('timestamp', '?'), 40)} {one_line(event.get('event', '?'), 40)}"
     if event.get("actor"):

@@ -154,6 +154,62 @@ def test_a_needle_with_no_folding_letters_skips_the_folding_scan():
     assert all(code[:1] in leads for code in codes)
 
 
+# ---- the sessions layer: a miss skips the events without parsing them --------------------
+
+WORDS = ["port", "lexer", "by", "none", "true", "null", "b", "y", "One", "ok", "x1b", "é"]
+
+
+def random_value(rng: random.Random, depth: int = 0):
+    roll = rng.random()
+    if depth < 2 and roll < 0.15:
+        return {rng.choice(WORDS): random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    if depth < 2 and roll < 0.3:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if roll < 0.4:
+        return rng.choice([None, True, False, 0, 1.5, -2])
+    text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 4)))
+    return text + rng.choice(["", "", '"q"', "\\", "\n", "\t", "\x1b", "\x7f", "\u2028"])
+
+
+def random_event(rng: random.Random) -> dict:
+    event = {"event": rng.choice(["checkpoint", "created", "noted"]), "version": 3}
+    event["timestamp"] = "2026-01-02T03:04:05Z"
+    if rng.random() < 0.8:
+        event["actor"] = rng.choice(["bob", "ann", "nobody"])
+    for key in rng.sample(WORDS, rng.randint(0, 4)):
+        event[key] = random_value(rng)
+    return event
+
+
+def test_the_history_prefilter_never_skips_a_block_holding_a_match():
+    """may_hold_event says no only when no event of the block can match as event_text
+    renders it: random events, every piece of their rendered lines as the needle."""
+    rng = random.Random(7)
+    skipped = 0
+    for _ in range(400):
+        events = [random_event(rng) for _ in range(rng.randint(1, 3))]
+        block = "".join(stm.dumps_json(e, None) + "\n" for e in events).encode()
+        lines = [stm.event_text(e) for e in events]
+        text = rng.choice(lines)
+        start = rng.randrange(len(text))
+        needles = [text[start : start + rng.randint(1, 12)], rng.choice(WORDS), "zq lexer"]
+        for needle in needles:
+            matcher = stm.search_matcher(needle, False)
+            if any(matcher.matches(line) for line in lines):
+                assert matcher.may_hold_event(block), (needle, block)
+            elif not matcher.may_hold_event(block):
+                skipped += 1
+    assert skipped > 50  # the prefilter does skip blocks: the point of it
+
+
+def test_a_search_of_the_sessions_layer_still_finds_a_key_and_its_value(store, run):
+    sid = run("session", "new", "--name", "port the lexer").out.strip()
+    assert run("session", "checkpoint", "--pending", "write the grammar").code == 0
+    found = run("search", "pending write the gram", "--layer", "sessions")
+    assert found.code == 0 and sid in found.out and "pending write the grammar" in found.out
+    assert run("search", "zq-nowhere", "--layer", "sessions").code == 1
+
+
 # ---- check: each file's work once; the staged check follows the commit ----------------
 
 
