@@ -7005,10 +7005,19 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             )
         )
     memory_path = store.rel(store.memory_path)
+    # Every cut leaves a line in the text (the agent reads stdout, not stderr); the refs
+    # index's shares the memory's line when both went, since under a tight limit each
+    # line competes with identity for the room.
+    refs_cut = None
+    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
+        refs_cut = "titles only" if cut.refs == "titles" else "left out"
     if cut.memory_sections < 0:
+        what = "session memory"
+        if refs_cut == "left out":
+            what, refs_cut = "session memory and the refs index", None
         notices.append(
             as_invoked(
-                f"session memory left out to fit {cut.limit}: read {memory_path}, "
+                f"{what} left out to fit {cut.limit}: read {memory_path}, "
                 "or run `stm boot --no-limit`; run `stm compact` to make it smaller"
             )
         )
@@ -7034,12 +7043,8 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
                 render_refs(parts.refs, cut.refs),
             )
         )
-    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
-        # Every cut leaves a line in the text (the agent reads stdout, not stderr).
-        what = "shortened to titles" if cut.refs == "titles" else "left out"
-        notices.append(
-            as_invoked(f"the refs index was {what} to fit {cut.limit}: run `stm refs list`")
-        )
+    if refs_cut:
+        notices.append(as_invoked(f"refs index {refs_cut}: `stm refs list`"))
     body = ""
     if notices:
         body += "\n## Notices\n\n" + "\n".join(f"- {n}" for n in notices) + "\n"
