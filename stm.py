@@ -7579,8 +7579,8 @@ class SyncRepo:
 
     def pathspecs(self) -> list[str]:
         """The memory folders, minus what belongs to this checkout alone (the pointer, the
-        lock, temp files, sync's record): never committed, even where an old .gitignore
-        lacks a line."""
+        lock, temp files, backups, sync's record): never committed, even where an old
+        .gitignore lacks a line."""
         specs = [f":(top,literal){folder}" for folder in self.memory]
         # Exclusions are patterns: git refuses an exclusion that names an ignored file
         # outright ("paths are ignored"), so `[.]writes` stands for `.writes`.
@@ -7590,6 +7590,7 @@ class SyncRepo:
                 specs.append(f":(top,exclude,glob){folder}/[{name[0]}]{glob_escape(name[1:])}")
         specs += [f":(top,exclude,glob){folder}/**/{LOCK_NAME}" for folder in folders]
         specs += [f":(top,exclude,glob){folder}/**/*.tmp" for folder in folders]
+        specs += [f":(top,exclude,glob){folder}/**/*.bak" for folder in folders]
         return specs
 
     def is_memory(self, path: str) -> bool:
@@ -10135,6 +10136,11 @@ def event_words(needle: bytes) -> list[bytes] | None:
     return words
 
 
+# A JSON number with a fraction or an exponent where a value starts (a string holding
+# one only costs a parse).
+JSON_FLOAT_RE = LazyRegex(rb"[:,\[]\s*-?[0-9]+[.eE]")
+
+
 class LineMatcher:
     """A search pattern: `matches(line)` is whether one line matches (a case-insensitive
     substring, or a case-insensitive regex search); `scan(block)` finds the matching
@@ -10188,6 +10194,8 @@ class LineMatcher:
             # Only then is every JSON string verbatim in the line and left alone by
             # event_text (no escape either way, nothing that folds into ASCII): else parse.
             return True
+        if JSON_FLOAT_RE.search(block):
+            return True  # str(1e5) is "100000.0": a float reads otherwise than written
         lowered = block.lower()
         return all(word in lowered for word in self.words)
 
@@ -10358,9 +10366,11 @@ def event_text(event: dict) -> str:
         elif isinstance(value, list):
             value = " | ".join(one_line(event_value(v), 200) for v in value if v is not None)
         parts.append(f"{key} {one_line(value, 500)}")
-    head = f"{one_line(event.get('timestamp', '?'), 40)} {one_line(event.get('event', '?'), 40)}"
+    stamp, name = (event_value(event.get(key)) for key in ("timestamp", "event"))
+    head = f"{one_line('?' if stamp is None else stamp, 40)} "
+    head += one_line("?" if name is None else name, 40)
     if event.get("actor"):
-        head += f" by {one_line(event['actor'], 100)}"
+        head += f" by {one_line(event_value(event['actor']), 100)}"
     return head + (": " + "; ".join(parts) if parts else "")
 
 
@@ -15850,7 +15860,7 @@ def run_command(argv: list[str]) -> int:
             flags = [word for word in extra if looks_like_option(word)]
             if not isinstance(words, list) or flags:
                 hint = ""
-                if isinstance(words, str):  # `commit -m fixed the parser`
+                if isinstance(words, str) and not flags:  # `commit -m fixed the parser`
                     hint = f' (quote a message of several words: -m "{words} {" ".join(extra)}")'
                 elif words is not None:  # text that starts with `-`: after `--`
                     hint = f" (text that starts with '-' goes after `--`: -- {flags[0]!r})"

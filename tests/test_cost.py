@@ -166,16 +166,17 @@ def random_value(rng: random.Random, depth: int = 0):
     if depth < 2 and roll < 0.3:
         return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
     if roll < 0.4:
-        return rng.choice([None, True, False, 0, 1.5, -2])
+        return rng.choice([None, True, False, 0, 1.5, -2, 1e5, 1e-05, 12345678901234567890.0])
     text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 4)))
     return text + rng.choice(["", "", '"q"', "\\", "\n", "\t", "\x1b", "\x7f", "\u2028"])
 
 
 def random_event(rng: random.Random) -> dict:
-    event = {"event": rng.choice(["checkpoint", "created", "noted"]), "version": 3}
-    event["timestamp"] = "2026-01-02T03:04:05Z"
+    heads = ["checkpoint", "created", "noted", None, {"kind": None}, ["x", 2], 7, 1e3]
+    event = {"event": rng.choice(heads), "version": 3}
+    event["timestamp"] = rng.choice(["2026-01-02T03:04:05Z", "2026-01-02T03:04:05Z", None])
     if rng.random() < 0.8:
-        event["actor"] = rng.choice(["bob", "ann", "nobody"])
+        event["actor"] = rng.choice(["bob", "ann", "nobody", 1e3, {"by": None}])
     for key in rng.sample(WORDS, rng.randint(0, 4)):
         event[key] = random_value(rng)
     return event
@@ -186,7 +187,7 @@ def test_the_history_prefilter_never_skips_a_block_holding_a_match():
     renders it: random events, every piece of their rendered lines as the needle."""
     rng = random.Random(7)
     skipped = 0
-    for _ in range(400):
+    for _ in range(800):
         events = [random_event(rng) for _ in range(rng.randint(1, 3))]
         block = "".join(stm.dumps_json(e, None) + "\n" for e in events).encode()
         lines = [stm.event_text(e) for e in events]
@@ -200,6 +201,26 @@ def test_the_history_prefilter_never_skips_a_block_holding_a_match():
             elif not matcher.may_hold_event(block):
                 skipped += 1
     assert skipped > 50  # the prefilter does skip blocks: the point of it
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ('{"event":"note","timestamp":"T","budget":1e5}', "100000"),
+        ('{"event": "note", "budget": 1E2}', "100.0"),
+        ('{"event":"note","big":12345678901234567890.0}', "4567e"),
+        ('{"event":{"kind":null},"timestamp":"T"}', "kind"),
+        ('{"event":"note","actor":1e3}', "by 1000"),
+    ],
+)
+def test_the_history_prefilter_holds_for_hand_written_json(line, needle):
+    """History edited by hand or written by another tool: numbers as JSON allows them and
+    head fields that are not strings (found by a review; each was skipped before)."""
+    block = (line + "\n").encode()
+    event = json.loads(line)
+    matcher = stm.search_matcher(needle, False)
+    assert matcher.matches(stm.event_text(event)), stm.event_text(event)
+    assert matcher.may_hold_event(block)
 
 
 def test_a_search_of_the_sessions_layer_still_finds_a_key_and_its_value(store, run):

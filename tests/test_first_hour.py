@@ -599,3 +599,11 @@ def test_import_of_one_differing_file_says_it_not_them(store, run, tmp_path):
     assert result.code == 1
     assert "1 file differs from the archive" in result.err
     assert "Pass --force to replace it (the old file is kept as a .bak)" in result.err
+
+
+def test_session_show_prints_events_as_lines_not_json(store, run, steps):
+    assert run("session", "checkpoint", "--done", "count_chars").code == 0
+    shown = run("session", "show").out
+    events = shown.split("recent events:\n", 1)[1].splitlines()
+    assert events and not any("{" in line for line in events), events
+    assert any(" checkpoint by tester: done write count_chars" in line for line in events)

@@ -714,6 +714,9 @@ def test_commit_with_a_message_in_several_words_unquoted_is_a_usage_error(store,
     assert result.code == 2 and "Traceback" not in result.err
     assert "unrecognized arguments: the parser" in result.err
     assert "quote" in result.err  # the fix: -m "fixed the parser"
+    flagged = run("commit", "-m", "fixed", "--bogus")
+    assert flagged.code == 2 and "unrecognized arguments: --bogus" in flagged.err
+    assert "quote" not in flagged.err  # a mistyped flag, not a message in pieces
 
 
 def test_commit_outside_a_git_repository(store, run):

@@ -244,6 +244,21 @@ def test_sync_sends_memory_and_keeps_staged_unstaged_and_untracked_work(tmp_path
     assert git(b, "diff", "--cached", "--name-only") == "README.txt"
 
 
+def test_sync_never_sends_stm_s_backups_even_with_an_old_gitignore(tmp_path):
+    bare, seed = make_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    ignore = a / ".stacks" / ".gitignore"
+    ignore.write_text(ignore.read_text().replace("*.bak\n", ""))  # as init wrote it before
+    git(a, "commit", "-q", "-am", "an older store's .gitignore")
+    (a / ".stacks" / "MEMORY.md.20260101T000000Z.bak").write_text("the old memory\n")
+    (a / ".stacks" / "refs" / ".deploy.md.bak").write_text("an import's backup\n")
+    ok(a, "log", "worked")
+    assert "sent to origin/main" in ok(a, "sync")
+    sent = git(bare, "ls-tree", "-r", "--name-only", "main")
+    assert ".stacks/logs/" in sent and ".bak" not in sent
+    assert (a / ".stacks" / "MEMORY.md.20260101T000000Z.bak").exists()  # kept, not sent
+
+
 def test_sync_in_a_clone_that_never_installed_the_merge_driver_merges_memory(tmp_path):
     bare, _ = make_remote(tmp_path)
     a, b = clone(bare, tmp_path / "a"), clone(bare, tmp_path / "b")
