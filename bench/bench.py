@@ -785,6 +785,105 @@ def cost_results(work: str, small: str, large: str, ids: dict, env: dict, runs: 
     }
 
 
+# ---- floors: what the same reading costs a program with no rules ---------------------------
+
+# Where a target is missed, the report says why by measuring the floor: a bare program,
+# started the same way (`python3 -c`, same interpreter and environment), that reads the
+# same files and does the least any reader must (decode the JSON; lower-case and find in
+# the text), with no rule, no output and no error handling. The command's time over its
+# floor is what stm's own work costs; the floor is what no implementation avoids.
+FLOOR = r"""
+import json, os, sys
+
+decode = json.JSONDecoder().decode
+
+
+def read(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, os.fstat(fd).st_size + 1)
+    finally:
+        os.close(fd)
+
+
+def sessions(archived):
+    found = [os.path.join(".state/sessions", n) for n in os.listdir(".state/sessions")]
+    for month in os.listdir(".state/history") if archived else ():
+        month = os.path.join(".state/history", month)
+        found += [os.path.join(month, n) for n in os.listdir(month)]
+    return found
+
+
+what = sys.argv[1]
+if what == "check":  # every session's state and history, and every log
+    for folder in sessions(True):
+        os.listdir(folder)
+        decode(read(folder + "/state.json").decode())
+        lines = read(folder + "/history.jsonl").decode().rstrip("\n")
+        decode("[" + lines.replace("\n", ",") + "]")
+    for name in os.listdir(".stacks/logs"):
+        read(os.path.join(".stacks/logs", name)).lower().find(b"password")
+elif what == "status":  # the active sessions' state, the archived counted, each log's size
+    for folder in sessions(False):
+        decode(read(folder + "/state.json").decode())
+    for month in os.listdir(".state/history"):
+        len(os.listdir(os.path.join(".state/history", month)))
+    for entry in os.scandir(".stacks/logs"):
+        entry.stat(follow_symlinks=False)
+elif what == "list":  # every session's state
+    for folder in sessions(True):
+        decode(read(folder + "/state.json").decode())
+"""
+FLOOR_COMMANDS = {"check": ["check"], "status": ["status"], "list": ["session", "list", "--all"]}
+
+
+def search_floor(root: str, runs: int) -> dict:
+    """search_in_process's floor: open, read, lower-case and find in every file search
+    reads, in this process (per MB)."""
+    store = stm.open_store(stacks=os.path.join(root, ".stacks"), state=os.path.join(root, ".state"))
+    paths = [p for _, p in stm.search_files(store, stm.search_layers(), None)]
+    paths = [p for p in paths if os.path.isfile(p)]
+    needle = MISS.encode()
+    times = []
+    for n in range(runs + 1):
+        start = time.perf_counter()
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.read(fd, os.fstat(fd).st_size + 1).lower().find(needle)
+            finally:
+                os.close(fd)
+        if n:
+            times.append(time.perf_counter() - start)
+    row = summary(times)
+    row.update(files=len(paths), ms_per_mb=row["median"] * 1000 / searched_mb(store))
+    return row
+
+
+def floor_results(work: str, env: dict, runs: int) -> dict:
+    """Each missed target beside its floor (see FLOOR); after cost_results (the medium
+    store)."""
+    large = os.path.join(work, "large")
+    found = {
+        what: pairs([*MODULE, *argv], [sys.executable, "-c", FLOOR, what], large, env, runs)
+        for what, argv in FLOOR_COMMANDS.items()
+    }
+    # Boot's start: importing stm (unmarshalling its bytecode) with nothing run.
+    found["import"] = pairs([sys.executable, "-c", "import stm"], BASELINE, large, env, runs)
+    # CLI search against grep: the interpreter's own start against grep's whole run.
+    grep = ["grep", "-r", "-i", "-F", "-q", MISS, ".stacks/logs"]
+    found["start_vs_grep"] = pairs(BASELINE, grep, large, env, runs)
+    # `python3 stm.py`'s peak memory: CPython compiling the file, nothing of stm run.
+    compile_only = f"compile(open({STM_PY!r}, 'rb').read(), 'stm.py', 'exec')"
+    peaks = [run_once([sys.executable, "-c", compile_only], large, env)[1] for _ in range(3)]
+    found["compile_peak_mib"] = max(peaks) / 1024
+    found["search"] = {
+        "medium": search_floor(os.path.join(work, "medium"), runs),
+        "large": search_floor(large, runs),
+    }
+    return found
+
+
 # ---- reporting ---------------------------------------------------------------------------
 
 FLAT = {"boot", "log", "session new", "session switch <id>", "session phase"}
@@ -933,6 +1032,8 @@ def markdown(results: dict) -> str:
     cost = results.get("cost")
     if cost:
         lines += cost_markdown(cost)
+    if results.get("floors"):
+        lines += floors_markdown(results)
     imp = results["importtime"]
     lines += [
         "",
@@ -978,6 +1079,55 @@ def cost_markdown(cost: dict) -> list[str]:
         f"`check --staged` (the same change staged in both stores): small "
         f"{staged['small_s']['median'] * 1000:.0f} ms, large "
         f"{staged['large_s']['median'] * 1000:.0f} ms ({staged['large_over_small']:.2f}x)."
+    )
+    return lines
+
+
+def floors_markdown(results: dict) -> list[str]:
+    floors, cost = results["floors"], results["cost"]
+    rows = {r["command"]: r for r in results["commands"]}
+    lines = [
+        "",
+        "Floors: a bare program started the same way that reads the same files and does the "
+        "least any reader must (bench.py's FLOOR), on the large store, pair by pair:",
+        "",
+        "| what | stm | floor | stm / floor |",
+        "|---|---:|---:|---:|",
+    ]
+    for what, label in (
+        ("check", "`check`"),
+        ("status", "`status`"),
+        ("list", "`session list --all`"),
+    ):
+        row = floors[what]
+        lines.append(
+            f"| {label} | {row['a_s']['median'] * 1000:.0f} ms | {row['b_s']['median'] * 1000:.0f}"
+            f" ms | {row['ratio']:.2f}x |"
+        )
+    for store in ("medium", "large"):
+        mine = cost["search"][store]["miss"]["ms_per_mb"]
+        floor = floors["search"][store]
+        lines.append(
+            f"| search in process, {store} ({floor['files']} files), a miss | {mine:.1f} ms/MB "
+            f"| {floor['ms_per_mb']:.1f} ms/MB | {mine / floor['ms_per_mb']:.2f}x |"
+        )
+    start = floors["start_vs_grep"]
+    lines.append(
+        f"| CLI search miss against `grep -r` (logs): `python3 -c pass` alone against grep | "
+        f"{start['a_s']['median'] * 1000:.0f} ms | {start['b_s']['median'] * 1000:.0f} ms "
+        f"(grep) | {start['ratio']:.2f}x |"
+    )
+    imported = floors["import"]
+    lines.append(
+        f"| boot's start: `python3 -c 'import stm'` against `python3 -c pass` | "
+        f"{imported['a_s']['median'] * 1000:.0f} ms | {imported['b_s']['median'] * 1000:.0f} ms "
+        f"| {imported['ratio']:.2f}x (boot: {rows['boot']['small_over_baseline']:.2f}x) |"
+    )
+    script = rows["boot (python3 stm.py)"]["peak_rss_mib_large"]
+    lines.append(
+        f"| peak memory of `python3 stm.py boot` against compiling stm.py alone | "
+        f"{script:.1f} MiB | {floors['compile_peak_mib']:.1f} MiB | "
+        f"{script / floors['compile_peak_mib']:.2f}x |"
     )
     return lines
 
@@ -1051,6 +1201,15 @@ def main(argv=None) -> int:
                 f"{k} {v['median'] * 1000:.0f} ms"
                 for k, v in results["capture"].items()
                 if isinstance(v, dict)
+            ),
+            file=sys.stderr,
+        )
+        results["floors"] = floor_results(work, env, max(3, runs // 3))
+        print(
+            "  floors: "
+            + ", ".join(
+                f"{k} {results['floors'][k]['ratio']:.2f}x"
+                for k in ("check", "status", "list", "import", "start_vs_grep")
             ),
             file=sys.stderr,
         )

@@ -213,3 +213,47 @@ def test_bench_store_builder_writes_valid_stm_stores(stores, run, monkeypatch):
     monkeypatch.chdir(small)
     result = run("check", "--json")
     assert result.code == 0, result.out
+
+
+# The bench's floors (bench.FLOOR) say why a target is missed: a bare program reading the
+# same files. A floor that read fewer files than its command would excuse stm's own cost.
+FLOOR_PROBE = (
+    PROBE.split("sys.path.insert")[0]
+    + r"""
+floor = sys.argv[2]
+sys.argv = ["-c", sys.argv[3]]
+sys.addaudithook(hook)
+exec(floor)
+print(json.dumps(events))
+"""
+)
+
+
+def floor_opened(store, what):
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", FLOOR_PROBE, str(store), bench.FLOOR, what],
+        cwd=store,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return sorted(path for kind, path in json.loads(result.stdout) if kind == "open")
+
+
+def session_and_log_files(paths):
+    """state.json, history.jsonl and logs: what the floors read."""
+    kept = ("/state.json", "/history.jsonl")
+    return sorted(p for p in set(paths) if p.endswith(kept) or p.startswith(".stacks/logs/"))
+
+
+@pytest.mark.parametrize("what", ["check", "status", "list"])
+def test_each_bench_floor_reads_what_its_command_reads(stores, what):
+    _, bigger, _ = stores
+    report = probe(bigger, bench.FLOOR_COMMANDS[what])
+    assert report["code"] == 0
+    mine, floor = session_and_log_files(opened(report)), floor_opened(bigger, what)
+    if what == "status":  # status reads the newest log's tail; the floor only sizes each
+        mine = [p for p in mine if not p.startswith(".stacks/logs/")]
+    assert floor == mine
+    assert len(floor) > 150  # the bigger store's 150 extra active sessions are in both
