@@ -807,7 +807,12 @@ def read(path):
 
 
 def sessions(archived):
-    found = [os.path.join(".state/sessions", n) for n in os.listdir(".state/sessions")]
+    found = []
+    for entry in os.scandir(".state/sessions"):
+        if entry.name.startswith("user-"):  # a user's namespace (the bench's STM_USER)
+            found += [os.path.join(entry.path, n) for n in os.listdir(entry.path)]
+        elif entry.is_dir():
+            found.append(entry.path)
     for month in os.listdir(".state/history") if archived else ():
         month = os.path.join(".state/history", month)
         found += [os.path.join(month, n) for n in os.listdir(month)]
@@ -864,6 +869,9 @@ def floor_results(work: str, env: dict, runs: int) -> dict:
     """Each missed target beside its floor (see FLOOR); after cost_results (the medium
     store)."""
     large = os.path.join(work, "large")
+    for what in FLOOR_COMMANDS:  # a floor that failed would read as a fast one
+        if run_once([sys.executable, "-c", FLOOR, what], large, env)[2] != 0:
+            raise RuntimeError(f"the {what} floor failed: run bench.FLOOR by hand to see why")
     found = {
         what: pairs([*MODULE, *argv], [sys.executable, "-c", FLOOR, what], large, env, runs)
         for what, argv in FLOOR_COMMANDS.items()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -247,9 +248,19 @@ def session_and_log_files(paths):
     return sorted(p for p in set(paths) if p.endswith(kept) or p.startswith(".stacks/logs/"))
 
 
+@pytest.fixture(scope="module")
+def with_a_user(stores, tmp_path_factory):
+    """The bigger store and a session in a user's namespace (the bench runs as a user)."""
+    copy = tmp_path_factory.mktemp("users") / "store"
+    shutil.copytree(stores[1], copy)
+    stm.main(["--dir", str(copy / ".stacks"), "--user", "bench", "session", "new", "--no-switch"])
+    assert len(os.listdir(copy / ".state" / "sessions" / "user-bench")) == 1
+    return copy
+
+
 @pytest.mark.parametrize("what", ["check", "status", "list"])
-def test_each_bench_floor_reads_what_its_command_reads(stores, what):
-    _, bigger, _ = stores
+def test_each_bench_floor_reads_what_its_command_reads(with_a_user, what):
+    bigger = with_a_user
     report = probe(bigger, bench.FLOOR_COMMANDS[what])
     assert report["code"] == 0
     mine, floor = session_and_log_files(opened(report)), floor_opened(bigger, what)
