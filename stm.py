@@ -10139,6 +10139,7 @@ def event_words(needle: bytes) -> list[bytes] | None:
 # A JSON number with a fraction or an exponent where a value starts (a string holding
 # one only costs a parse).
 JSON_FLOAT_RE = LazyRegex(rb"[:,\[]\s*-?[0-9]+[.eE]")
+FLOAT_CHARS = b"0123456789e"  # the word characters of a float as Python renders it
 
 
 class LineMatcher:
@@ -10147,10 +10148,14 @@ class LineMatcher:
     lines of a block of whole lines, returning the text it searched (the bytes, or their
     decoded text) and an iterator of (offset in that text, line)."""
 
-    __slots__ = ("matches", "needle", "folded", "block_regex", "folding", "budget", "words")
+    __slots__ = (
+        *("matches", "needle", "folded", "block_regex", "folding", "budget", "words"),
+        "float_words",
+    )
 
     def __init__(self, pattern: str, regex: bool):
         self.needle = self.folded = self.block_regex = self.budget = self.words = None
+        self.float_words = frozenset()
         if regex:
             self.matches = re.compile(pattern, re.IGNORECASE).search
             # MULTILINE: `^` and `$` then match at each line of a block, as they would on one line.
@@ -10163,6 +10168,11 @@ class LineMatcher:
             self.needle = self.folded.encode()
             self.folding = folding_into(self.folded)
             self.words = event_words(self.needle)
+            # A float renders as digits, `.`, `e` and a sign (1e5 as 100000.0, 1e20 as
+            # 1e+20), between characters that are not a word's: only a word of digits and
+            # `e` can stand in one.
+            words = self.words or ()
+            self.float_words = frozenset(w for w in words if not w.translate(None, FLOAT_CHARS))
         folded = self.folded
         self.matches = lambda line: folded in line.casefold()
 
@@ -10194,10 +10204,15 @@ class LineMatcher:
             # Only then is every JSON string verbatim in the line and left alone by
             # event_text (no escape either way, nothing that folds into ASCII): else parse.
             return True
-        if JSON_FLOAT_RE.search(block):
-            return True  # str(1e5) is "100000.0": a float reads otherwise than written
         lowered = block.lower()
-        return all(word in lowered for word in self.words)
+        missing = [word for word in self.words if word not in lowered]
+        if not missing:
+            return True
+        # A word missing from the raw JSON stands in no rendered line, unless a float
+        # renders it (str(1e5) is "100000.0"): then the block must hold a float.
+        if self.float_words.issuperset(missing):
+            return JSON_FLOAT_RE.search(block) is not None
+        return False
 
     def _found(self, text, haystack, needle, newline, cr):
         """(offset, line) of each line of `text` holding a match; `haystack` is `text` as
