@@ -232,6 +232,64 @@ for _name in ("STM_USER", "STM_SESSION", "STM_LOCK_TIMEOUT"):
     PROC_ENV.pop(_name, None)
 
 
+# A real stm process that dies as a kill leaves it (os._exit: no cleanup, no finally) at
+# a chosen point. `mode`: "write-N" dies at its Nth atomic write, before it happens;
+# "before-log" dies where it would append a log entry.
+KILL_SCRIPT = """\
+import os, sys
+sys.path.insert(0, {root!r})
+import stm
+mode = sys.argv[1]
+def die(*args, **kwargs):
+    os._exit(137)
+if mode == "before-log":
+    stm.append_log_entry = die
+else:
+    survive = int(mode.split("-")[-1])
+    calls = []
+    real = stm.atomic_write
+    def atomic_write(*args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == survive:
+            os._exit(137)
+        return real(*args, **kwargs)
+    stm.atomic_write = atomic_write
+sys.exit(stm.main(sys.argv[2:]))
+"""
+
+
+def killed_stm(cwd: Path, aux: Path, mode: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run `stm argv` in a real process in `cwd` that dies at `mode` (see KILL_SCRIPT);
+    the script is written to `aux`."""
+    script = aux / "kill_stm.py"
+    script.write_text(KILL_SCRIPT.format(root=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, str(script), mode, *argv],
+        cwd=cwd,
+        env=PROC_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class Unprivileged:
+    """Drop to nobody when root (root ignores file modes), restore afterwards."""
+
+    def __enter__(self):
+        self.was_root = os.geteuid() == 0
+        if self.was_root:
+            os.setegid(65534)
+            os.seteuid(65534)
+        return self
+
+    def __exit__(self, *exc):
+        if self.was_root:
+            os.seteuid(0)
+            os.setegid(0)
+        return False
+
+
 def limited(nbytes: int):
     """A preexec_fn: a child process whose files may not grow past `nbytes` bytes (a
     full disk for it)."""

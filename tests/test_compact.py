@@ -20,13 +20,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, ROOT, STM_PY, TODAY, snapshot
+from conftest import IDENTITY, MEMORY, STM_PY, TODAY, snapshot
 from helpers import (
     PROC_ENV,
     check_findings,
     entry_text,
     fact_block,
     isolated_git_env,
+    killed_stm,
     log_entries,
     memory_text,
     ok,
@@ -503,28 +504,6 @@ def test_compact_property_nothing_lost_nothing_duplicated(tmp_path, run, monkeyp
 
 # ---- compaction: killed between its steps ---------------------------------------------------
 
-KILL_WRAPPER = """\
-import os, sys
-sys.path.insert(0, {root!r})
-import stm
-mode = sys.argv[1]
-calls = []
-def die(*args, **kwargs):
-    os._exit(137)
-if mode == "before-log":
-    stm.append_log_entry = die
-else:
-    survive = int(mode.split("-")[-1])  # after-write-N: die at atomic write number N
-    real = stm.atomic_write
-    def atomic_write(*args, **kwargs):
-        calls.append(args[0])
-        if len(calls) == survive:
-            os._exit(137)
-        return real(*args, **kwargs)
-    stm.atomic_write = atomic_write
-sys.exit(stm.main(sys.argv[2:]))
-"""
-
 
 def stm_process(cwd, *args, script=STM_PY) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -577,16 +556,7 @@ def test_a_compact_killed_after_its_log_append_is_found_and_fixed(over_limits, r
     shutil.copytree(store, reference)
     done = stm_process(reference, "compact")
     assert done.returncode == 0, done.stderr
-    script = aux / "kill_wrapper.py"
-    script.write_text(KILL_WRAPPER.format(root=str(ROOT)))
-    killed = subprocess.run(
-        [sys.executable, str(script), step, "compact"],
-        cwd=store,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    killed = killed_stm(store, aux, step, "compact")
     assert killed.returncode == 137, killed.stderr
     entries = log_entries(store)
     assert len(entries) == 1 and entries[0][1].complete  # the log came first
@@ -618,16 +588,7 @@ def test_a_compact_killed_after_its_log_append_is_found_and_fixed(over_limits, r
 def test_a_compact_killed_before_its_log_append_changed_nothing(over_limits, run, aux):
     store = over_limits
     before = snapshot(store)
-    script = aux / "kill_wrapper.py"
-    script.write_text(KILL_WRAPPER.format(root=str(ROOT)))
-    killed = subprocess.run(
-        [sys.executable, str(script), "before-log", "compact"],
-        cwd=store,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    killed = killed_stm(store, aux, "before-log", "compact")
     assert killed.returncode == 137, killed.stderr
     assert snapshot(store) == before
     code, found = check_findings(run)

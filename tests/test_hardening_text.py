@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, ROOT, STM_PY, snapshot
-from helpers import PROC_ENV, check_findings, log_text, ok, read, rules
+from conftest import IDENTITY, MEMORY, STM_PY, snapshot
+from helpers import PROC_ENV, Unprivileged, check_findings, killed_stm, log_text, ok, read, rules
 
 import stm
 
@@ -80,38 +80,6 @@ class OpenGuard:
             return attr(path, *args, **kwargs)
 
         return wrapper
-
-
-KILL_AT_WRITE = """\
-import os, sys
-sys.path.insert(0, {root!r})
-import stm
-survive = int(sys.argv[1])  # die at atomic write number N, before it happens
-calls = []
-real = stm.atomic_write
-def atomic_write(*args, **kwargs):
-    calls.append(args[0])
-    if len(calls) == survive:
-        os._exit(137)
-    return real(*args, **kwargs)
-stm.atomic_write = atomic_write
-sys.exit(stm.main(sys.argv[2:]))
-"""
-
-
-def killed_at_write(root: Path, aux: Path, n: int, *argv: str) -> subprocess.CompletedProcess:
-    """Run stm in a real process that dies (SIGKILL-like, no cleanup) at its Nth
-    atomic write."""
-    script = aux / "kill_at_write.py"
-    script.write_text(KILL_AT_WRITE.format(root=str(ROOT)))
-    return subprocess.run(
-        [sys.executable, str(script), str(n), *argv],
-        cwd=root,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def restore(copy: Path, root: Path) -> None:
@@ -322,7 +290,7 @@ def test_a_killed_compact_of_loose_bullets_is_found_and_fixed(store, call, aux):
         [sys.executable, str(STM_PY), "compact"], cwd=reference, env=PROC_ENV, timeout=60
     )
     assert done.returncode == 0
-    killed = killed_at_write(store, aux, 1, "compact")
+    killed = killed_stm(store, aux, "write-1", "compact")
     assert killed.returncode == 137, killed.stderr
     assert "loose one" in log_text(store) and "loose one" in read(store, MEMORY_MD)
     found = [f for f in check_findings(call)[1] if f["rule"] == "compact-duplicate"]
@@ -348,7 +316,7 @@ def test_a_killed_compact_of_a_fact_block_with_a_space_in_its_name_is_found(
         [sys.executable, str(STM_PY), "compact"], cwd=reference, env=PROC_ENV, timeout=60
     )
     assert done.returncode == 0
-    killed = killed_at_write(store, aux, 1, "compact")
+    killed = killed_stm(store, aux, "write-1", "compact")
     assert killed.returncode == 137, killed.stderr
     found = [f for f in check_findings(call)[1] if f["rule"] == "compact-duplicate"]
     assert [f["path"] for f in found] == [".stacks/refs/team facts.md"], found
@@ -534,7 +502,7 @@ def test_a_rebuild_killed_between_its_writes_keeps_every_clones_note(store, call
     """Issue 22, 15: SIGKILL-like death before the first or the second whole-file write of
     the rebuild, then check --fix again."""
     sid, folder = diverged(store, call, aux)
-    killed = killed_at_write(store, aux, write, "check", "--fix")
+    killed = killed_stm(store, aux, f"write-{write}", "check", "--fix")
     assert killed.returncode == 137, killed.stderr
     assert_rebuilt_with_both_notes(store, call, folder, write)
 
@@ -552,23 +520,6 @@ def assert_rebuilt_with_both_notes(store: Path, call, folder: Path, step) -> Non
 
 
 # ---- 8. an unreadable folder does not stop boot -----------------------------------------
-
-
-class Unprivileged:
-    """Drop to nobody when root (root ignores file modes), restore afterwards."""
-
-    def __enter__(self):
-        self.was_root = os.geteuid() == 0
-        if self.was_root:
-            os.setegid(65534)
-            os.seteuid(65534)
-        return self
-
-    def __exit__(self, *exc):
-        if self.was_root:
-            os.seteuid(0)
-            os.setegid(0)
-        return False
 
 
 @pytest.fixture

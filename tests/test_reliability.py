@@ -17,7 +17,7 @@ import time
 
 import pytest
 from conftest import IDENTITY, MEMORY, ROOT, STM_PY, snapshot
-from helpers import limited
+from helpers import Unprivileged, limited
 
 import stm
 
@@ -363,23 +363,6 @@ def test_file_too_big_on_atomic_write_keeps_the_target(store, run):
 
 
 # ---- permissions --------------------------------------------------------------------
-
-
-class Unprivileged:
-    """Drop to nobody when root (root ignores file modes), restore afterwards."""
-
-    def __enter__(self):
-        self.was_root = os.geteuid() == 0
-        if self.was_root:
-            os.setegid(65534)
-            os.seteuid(65534)
-        return self
-
-    def __exit__(self, *exc):
-        if self.was_root:
-            os.seteuid(0)
-            os.setegid(0)
-        return False
 
 
 @pytest.fixture
