@@ -4286,6 +4286,32 @@ def relative_to(path: str, cwd: str) -> str:
     return path if outside else rel
 
 
+CLIENT_UUID_RE = LazyRegex(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-([0-9a-fA-F])[0-9a-fA-F]{3}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+SESSION_LABEL_CHARS = 8
+
+
+def session_label(client_session: str) -> str:
+    """The short label of a client session in names, log entries and boot: the part of
+    its id that tells it from another session's. For a UUID (also inside a file name, as
+    Codex's `rollout-<time>-<uuid>`) its first 8 hex digits, as clients show them, except
+    for a time-ordered one (version 6 or 7, Codex's): those digits are the start time,
+    shared by sessions started within a minute of each other, so its last 8 (random)
+    stand for it. Another id is shown whole up to 16 characters, else by its last 8.
+
+    >>> session_label("2fc9b73b-1111-4000-8000-000000000001")
+    '2fc9b73b'
+    >>> session_label("rollout-2026-01-02T10-00-00-0199a213-81c0-7800-8aa1-bbab2a035a53")
+    '2a035a53'
+    """
+    match = CLIENT_UUID_RE.search(client_session)
+    if match:
+        uuid = match[0].lower()
+        return uuid[-SESSION_LABEL_CHARS:] if match[1] in "67" else uuid[:SESSION_LABEL_CHARS]
+    return client_session if len(client_session) <= 16 else client_session[-SESSION_LABEL_CHARS:]
+
+
 def read_transcript(
     path: str, *, max_bytes: int = TRANSCRIPT_TAIL_BYTES, root: str | None = None
 ) -> Transcript:
@@ -6337,7 +6363,7 @@ def render_capture(captured: dict, now: float) -> list[str]:
     at = parse_iso(str(captured.get("at", "")), need_zone=True) or now
     ended = parse_iso(str(captured.get("ended_at", "")), need_zone=True)
     client = one_line(captured.get("client") or "agent", 40)
-    session = one_line(captured.get("client_session") or "?", 40)[:8]
+    session = session_label(one_line(captured.get("client_session") or "?", ID_MAX_CHARS))
     how = CAPTURE_EVENT_WORDS.get(str(captured.get("event")), "by a hook")
     # How old the work is (its transcript's last entry), not how recently stm read it: a
     # recovery at the next start is always "0 minutes" old, the work may be weeks old.
@@ -10649,7 +10675,8 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
                 return SessionRef(sid, path, False), False
     # With STM_SESSION set, this environment does not follow the pointer: not ours to move.
     switch = ref is None and not store.settings.session
-    ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
+    name = f"{client} {session_label(session) or 'session'}"
+    ref, _ = new_session(store, name=name, switch=switch)
     return ref, True
 
 
@@ -10658,7 +10685,7 @@ def capture_log_text(captured: dict) -> str:
     how = CAPTURE_EVENT_WORDS.get(captured["event"], "by a hook")
     lines = [
         f"Captured by stm {how} from {captured['client']} session "
-        f"{captured['client_session'][:8]} (the agent did not write this itself)."
+        f"{session_label(captured['client_session'])} (the agent did not write this itself)."
     ]
     if captured.get("request"):
         lines.append(f"- Asked: {one_line(captured['request'], 400)}")

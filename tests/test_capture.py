@@ -816,3 +816,24 @@ def test_two_sessions_alternating_log_each_position_once(agent, run):
     for session, transcript in ((SID, a), (other, b), (SID, a), (other, b), (SID, a)):
         assert run("capture", stdin=payload("PreCompact", session, transcript, project)).code == 0
     assert log_text(project).count("Captured by stm") == 2
+
+
+def test_uuidv7_sessions_started_together_get_labels_that_tell_them_apart(agent, run):
+    """Codex's session ids are UUIDv7: their first 8 hex digits are the start time, shared
+    by two sessions started within a minute. Every label stm derives (the log entry, the
+    session's name, boot's line) must still tell the two apart."""
+    project, folder = agent
+    first, second = "019ab4c1-7e10-7a3c-9f1e-5c2d8e4a1b01", "019ab4c1-9f42-7d08-b3a6-0e7f91c2d4e9"
+    for sid, ask in ((first, "port the lexer"), (second, "write the docs")):
+        x = Codex(str(project), sid)
+        lines = [x.meta(), x.message("user", ask), x.message("assistant", "on it")]
+        transcript = write_jsonl(folder / f"rollout-2026-01-02T10-00-00-{sid}.jsonl", lines)
+        assert run("capture", stdin=payload("PreCompact", sid, transcript, project)).code == 0
+    log = log_text(project)
+    assert "from codex session 8e4a1b01 " in log and "from codex session 91c2d4e9 " in log
+    names = {state_of(folder).get("name") for folder in sessions(project)}
+    assert "codex 8e4a1b01" in names
+    assert "- From codex session 91c2d4e9," in run("boot").out
+    # Claude Code's ids are UUIDv4: their first 8 digits stay the label users know.
+    assert stm.session_label(SID) == SID[:8]
+    assert stm.session_label("session-1") == "session-1"  # short: whole
