@@ -3728,7 +3728,8 @@ SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
 PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
 # Control characters and the ones that reorder text on screen (Trojan Source).
 UNSHOWN_RE = LazyRegex(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?>")
+WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?/?>")
+WRAPPER_CLOSE_END_RE = LazyRegex(r"</([A-Za-z][\w-]{0,63})>\Z")
 REMINDER_RE = LazyRegex(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
 # ([^\n]*) and a strip in code, never (.+?)\s*$: that backtracks quadratically on a
 # header line padded with spaces.
@@ -3910,6 +3911,18 @@ def text_of(value, limit: int = 65536) -> str:
     return "\n".join(parts)
 
 
+def element_end(text: str, at: int) -> tuple[int, str] | None:
+    """Where the element opening at `at` (`<name …>…</name>`, or `<name/>`) ends, and its
+    name; None when no element opens there or it never closes."""
+    opening = WRAPPER_OPEN_RE.match(text, at)
+    if opening is None:
+        return None
+    if opening[0].endswith("/>"):
+        return opening.end(), opening[1]
+    close = text.find(f"</{opening[1]}>", opening.end())
+    return None if close < 0 else (close + len(opening[1]) + 3, opening[1])
+
+
 def only_wrappers(text: str) -> bool:
     """Whether `text` is nothing but elements such as `<command-name>…</command-name>`
     (how clients wrap what they add to a conversation). A scan in linear time: a regex
@@ -3920,23 +3933,59 @@ def only_wrappers(text: str) -> bool:
             at += 1
         if at == end:
             return True
-        opening = WRAPPER_OPEN_RE.match(text, at)
-        if opening is None:
+        element = element_end(text, at)
+        if element is None:
             return False
-        close = text.find(f"</{opening[1]}>", opening.end())
-        if close < 0:
-            return False
-        at = close + len(opening[1]) + 3
+        at = element[0]
+
+
+def is_wrapper_name(name: str) -> bool:
+    """A client's wrapper (`command-name`, `local-command-stdout`, `user_instructions`),
+    not markup a person writes (`<li>`, `<code>`): every wrapper name has `-` or `_`."""
+    return "-" in name or "_" in name
+
+
+def strip_wrappers(text: str) -> str:
+    """`text` without the client wrappers at its start and end: `<command-name>/model
+    </command-name> fix the parser` and `fix it <user-prompt-submit-hook>…</…>` are what
+    the person wrote beside them. In linear time, as only_wrappers.
+
+    >>> strip_wrappers("<command-name>/model</command-name> fix it <x-hook>ctx</x-hook>")
+    'fix it'
+    """
+    at, end = 0, len(text)
+    while True:
+        while at < end and text[at].isspace():
+            at += 1
+        element = element_end(text, at)
+        if element is None or not is_wrapper_name(element[1]):
+            break
+        at = element[0]
+    text = text[at:].rstrip()
+    while True:
+        # The last closing tag, then the nearest opening of that name before it.
+        closing = WRAPPER_CLOSE_END_RE.search(text, max(0, len(text) - 80))
+        if closing is None or not is_wrapper_name(closing[1]):
+            return text
+        start = text.rfind(f"<{closing[1]}", 0, closing.start())
+        element = element_end(text, start) if start >= 0 else None
+        if element is None or element[0] != len(text):
+            return text
+        text = text[:start].rstrip()
 
 
 def request_text(text: str) -> str:
     """A user message's text when a person wrote it; "" for what a client wraps around
     the conversation: command and shell-output wrappers, reminders, environment context,
-    AGENTS.md instructions, interruption notes."""
+    AGENTS.md instructions, interruption notes. Wrappers at either end of a message a
+    person wrote are cut off it."""
     text = REMINDER_RE.sub("", text).strip()
     if not text or only_wrappers(text):
         return ""
-    if text.startswith(("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")):
+    text = strip_wrappers(text)
+    if not text or text.startswith(
+        ("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")
+    ):
         return ""
     return text
 
@@ -4041,7 +4090,9 @@ class TranscriptReader:
             for block in results:
                 self.claude_tool_result(block, entry.get("toolUseResult"))
             if not results and not aside:
-                text = request_text(text_of(content))
+                # The whole line's text: a wrapper cut at text_of's usual limit would not
+                # close, and would be taken for a request.
+                text = request_text(text_of(content, TRANSCRIPT_LINE_MAX_BYTES))
                 self.request = text or self.request
 
     def claude_tool_use(self, block: dict, sidechain: bool) -> None:
@@ -4125,7 +4176,7 @@ class TranscriptReader:
     def codex_item(self, item: dict) -> None:
         kind, call_id = item.get("type"), call_key(item.get("call_id"))
         if kind == "message":
-            text = text_of(item.get("content"))
+            text = text_of(item.get("content"), TRANSCRIPT_LINE_MAX_BYTES)
             if item.get("role") == "user":
                 self.request = request_text(text) or self.request
             elif item.get("role") == "assistant" and text.strip():
