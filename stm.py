@@ -3846,7 +3846,15 @@ def read_span(fd: int, offset: int, count: int) -> bytes:
 
 def open_regular(path: str) -> int:
     """A read descriptor on the regular file `path` (not through a link in its last part).
-    O_NONBLOCK: a FIFO planted as a transcript is refused, never waited on."""
+    Anything else is refused before it is opened: opening a device can act (a tape
+    rewinds, a serial line wakes); O_NONBLOCK and the check after opening cover a FIFO
+    swapped in between, which is refused, never waited on."""
+    import stat
+
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        import errno
+
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, folder or link)", path)
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
@@ -10694,6 +10702,21 @@ def captured_record(transcript, git, *, client: str, session: str, event: str) -
     return record
 
 
+def unread_reason(path: str) -> str:
+    """Why read_transcript could not read `path`, in a few words."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or "not a path"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "unreadable" if stat.S_ISREG(mode) else "not a regular file: a FIFO or device"
+
+
 def capture_is_empty(transcript) -> bool:
     return not (
         transcript.request
@@ -10827,6 +10850,9 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
             transcript = read_transcript(path, root=root)
         except (OSError, StmError, ValueError) as exc:
             result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
+            continue
+        if not transcript.position:  # never opened: nothing may say it was read
+            result["skipped"].append(f"transcript {path}: not read ({unread_reason(path)})")
             continue
         if capture_is_empty(transcript):
             result["skipped"].append(f"transcript {path}: nothing to capture")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import IDENTITY, MEMORY, snapshot
+from conftest import IDENTITY, MEMORY, run_stm, snapshot
 from helpers import git, log_text
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
@@ -837,3 +837,36 @@ def test_uuidv7_sessions_started_together_get_labels_that_tell_them_apart(agent,
     # Claude Code's ids are UUIDv4: their first 8 digits stay the label users know.
     assert stm.session_label(SID) == SID[:8]
     assert stm.session_label("session-1") == "session-1"  # short: whole
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_device_or_folder_as_transcript_is_never_opened_nor_claimed_read(
+    agent, run, monkeypatch
+):
+    """As a real hook runs: a FIFO with no writer (which a blocking open would wait on
+    forever), a device and a folder named as the transcript. The hook exits 0 at once,
+    says the transcript was not read (never "nothing to capture", which claims it was),
+    records no capture, and never even opens the special file."""
+    project, folder = agent
+    fifo = folder / f"{SID}.jsonl"
+    os.mkfifo(fifo)
+    (folder / "dir.jsonl").mkdir()
+    for transcript in (fifo, os.devnull, folder / "dir.jsonl"):
+        for event in ("PreCompact", "SessionStart"):
+            done = run_stm(
+                "capture", "--client", "claude", "--boot", cwd=project, timeout=30,
+                input=payload(event, SID, transcript, project, source="startup"),
+            )  # fmt: skip
+            assert done.returncode == 0 and "Traceback" not in done.stderr, done
+            if event == "PreCompact":
+                assert f"skipped transcript {transcript}: not read (" in done.stderr, done
+            assert "nothing to capture" not in done.stderr
+    assert sessions(project) == [] and "Captured by stm" not in log_text(project)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(
+        os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k)
+    )
+    for special in (str(fifo), os.devnull, str(folder / "dir.jsonl")):
+        assert stm.read_transcript(special).position == ""
+    assert opened == []
