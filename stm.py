@@ -10885,6 +10885,12 @@ def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=N
         # When each hook last ran: check reports an installed hook that stopped running.
         record["runs"][f"{client} {event}"] = now
         if session and (event == "SessionStart" or transcript):
+            known = record["sessions"].get(client)
+            if not transcript and isinstance(known, dict) and known.get("id") == session:
+                # A payload without one (Codex's may be null) keeps the path already known.
+                transcript = (
+                    known.get("transcript") if isinstance(known.get("transcript"), str) else ""
+                )
             record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
         if logged:
             kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import IDENTITY, MEMORY, run_stm, snapshot
@@ -870,3 +871,39 @@ def test_a_fifo_device_or_folder_as_transcript_is_never_opened_nor_claimed_read(
     for special in (str(fifo), os.devnull, str(folder / "dir.jsonl")):
         assert stm.read_transcript(special).position == ""
     assert opened == []
+
+
+def test_codex_null_transcript_path_exits_0_fast_and_keeps_what_is_known(agent, run):
+    """Codex's payloads may carry `"transcript_path": null`. As real hook processes: exit
+    0, no traceback, boot still printed at the start, the run and the session recorded;
+    a later null for the same session keeps the transcript an earlier hook named, so the
+    next start can still recover that session."""
+    project, folder = agent
+    sid = "0199a213-81c0-7800-8aa1-bbab2a035a53"
+    x = Codex(str(project), sid)
+    rollout = write_jsonl(folder / f"rollout-x-{sid}.jsonl", [x.meta(), x.message("user", "Tidy")])
+    for event, transcript in (("SessionStart", None), ("Stop", rollout), ("SessionStart", None)):
+        started = time.monotonic()
+        done = run_stm(
+            "capture", "--client", "codex", "--boot", "--max-tokens", "2400", cwd=project,
+            input=payload(event, sid, transcript, project, source="resume", model="gpt-5"),
+        )  # fmt: skip
+        assert time.monotonic() - started < 20
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done
+        assert ("# Agent Identity" in done.stdout) == (event == "SessionStart")
+    record = json.loads((project / ".state" / ".hooks.json").read_text())
+    assert record["sessions"]["codex"] == {
+        **record["sessions"]["codex"],
+        "id": sid,
+        "transcript": rollout,
+    }
+    assert {"codex SessionStart", "codex Stop"} <= set(record["runs"])
+    other = "0199a2ff-0000-7000-8000-00000000beef"
+    boot = run(
+        "capture",
+        "--client",
+        "codex",
+        "--boot",
+        stdin=payload("SessionStart", other, None, project),
+    )
+    assert "- Asked: Tidy" in boot.out
