@@ -3730,6 +3730,10 @@ PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
 UNSHOWN_RE = LazyRegex(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?/?>")
 WRAPPER_CLOSE_END_RE = LazyRegex(r"</([A-Za-z][\w-]{0,63})>\Z")
+SPACES_RE = LazyRegex(r"\s*")
+# Elements read at either end of a message at most: the scan is a Python step each, and
+# a hook must stay fast on a megabyte of `<a-b></a-b>`.
+WRAPPERS_MAX = 1000
 REMINDER_RE = LazyRegex(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
 # ([^\n]*) and a strip in code, never (.+?)\s*$: that backtracks quadratically on a
 # header line padded with spaces.
@@ -3936,15 +3940,15 @@ def only_wrappers(text: str) -> bool:
     (how clients wrap what they add to a conversation). A scan in linear time: a regex
     with a back-reference inside a repeat backtracks exponentially on `<a></a>` * 30."""
     at, end = 0, len(text)
-    while True:
-        while at < end and text[at].isspace():
-            at += 1
+    for _ in range(WRAPPERS_MAX):
+        at = SPACES_RE.match(text, at).end()
         if at == end:
             return True
         element = element_end(text, at)
         if element is None:
             return False
         at = element[0]
+    return True  # a thousand elements in a row: a client's output, whatever follows
 
 
 def is_wrapper_name(name: str) -> bool:
@@ -3956,30 +3960,34 @@ def is_wrapper_name(name: str) -> bool:
 def strip_wrappers(text: str) -> str:
     """`text` without the client wrappers at its start and end: `<command-name>/model
     </command-name> fix the parser` and `fix it <user-prompt-submit-hook>…</…>` are what
-    the person wrote beside them. In linear time, as only_wrappers.
+    the person wrote beside them. In linear time, as only_wrappers, and at most
+    WRAPPERS_MAX elements at each end.
 
     >>> strip_wrappers("<command-name>/model</command-name> fix it <x-hook>ctx</x-hook>")
     'fix it'
     """
-    at, end = 0, len(text)
-    while True:
-        while at < end and text[at].isspace():
-            at += 1
+    at = 0
+    for _ in range(WRAPPERS_MAX):
+        at = SPACES_RE.match(text, at).end()
         element = element_end(text, at)
         if element is None or not is_wrapper_name(element[1]):
             break
         at = element[0]
     text = text[at:].rstrip()
-    while True:
+    end = len(text)  # the text is cut once, at the end: a copy per wrapper is quadratic
+    for _ in range(WRAPPERS_MAX):
         # The last closing tag, then the nearest opening of that name before it.
-        closing = WRAPPER_CLOSE_END_RE.search(text, max(0, len(text) - 80))
+        closing = WRAPPER_CLOSE_END_RE.search(text, max(0, end - 80), end)
         if closing is None or not is_wrapper_name(closing[1]):
-            return text
+            return text[:end]
         start = text.rfind(f"<{closing[1]}", 0, closing.start())
         element = element_end(text, start) if start >= 0 else None
-        if element is None or element[0] != len(text):
-            return text
-        text = text[:start].rstrip()
+        if element is None or element[0] != end:
+            return text[:end]
+        end = start
+        while end and text[end - 1].isspace():  # each character looked at once
+            end -= 1
+    return text[:end]
 
 
 def request_text(text: str) -> str:

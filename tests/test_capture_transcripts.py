@@ -226,6 +226,32 @@ def test_requests_made_only_of_client_wrappers_are_no_requests(tmp_path, cwd):
     assert stm.read_transcript(write_jsonl(tmp_path / "d.jsonl", codex)).request == "Write the docs"
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "x " + "<a-b></a-b>" * 50_000,
+        "<a-b></a-b> " * 50_000 + "x",
+        "<a-b></a-b>" * 50_000,
+        "x " + "<a-b>" * 50_000 + "</a-b>",
+    ],
+    ids=["wrappers after words", "words after wrappers", "only wrappers", "nested"],
+)
+def test_a_megabyte_of_wrappers_costs_a_bounded_number_of_steps(monkeypatch, message):
+    """A hook stays fast on any input: the wrapper scans look at WRAPPERS_MAX elements at
+    each end at most, and never copy the text once per element (that was quadratic)."""
+    calls = []
+    real = stm.element_end
+
+    def counted(text, at):
+        calls.append(at)
+        return real(text, at)
+
+    monkeypatch.setattr(stm, "element_end", counted)
+    text = stm.request_text(message)
+    assert len(calls) <= 2 * stm.WRAPPERS_MAX + 2
+    assert text in ("", "x") or text.startswith("x <a-b>")
+
+
 def test_without_a_plan_the_rest_is_still_found(tmp_path, cwd):
     c = Claude(cwd)
     entries = [
