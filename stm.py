@@ -3728,7 +3728,12 @@ SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
 PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
 # Control characters and the ones that reorder text on screen (Trojan Source).
 UNSHOWN_RE = LazyRegex(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?>")
+WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?/?>")
+WRAPPER_CLOSE_END_RE = LazyRegex(r"</([A-Za-z][\w-]{0,63})>\Z")
+SPACES_RE = LazyRegex(r"\s*")
+# Elements read at either end of a message at most: the scan is a Python step each, and
+# a hook must stay fast on a megabyte of `<a-b></a-b>`.
+WRAPPERS_MAX = 1000
 REMINDER_RE = LazyRegex(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
 # ([^\n]*) and a strip in code, never (.+?)\s*$: that backtracks quadratically on a
 # header line padded with spaces.
@@ -3845,7 +3850,15 @@ def read_span(fd: int, offset: int, count: int) -> bytes:
 
 def open_regular(path: str) -> int:
     """A read descriptor on the regular file `path` (not through a link in its last part).
-    O_NONBLOCK: a FIFO planted as a transcript is refused, never waited on."""
+    Anything else is refused before it is opened: opening a device can act (a tape
+    rewinds, a serial line wakes); O_NONBLOCK and the check after opening cover a FIFO
+    swapped in between, which is refused, never waited on."""
+    import stat
+
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        import errno
+
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, folder or link)", path)
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     try:
         require_regular(fd, path)
@@ -3910,33 +3923,85 @@ def text_of(value, limit: int = 65536) -> str:
     return "\n".join(parts)
 
 
+def element_end(text: str, at: int) -> tuple[int, str] | None:
+    """Where the element opening at `at` (`<name …>…</name>`, or `<name/>`) ends, and its
+    name; None when no element opens there or it never closes."""
+    opening = WRAPPER_OPEN_RE.match(text, at)
+    if opening is None:
+        return None
+    if opening[0].endswith("/>"):
+        return opening.end(), opening[1]
+    close = text.find(f"</{opening[1]}>", opening.end())
+    return None if close < 0 else (close + len(opening[1]) + 3, opening[1])
+
+
 def only_wrappers(text: str) -> bool:
     """Whether `text` is nothing but elements such as `<command-name>…</command-name>`
     (how clients wrap what they add to a conversation). A scan in linear time: a regex
     with a back-reference inside a repeat backtracks exponentially on `<a></a>` * 30."""
     at, end = 0, len(text)
-    while True:
-        while at < end and text[at].isspace():
-            at += 1
+    for _ in range(WRAPPERS_MAX):
+        at = SPACES_RE.match(text, at).end()
         if at == end:
             return True
-        opening = WRAPPER_OPEN_RE.match(text, at)
-        if opening is None:
+        element = element_end(text, at)
+        if element is None:
             return False
-        close = text.find(f"</{opening[1]}>", opening.end())
-        if close < 0:
-            return False
-        at = close + len(opening[1]) + 3
+        at = element[0]
+    return True  # a thousand elements in a row: a client's output, whatever follows
+
+
+def is_wrapper_name(name: str) -> bool:
+    """A client's wrapper (`command-name`, `local-command-stdout`, `user_instructions`),
+    not markup a person writes (`<li>`, `<code>`): every wrapper name has `-` or `_`."""
+    return "-" in name or "_" in name
+
+
+def strip_wrappers(text: str) -> str:
+    """`text` without the client wrappers at its start and end: `<command-name>/model
+    </command-name> fix the parser` and `fix it <user-prompt-submit-hook>…</…>` are what
+    the person wrote beside them. In linear time, as only_wrappers, and at most
+    WRAPPERS_MAX elements at each end.
+
+    >>> strip_wrappers("<command-name>/model</command-name> fix it <x-hook>ctx</x-hook>")
+    'fix it'
+    """
+    at = 0
+    for _ in range(WRAPPERS_MAX):
+        at = SPACES_RE.match(text, at).end()
+        element = element_end(text, at)
+        if element is None or not is_wrapper_name(element[1]):
+            break
+        at = element[0]
+    text = text[at:].rstrip()
+    end = len(text)  # the text is cut once, at the end: a copy per wrapper is quadratic
+    for _ in range(WRAPPERS_MAX):
+        # The last closing tag, then the nearest opening of that name before it.
+        closing = WRAPPER_CLOSE_END_RE.search(text, max(0, end - 80), end)
+        if closing is None or not is_wrapper_name(closing[1]):
+            return text[:end]
+        start = text.rfind(f"<{closing[1]}", 0, closing.start())
+        element = element_end(text, start) if start >= 0 else None
+        if element is None or element[0] != end:
+            return text[:end]
+        end = start
+        while end and text[end - 1].isspace():  # each character looked at once
+            end -= 1
+    return text[:end]
 
 
 def request_text(text: str) -> str:
     """A user message's text when a person wrote it; "" for what a client wraps around
     the conversation: command and shell-output wrappers, reminders, environment context,
-    AGENTS.md instructions, interruption notes."""
+    AGENTS.md instructions, interruption notes. Wrappers at either end of a message a
+    person wrote are cut off it."""
     text = REMINDER_RE.sub("", text).strip()
     if not text or only_wrappers(text):
         return ""
-    if text.startswith(("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")):
+    text = strip_wrappers(text)
+    if not text or text.startswith(
+        ("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")
+    ):
         return ""
     return text
 
@@ -4041,7 +4106,9 @@ class TranscriptReader:
             for block in results:
                 self.claude_tool_result(block, entry.get("toolUseResult"))
             if not results and not aside:
-                text = request_text(text_of(content))
+                # The whole line's text: a wrapper cut at text_of's usual limit would not
+                # close, and would be taken for a request.
+                text = request_text(text_of(content, TRANSCRIPT_LINE_MAX_BYTES))
                 self.request = text or self.request
 
     def claude_tool_use(self, block: dict, sidechain: bool) -> None:
@@ -4125,7 +4192,7 @@ class TranscriptReader:
     def codex_item(self, item: dict) -> None:
         kind, call_id = item.get("type"), call_key(item.get("call_id"))
         if kind == "message":
-            text = text_of(item.get("content"))
+            text = text_of(item.get("content"), TRANSCRIPT_LINE_MAX_BYTES)
             if item.get("role") == "user":
                 self.request = request_text(text) or self.request
             elif item.get("role") == "assistant" and text.strip():
@@ -4284,6 +4351,32 @@ def relative_to(path: str, cwd: str) -> str:
         return path
     outside = rel in (os.curdir, os.pardir) or rel.startswith(os.pardir + os.sep)
     return path if outside else rel
+
+
+CLIENT_UUID_RE = LazyRegex(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-([0-9a-fA-F])[0-9a-fA-F]{3}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+SESSION_LABEL_CHARS = 8
+
+
+def session_label(client_session: str) -> str:
+    """The short label of a client session in names, log entries and boot: the part of
+    its id that tells it from another session's. For a UUID (also inside a file name, as
+    Codex's `rollout-<time>-<uuid>`) its first 8 hex digits, as clients show them, except
+    for a time-ordered one (version 6 or 7, Codex's): those digits are the start time,
+    shared by sessions started within a minute of each other, so its last 8 (random)
+    stand for it. Another id is shown whole up to 16 characters, else by its last 8.
+
+    >>> session_label("2fc9b73b-1111-4000-8000-000000000001")
+    '2fc9b73b'
+    >>> session_label("rollout-2026-01-02T10-00-00-0199a213-81c0-7800-8aa1-bbab2a035a53")
+    '2a035a53'
+    """
+    match = CLIENT_UUID_RE.search(client_session)
+    if match:
+        uuid = match[0].lower()
+        return uuid[-SESSION_LABEL_CHARS:] if match[1] in "67" else uuid[:SESSION_LABEL_CHARS]
+    return client_session if len(client_session) <= 16 else client_session[-SESSION_LABEL_CHARS:]
 
 
 def read_transcript(
@@ -6337,7 +6430,7 @@ def render_capture(captured: dict, now: float) -> list[str]:
     at = parse_iso(str(captured.get("at", "")), need_zone=True) or now
     ended = parse_iso(str(captured.get("ended_at", "")), need_zone=True)
     client = one_line(captured.get("client") or "agent", 40)
-    session = one_line(captured.get("client_session") or "?", 40)[:8]
+    session = session_label(one_line(captured.get("client_session") or "?", ID_MAX_CHARS))
     how = CAPTURE_EVENT_WORDS.get(str(captured.get("event")), "by a hook")
     # How old the work is (its transcript's last entry), not how recently stm read it: a
     # recovery at the next start is always "0 minutes" old, the work may be weeks old.
@@ -10632,6 +10725,21 @@ def captured_record(transcript, git, *, client: str, session: str, event: str) -
     return record
 
 
+def unread_reason(path: str) -> str:
+    """Why read_transcript could not read `path`, in a few words."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or "not a path"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "unreadable" if stat.S_ISREG(mode) else "not a regular file: a FIFO or device"
+
+
 def capture_is_empty(transcript) -> bool:
     return not (
         transcript.request
@@ -10664,7 +10772,8 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
                 return SessionRef(sid, path, False), False
     # With STM_SESSION set, this environment does not follow the pointer: not ours to move.
     switch = ref is None and not store.settings.session
-    ref, _ = new_session(store, name=f"{client} {session[:8] or 'session'}", switch=switch)
+    name = f"{client} {session_label(session) or 'session'}"
+    ref, _ = new_session(store, name=name, switch=switch)
     return ref, True
 
 
@@ -10673,7 +10782,7 @@ def capture_log_text(captured: dict) -> str:
     how = CAPTURE_EVENT_WORDS.get(captured["event"], "by a hook")
     lines = [
         f"Captured by stm {how} from {captured['client']} session "
-        f"{captured['client_session'][:8]} (the agent did not write this itself)."
+        f"{session_label(captured['client_session'])} (the agent did not write this itself)."
     ]
     if captured.get("request"):
         lines.append(f"- Asked: {one_line(captured['request'], 400)}")
@@ -10765,6 +10874,9 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         except (OSError, StmError, ValueError) as exc:
             result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
             continue
+        if not transcript.position:  # never opened: nothing may say it was read
+            result["skipped"].append(f"transcript {path}: not read ({unread_reason(path)})")
+            continue
         if capture_is_empty(transcript):
             result["skipped"].append(f"transcript {path}: nothing to capture")
             continue
@@ -10796,6 +10908,12 @@ def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=N
         # When each hook last ran: check reports an installed hook that stopped running.
         record["runs"][f"{client} {event}"] = now
         if session and (event == "SessionStart" or transcript):
+            known = record["sessions"].get(client)
+            if not transcript and isinstance(known, dict) and known.get("id") == session:
+                # A payload without one (Codex's may be null) keeps the path already known.
+                transcript = (
+                    known.get("transcript") if isinstance(known.get("transcript"), str) else ""
+                )
             record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
         if logged:
             kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}

@@ -193,6 +193,65 @@ def test_claude_requests_skip_wrappers_meta_lines_and_tool_results(tmp_path, cwd
     assert result.plan == [] and result.files == [] and result.failures == []
 
 
+def test_requests_made_only_of_client_wrappers_are_no_requests(tmp_path, cwd):
+    """A session whose last user turns are only client wrappers (`/clear`, a command's
+    output, a `!` shell's output over text_of's usual 64 KiB, a self-closing element)
+    asked what the last person-written turn asked; wrappers at either end of a message
+    a person wrote are cut off it, markup inside or in a person's own words stays."""
+    c = Claude(cwd)
+    big = "<bash-stdout>" + "line of log\n" * 8000 + "</bash-stdout><bash-stderr></bash-stderr>"
+    wrappers = [
+        c.user("<command-name>/clear</command-name>\n  <command-message>clear</command-message>"),
+        c.user("<local-command-stdout></local-command-stdout>"),
+        c.user("<bash-input>cat big.log</bash-input>"),
+        c.user(big),
+        c.user("<command-name>/compact</command-name><command-args/>"),
+        c.user([{"type": "text", "text": "<system-reminder>\nRead a file\n</system-reminder>"}]),
+    ]
+    asked = [c.user("Port the lexer"), *wrappers, c.say("ok")]
+    result = stm.read_transcript(write_jsonl(tmp_path / "a.jsonl", asked))
+    assert result.request == "Port the lexer"
+    only = stm.read_transcript(write_jsonl(tmp_path / "b.jsonl", [*wrappers, c.say("ok")]))
+    assert only.request == ""
+    for message, request in (
+        ("<command-name>/model</command-name> now fix the parser", "now fix the parser"),
+        ("fix X\n<user-prompt-submit-hook>branch main</user-prompt-submit-hook>", "fix X"),
+        ("why does <div>x</div> not render?", "why does <div>x</div> not render?"),
+        ("<code>f()</code> crashes", "<code>f()</code> crashes"),
+    ):
+        path = write_jsonl(tmp_path / "c.jsonl", [c.user(message), c.say("ok")])
+        assert stm.read_transcript(path).request == request
+    x = Codex(cwd)
+    codex = [x.meta(), x.message("user", "Write the docs"), x.message("user", big)]
+    assert stm.read_transcript(write_jsonl(tmp_path / "d.jsonl", codex)).request == "Write the docs"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "x " + "<a-b></a-b>" * 50_000,
+        "<a-b></a-b> " * 50_000 + "x",
+        "<a-b></a-b>" * 50_000,
+        "x " + "<a-b>" * 50_000 + "</a-b>",
+    ],
+    ids=["wrappers after words", "words after wrappers", "only wrappers", "nested"],
+)
+def test_a_megabyte_of_wrappers_costs_a_bounded_number_of_steps(monkeypatch, message):
+    """A hook stays fast on any input: the wrapper scans look at WRAPPERS_MAX elements at
+    each end at most, and never copy the text once per element (that was quadratic)."""
+    calls = []
+    real = stm.element_end
+
+    def counted(text, at):
+        calls.append(at)
+        return real(text, at)
+
+    monkeypatch.setattr(stm, "element_end", counted)
+    text = stm.request_text(message)
+    assert len(calls) <= 2 * stm.WRAPPERS_MAX + 2
+    assert text in ("", "x") or text.startswith("x <a-b>")
+
+
 def test_without_a_plan_the_rest_is_still_found(tmp_path, cwd):
     c = Claude(cwd)
     entries = [
