@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
-from conftest import IDENTITY, MEMORY, run_stm, snapshot
-from helpers import git, log_text
+from conftest import IDENTITY, MEMORY, clock, run_stm, snapshot
+from helpers import Clock, git, log_text
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -308,7 +308,7 @@ def test_the_next_start_recovers_a_session_that_was_killed(agent, run):
     assert "- Plan, in progress: wire it into __init__" in block
     assert "Captured by stm at the next start" in log_text(project)
     record = json.loads((project / ".state" / ".hooks.json").read_text())
-    assert record["sessions"]["claude"]["id"] == later
+    assert [e["id"] for e in record["sessions"]["claude"]] == [later, SID]  # newest first
     assert ".hooks.json" in (project / ".state" / ".gitignore").read_text()
 
 
@@ -787,7 +787,7 @@ def test_the_start_is_recorded_even_when_its_capture_fails(agent, run, monkeypat
     result = run("capture", "--client", "claude", "--boot", stdin=start)
     assert result.code == 0 and "## Identity" in result.out and "nothing captured" in result.err
     record = json.loads((project / ".state" / ".hooks.json").read_text())
-    assert record["sessions"]["claude"]["id"] == SID
+    assert record["sessions"]["claude"][0]["id"] == SID
 
 
 def test_stop_writes_only_when_the_work_changed(agent, run):
@@ -892,8 +892,8 @@ def test_codex_null_transcript_path_exits_0_fast_and_keeps_what_is_known(agent, 
         assert done.returncode == 0 and "Traceback" not in done.stderr, done
         assert ("# Agent Identity" in done.stdout) == (event == "SessionStart")
     record = json.loads((project / ".state" / ".hooks.json").read_text())
-    assert record["sessions"]["codex"] == {
-        **record["sessions"]["codex"],
+    assert record["sessions"]["codex"][0] == {
+        **record["sessions"]["codex"][0],
         "id": sid,
         "transcript": rollout,
     }
@@ -934,3 +934,125 @@ def test_two_claude_sessions_in_one_checkout_are_both_recovered(agent, run):
     log = log_text(project)
     assert "lexer.py half done" in log and "docs.md half done" in log
     assert "7a7a7a7a" in boot and "2fc9b73b" in boot
+
+
+# ---- two sessions of one client in one checkout ------------------------------------------
+
+
+def small_work(project, folder, sid: str, name: str) -> str:
+    """A short session of `sid` that wrote `name`, and its transcript's path."""
+    c = Claude(str(project), sid)
+    work = [c.user(f"write {name}"), c.call("w1", "Write", file_path=f"{project}/{name}")]
+    lines = [*work, c.result("w1", "ok"), c.say(f"{name} half done")]
+    return write_jsonl(folder / f"{sid}.jsonl", lines)
+
+
+def hook_record(project) -> dict:
+    return json.loads((project / ".state" / ".hooks.json").read_text())
+
+
+def test_the_record_of_an_older_stm_one_session_per_client_is_still_read(agent, run):
+    project, folder = agent
+    transcript = small_work(project, folder, SID, "lexer.py")
+    old = {"sessions": {"claude": {"id": SID, "transcript": transcript, "seen_at": "x"}}}
+    (project / ".state" / ".hooks.json").write_text(json.dumps({**old, "runs": {}}))
+    later = "7a7a7a7a-2222-4000-8000-000000000002"
+    # In another folder, so only the record can lead to the first transcript (the fallback
+    # looks beside the new one).
+    (folder / "new").mkdir()
+    start = payload("SessionStart", later, folder / "new" / f"{later}.jsonl", project)
+    out = run("capture", "--client", "claude", "--boot", stdin=start).out
+    assert "- Last message: lexer.py half done" in out
+    entries = hook_record(project)["sessions"]["claude"]
+    assert [e["id"] for e in entries] == [later, SID] and entries[1]["transcript"] == transcript
+
+
+def test_a_start_opens_at_most_four_transcripts_and_the_next_start_gets_the_rest(
+    agent, run, monkeypatch
+):
+    """Six sessions cut off with work: a start opens the newest four (it must stay
+    fast); the already logged cost a stat at the next start, which recovers the other two."""
+    project, folder = agent
+    ids = [f"{n}{n}{n}{n}aaaa-3333-4000-8000-00000000000{n}" for n in range(1, 7)]
+    entries = [
+        {"id": sid, "transcript": small_work(project, folder, sid, f"f{n}.py")}
+        for n, sid in enumerate(ids, 1)
+    ]
+    record = {"sessions": {"claude": entries[::-1]}, "runs": {}}  # newest first
+    (project / ".state" / ".hooks.json").write_text(json.dumps(record))
+    opened = []
+    real = stm.read_transcript
+    monkeypatch.setattr(stm, "read_transcript", lambda p, **k: opened.append(p) or real(p, **k))
+    for n, new in enumerate(("7a7a7a7a-0000-4000-8000-00000000000a", "7b7b7b7b-0000")):
+        start = payload("SessionStart", new, folder / f"{new}.jsonl", project, source="startup")
+        assert run("capture", "--client", "claude", stdin=start).code == 0
+        assert len(opened) == 4 if n == 0 else 6
+    log = log_text(project)
+    assert [f"f{n}.py half done" in log for n in range(1, 7)] == [True] * 6
+    assert log.count("Captured by stm") == 6
+    assert [e["id"] for e in hook_record(project)["sessions"]["claude"]][:2] == [
+        "7b7b7b7b-0000",
+        "7a7a7a7a-0000-4000-8000-00000000000a",
+    ]
+    # Nothing new: a third start opens nothing and logs nothing.
+    start = payload("SessionStart", "7c7c7c7c", folder / "7c7c7c7c.jsonl", project, source="clear")
+    run("capture", "--client", "claude", stdin=start)
+    assert len(opened) == 6 and log_text(project).count("Captured by stm") == 6
+
+
+def test_a_capture_never_replaces_one_of_a_session_live_beside_it(agent, run, monkeypatch):
+    """A and B started side by side; A's PreCompact ran after B started: B's capture goes
+    to a session of its own, the pointer stays, and A's capture stays where it was."""
+    project, folder = agent
+    tick = Clock(clock())
+    monkeypatch.setattr(stm, "utc_now", tick)
+    other = "7a7a7a7a-2222-4000-8000-000000000002"
+    paths = {sid: folder / f"{sid}.jsonl" for sid in (SID, other)}
+    for sid in (SID, other):
+        run(
+            "capture", "--client", "claude", stdin=payload("SessionStart", sid, paths[sid], project)
+        )
+        tick.tick()
+    small_work(project, folder, SID, "lexer.py")
+    run("capture", "--client", "claude", stdin=payload("PreCompact", SID, paths[SID], project))
+    [first] = sessions(project)
+    pointer = (project / ".state" / "current-session.json").read_text()
+    tick.tick()
+    small_work(project, folder, other, "docs.md")
+    run("capture", "--client", "claude", stdin=payload("PreCompact", other, paths[other], project))
+    assert len(sessions(project)) == 2
+    assert state_of(first)["captured"]["client_session"] == SID
+    [second] = [s for s in sessions(project) if s != first]
+    assert state_of(second)["captured"]["client_session"] == other
+    assert (project / ".state" / "current-session.json").read_text() == pointer
+    # B's next capture finds its own session again; A's finds A's.
+    for sid, name in ((other, "docs2.md"), (SID, "lexer2.py")):
+        small_work(project, folder, sid, name)
+        run("capture", "--client", "claude", stdin=payload("PreCompact", sid, paths[sid], project))
+    assert len(sessions(project)) == 2
+    assert state_of(first)["captured"]["files"] == ["lexer2.py"]
+    assert state_of(second)["captured"]["files"] == ["docs2.md"]
+    assert {e["id"]: e["to"] for e in hook_record(project)["sessions"]["claude"]} == {
+        SID: first.name,
+        other: second.name,
+    }
+
+
+def test_a_session_that_stopped_before_the_next_started_is_replaced_as_before(
+    agent, run, monkeypatch
+):
+    project, folder = agent
+    tick = Clock(clock())
+    monkeypatch.setattr(stm, "utc_now", tick)
+    other = "7a7a7a7a-2222-4000-8000-000000000002"
+    first = payload("SessionStart", SID, folder / f"{SID}.jsonl", project, source="startup")
+    run("capture", "--client", "claude", stdin=first)
+    small_work(project, folder, SID, "lexer.py")  # then killed
+    tick.tick()
+    later = payload("SessionStart", other, folder / f"{other}.jsonl", project, source="startup")
+    run("capture", "--client", "claude", stdin=later)  # recovers the first
+    tick.tick()
+    transcript = small_work(project, folder, other, "docs.md")
+    run("capture", "--client", "claude", stdin=payload("PreCompact", other, transcript, project))
+    [only] = sessions(project)
+    assert state_of(only)["captured"]["client_session"] == other
