@@ -4665,6 +4665,66 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
     return f"`{command} && {shell_command(*git_words, *following[1:])}`"
 
 
+# The local hook record (.state/.hooks.json, git-ignored): which client sessions the hooks
+# saw, where their captures went, and when each hook ran. Capture writes it; boot reads it
+# to name the captures of sessions side by side (spec/capture.md).
+HOOK_RECORD_MAX = 256 * 1024  # 8 sessions of each client, their paths at most 4 KiB each
+HOOK_CLIENTS = ("claude", "codex")
+HOOK_SESSIONS_MAX = 8  # client sessions the local record keeps per client, newest first
+SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
+
+
+def read_hook_record(store: Store) -> dict:
+    """The local record of .state/.hooks.json: {"sessions": {client: [entries, newest
+    first]}, "runs": {"client Event": stamp}, "logged": {client session: position}}. A
+    missing, unreadable or corrupt record starts afresh: it only decides what to capture
+    next, and a capture is never lost by re-reading."""
+    path = os.path.join(store.state, HOOKS_FILE)
+    record = {"sessions": {}, "runs": {}, "logged": {}}
+    if links_on_the_way(store.state, path) or not os.path.lexists(path):
+        return record
+    try:
+        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
+    except (OSError, StmError, UnicodeDecodeError, ValueError):
+        return record
+    if isinstance(data, dict):
+        for key in record:
+            if isinstance(data.get(key), dict):
+                record[key] = data[key]
+    return record
+
+
+HOOK_ENTRY_FIELDS = ("id", "transcript", "started_at", "seen_at", "to")
+
+
+def hook_sessions(record: dict, client: str) -> list[dict]:
+    """The client's recent sessions in the local record, newest first: {"id",
+    "transcript", "started_at" (its last start), "seen_at" (its last hook), "to" (the
+    stm session its capture went to)}, each a string. An older stm kept one dict per
+    client: it reads as a list of one. Whatever else a (planted) record holds is dropped:
+    an id must look like one client_session_id stores."""
+    value = record["sessions"].get(client)
+    value = [value] if isinstance(value, dict) else value
+    entries = []
+    for entry in value[:HOOK_SESSIONS_MAX] if isinstance(value, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        if not SESSION_TOKEN_RE.fullmatch(entry["id"]):
+            continue
+        entries.append({k: entry[k] for k in HOOK_ENTRY_FIELDS if isinstance(entry.get(k), str)})
+    return entries
+
+
+def recorded_session(record: dict, client: str, session: str) -> dict | None:
+    return next((e for e in hook_sessions(record, client) if e["id"] == session), None)
+
+
+def write_hook_record(store: Store, record: dict) -> None:
+    path = os.path.join(store.state, HOOKS_FILE)
+    refuse_links_below(store.state, path)
+    atomic_write(path, dumps_json(record).encode("utf-8"))
+
+
 # ==== Formats: three-way merge ===============================================
 #
 # `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
@@ -6384,6 +6444,8 @@ class BootParts:
             self.git = git_state(root, since=stamp, exclude=memory_folders(self.store))
         now = utc_now()
         lines = render_capture(self.captured, now) if self.captured else []
+        if self.captured:
+            lines += self._other_captures(now)
         behind = render_git_behind(self.git, stamp) if self.git else []
         if not lines and not behind:
             return
@@ -6412,6 +6474,61 @@ class BootParts:
                 "`stm session checkpoint`"
             )
         self.capture = "\n".join(lines + behind)
+
+    def _other_captures(self, now: float) -> list[str]:
+        """One line for each recent capture of another client session in another stm
+        session (two sessions side by side in one checkout): the local hook record says
+        where the newest captures went, so boot reads a few state.json files, never a
+        listing, however many sessions there are."""
+        record = read_hook_record(self.store)
+        entries = [e for c in HOOK_CLIENTS for e in hook_sessions(record, c) if e.get("to")]
+        entries.sort(key=lambda e: e.get("seen_at", ""), reverse=True)
+        names, read, lines = {self.captured.get("client_session")}, set(), []
+        for entry in entries:
+            if entry["id"] in names or entry["to"] in read:
+                continue
+            if len(read) == BOOT_OTHER_CAPTURES_MAX:
+                break
+            read.add(entry["to"])
+            captured = captured_in(self.store, entry["to"])
+            if captured is None or captured.get("client_session") in names:
+                continue
+            when = parse_iso(str(captured.get("ended_at") or captured["at"]), need_zone=True)
+            if when is None or now - when > BOOT_OTHER_CAPTURES_DAYS * 86400:
+                continue
+            names.add(captured.get("client_session"))
+            client = one_line(captured.get("client") or "agent", 40)
+            label = session_label(one_line(captured.get("client_session") or "?", ID_MAX_CHARS))
+            lines.append(
+                f"- Also captured: {client} session {label}, last active {age_words(now - when)} "
+                f"ago, kept in session {entry['to']} (`stm session show {entry['to']}`)"
+            )
+        return lines
+
+
+BOOT_OTHER_CAPTURES_MAX = 3  # stm sessions read for captures of sessions side by side
+BOOT_OTHER_CAPTURES_DAYS = 7  # an older capture of another session is not named
+
+
+def captured_in(store: Store, session_id: str) -> dict | None:
+    """The capture a session holds, by its id from the local hook record (which a hostile
+    clone can fill: only a session id, only this store's session folders); None when
+    there is none to show."""
+    if not is_session_id(session_id):
+        return None
+    for path in dict.fromkeys(
+        (os.path.join(store.sessions_dir, session_id), session_folder(store, session_id))
+    ):
+        if not os.path.lexists(path):
+            continue
+        try:
+            state = load_state(checked_ref(store, SessionRef(session_id, path, False)))
+        except (OSError, StmError):
+            return None
+        captured = state.get("captured")
+        ok = isinstance(captured, dict) and is_iso_utc(captured.get("at"))
+        return captured if ok else None
+    return None
 
 
 CAPTURE_EVENT_WORDS = {
@@ -10552,13 +10669,10 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
 
 HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
 HOOK_LOCK_TIMEOUT_S = 1.0  # a hook waits at most this long for the lock, then skips
-HOOK_RECORD_MAX = 256 * 1024  # 8 sessions of each client, their paths at most 4 KiB each
-HOOK_SESSIONS_MAX = 8  # client sessions the local record keeps per client, newest first
 HOOK_RECOVER_MAX = 4  # transcripts a start opens to recover other sessions: it stays fast
+HOOK_RECOVER_BYTES = 4 << 20  # and their tails' bytes: one full tail (~0.3 s), as before
 HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
 CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
-HOOK_CLIENTS = ("claude", "codex")
-SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
 
 
 def read_hook_payload(data: bytes) -> dict:
@@ -10596,57 +10710,6 @@ def payload_client(payload: dict, given: str | None) -> str:
     return "agent"
 
 
-def read_hook_record(store: Store) -> dict:
-    """The local record of .state/.hooks.json: {"sessions": {client: [entries, newest
-    first]}, "runs": {"client Event": stamp}, "logged": {client session: position}}. A
-    missing, unreadable or corrupt record starts afresh: it only decides what to capture
-    next, and a capture is never lost by re-reading."""
-    path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}, "logged": {}}
-    if links_on_the_way(store.state, path) or not os.path.lexists(path):
-        return record
-    try:
-        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
-    except (OSError, StmError, UnicodeDecodeError, ValueError):
-        return record
-    if isinstance(data, dict):
-        for key in record:
-            if isinstance(data.get(key), dict):
-                record[key] = data[key]
-    return record
-
-
-HOOK_ENTRY_FIELDS = ("id", "transcript", "started_at", "seen_at", "to")
-
-
-def hook_sessions(record: dict, client: str) -> list[dict]:
-    """The client's recent sessions in the local record, newest first: {"id",
-    "transcript", "started_at" (its last start), "seen_at" (its last hook), "to" (the
-    stm session its capture went to)}, each a string. An older stm kept one dict per
-    client: it reads as a list of one. Whatever else a (planted) record holds is dropped:
-    an id must look like one client_session_id stores."""
-    value = record["sessions"].get(client)
-    value = [value] if isinstance(value, dict) else value
-    entries = []
-    for entry in value[:HOOK_SESSIONS_MAX] if isinstance(value, list) else []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            continue
-        if not SESSION_TOKEN_RE.fullmatch(entry["id"]):
-            continue
-        entries.append({k: entry[k] for k in HOOK_ENTRY_FIELDS if isinstance(entry.get(k), str)})
-    return entries
-
-
-def recorded_session(record: dict, client: str, session: str) -> dict | None:
-    return next((e for e in hook_sessions(record, client) if e["id"] == session), None)
-
-
-def write_hook_record(store: Store, record: dict) -> None:
-    path = os.path.join(store.state, HOOKS_FILE)
-    refuse_links_below(store.state, path)
-    atomic_write(path, dumps_json(record).encode("utf-8"))
-
-
 def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
     """What to capture for this hook: (client session, transcript path, log it?) rows.
 
@@ -10676,11 +10739,12 @@ def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str
 
 def recovery_jobs(entries: list, record: dict, payload: dict, session: str, root: str) -> list:
     """The recorded sessions a start recovers: every other one whose transcript changed
-    since its last logged position, at most HOOK_RECOVER_MAX of them opened, newest
-    first. A transcript already logged at its present size costs one lstat, so sessions
-    captured before never use up the bound."""
+    since its last logged position, newest first, at most HOOK_RECOVER_MAX of them opened
+    and HOOK_RECOVER_BYTES read (the first always); the rest wait for the next start,
+    still in the record. A transcript already logged at its present size costs one
+    lstat, so sessions captured before never use up the bound."""
     logged = record["logged"] if isinstance(record.get("logged"), dict) else {}
-    jobs, opened = [], 0
+    jobs, opened, budget = [], 0, HOOK_RECOVER_BYTES
     for entry in entries:
         path = entry.get("transcript", "")
         size = transcript_size(path) if path.endswith(".jsonl") else None
@@ -10688,9 +10752,10 @@ def recovery_jobs(entries: list, record: dict, payload: dict, session: str, root
             continue
         if size == position_size(logged.get(entry["id"])):
             continue  # logged at this size already: nothing new to recover
-        if opened == HOOK_RECOVER_MAX:
+        tail = min(size, TRANSCRIPT_TAIL_BYTES)
+        if opened == HOOK_RECOVER_MAX or (opened and tail > budget):
             break
-        opened += 1
+        opened, budget = opened + 1, budget - tail
         if is_project_transcript(path, root, payload):
             jobs.append((entry["id"], path, True))
     return jobs
@@ -10938,6 +11003,8 @@ def record_capture(
     if logged.get(captured["client_session"]) == captured["position"]:
         log = False
     if same and (not log or previous.get("logged") == captured["position"]):
+        if previous.get("logged") == captured["position"]:
+            captured["logged"] = captured["position"]  # so the local record knows it too
         return ref, False
     if log:
         # The log entry first: a capture killed between the two writes logs twice at

@@ -909,12 +909,6 @@ def test_codex_null_transcript_path_exits_0_fast_and_keeps_what_is_known(agent, 
     assert "- Asked: Tidy" in boot.out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, not fixed yet: .state/.hooks.json keeps one session per client and "
-    "every capture goes to the current stm session, so a second Claude Code session in the "
-    "same checkout hides the first (see the capture-leftovers report)",
-)
 def test_two_claude_sessions_in_one_checkout_are_both_recovered(agent, run):
     """Two Claude Code sessions (different session_id) run side by side in one checkout
     and are both killed: the next start must recover both, neither hiding the other."""
@@ -925,15 +919,20 @@ def test_two_claude_sessions_in_one_checkout_are_both_recovered(agent, run):
         start = payload("SessionStart", sid, paths[sid], project, source="startup")
         assert run("capture", "--client", "claude", "--boot", stdin=start).code == 0
     for sid, name in ((first, "lexer.py"), (second, "docs.md")):
-        c = Claude(str(project), sid)
-        work = [c.user(f"write {name}"), c.call("w1", "Write", file_path=f"{project}/{name}")]
-        write_jsonl(paths[sid], [*work, c.result("w1", "ok"), c.say(f"{name} half done")])
+        small_work(project, folder, sid, name)  # then both are killed
     third = "3c3c3c3c-3333-4000-8000-000000000003"
     start = payload("SessionStart", third, folder / f"{third}.jsonl", project, source="startup")
     boot = run("capture", "--client", "claude", "--boot", stdin=start).out
     log = log_text(project)
     assert "lexer.py half done" in log and "docs.md half done" in log
-    assert "7a7a7a7a" in boot and "2fc9b73b" in boot
+    block = boot.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert "- From claude session 7a7a7a7a," in block  # the newest, in the current session
+    [also] = [line for line in block.splitlines() if line.startswith("- Also captured:")]
+    assert also.startswith("- Also captured: claude session 2fc9b73b, last active ")
+    [held] = [
+        s.name for s in sessions(project) if state_of(s)["captured"]["client_session"] == first
+    ]
+    assert f"session show {held}" in also
 
 
 # ---- two sessions of one client in one checkout ------------------------------------------
@@ -942,6 +941,7 @@ def test_two_claude_sessions_in_one_checkout_are_both_recovered(agent, run):
 def small_work(project, folder, sid: str, name: str) -> str:
     """A short session of `sid` that wrote `name`, and its transcript's path."""
     c = Claude(str(project), sid)
+    c.clock.start = clock() - 3600  # an hour ago by stm's clock, moved or not
     work = [c.user(f"write {name}"), c.call("w1", "Write", file_path=f"{project}/{name}")]
     lines = [*work, c.result("w1", "ok"), c.say(f"{name} half done")]
     return write_jsonl(folder / f"{sid}.jsonl", lines)
@@ -1000,6 +1000,20 @@ def test_a_start_opens_at_most_four_transcripts_and_the_next_start_gets_the_rest
     assert len(opened) == 6 and log_text(project).count("Captured by stm") == 6
 
 
+def test_a_start_reads_one_full_tail_of_other_sessions_at_most(agent, run, monkeypatch):
+    """Past the byte budget (one transcript tail) a start opens no more: the first is
+    always read, the rest wait for the next start."""
+    project, folder = agent
+    monkeypatch.setattr(stm, "HOOK_RECOVER_BYTES", 100)  # under one small transcript
+    ids = ["1111aaaa-3333-4000-8000-000000000001", "2222aaaa-3333-4000-8000-000000000002"]
+    entries = [{"id": sid, "transcript": small_work(project, folder, sid, "f.py")} for sid in ids]
+    (project / ".state" / ".hooks.json").write_text(json.dumps({"sessions": {"claude": entries}}))
+    for n, new in enumerate(("7a7a7a7a", "7b7b7b7b"), 1):
+        start = payload("SessionStart", new, folder / f"{new}.jsonl", project, source="startup")
+        run("capture", "--client", "claude", stdin=start)
+        assert log_text(project).count("Captured by stm") == n
+
+
 def test_a_capture_never_replaces_one_of_a_session_live_beside_it(agent, run, monkeypatch):
     """A and B started side by side; A's PreCompact ran after B started: B's capture goes
     to a session of its own, the pointer stays, and A's capture stays where it was."""
@@ -1056,3 +1070,63 @@ def test_a_session_that_stopped_before_the_next_started_is_replaced_as_before(
     run("capture", "--client", "claude", stdin=payload("PreCompact", other, transcript, project))
     [only] = sessions(project)
     assert state_of(only)["captured"]["client_session"] == other
+
+
+def test_boot_names_a_recent_capture_kept_in_another_session(agent, run, monkeypatch):
+    project, folder = agent
+    tick = Clock(clock())
+    monkeypatch.setattr(stm, "utc_now", tick)
+    other = "7a7a7a7a-2222-4000-8000-000000000002"
+    paths = {sid: folder / f"{sid}.jsonl" for sid in (SID, other)}
+    for sid in (SID, other):
+        run(
+            "capture", "--client", "claude", stdin=payload("SessionStart", sid, paths[sid], project)
+        )
+        tick.tick()
+    for sid, name in ((SID, "lexer.py"), (other, "docs.md")):  # side by side: two sessions
+        small_work(project, folder, sid, name)
+        run("capture", "--client", "claude", stdin=payload("PreCompact", sid, paths[sid], project))
+    [held] = [
+        s.name for s in sessions(project) if state_of(s)["captured"]["client_session"] == other
+    ]
+    block = run("boot").out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert "- From claude session 2fc9b73b," in block
+    [also] = [line for line in block.splitlines() if line.startswith("- Also captured:")]
+    assert also.startswith("- Also captured: claude session 7a7a7a7a, last active ")
+    assert also.endswith(f" ago, kept in session {held} (`stm session show {held}`)")
+    # A planted or stale record names nothing outside the store's sessions.
+    record = hook_record(project)
+    record["sessions"]["codex"] = [{"id": "x", "to": "../../../etc", "seen_at": "9"}]
+    (project / ".state" / ".hooks.json").write_text(json.dumps(record))
+    assert "- Also captured: claude session 7a7a7a7a" in run("boot").out
+    tick.tick(8 * 86400)  # a week later, the other capture no longer matters
+    assert "Also captured" not in run("boot").out
+
+
+def test_claude_hooks_recover_two_sessions_killed_side_by_side(copied, run):
+    """As the client runs them: two sessions start, work and are killed together, and the
+    next start logs both and names both in its boot."""
+    project = copied
+    folder = project.parent / "transcripts"
+    assert run("setup", "claude", "--install").code == 0
+    start_hook = installed(project, "claude")["SessionStart"]
+    first, second = SID, "7a7a7a7a-2222-4000-8000-000000000002"
+    for sid in (first, second):
+        body = payload("SessionStart", sid, folder / f"{sid}.jsonl", project, source="startup")
+        assert hook(start_hook, project, body).returncode == 0
+    small_work(project, folder, first, "lexer.py")
+    small_work(project, folder, second, "docs.md")
+    third = "3c3c3c3c-3333-4000-8000-000000000003"
+    body = payload("SessionStart", third, folder / f"{third}.jsonl", project, source="startup")
+    done = hook(start_hook, project, body)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    block = done.stdout.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    assert "- From claude session 7a7a7a7a," in block and "- Last message: docs.md" in block
+    assert "- Also captured: claude session 2fc9b73b," in block
+    log = log_text(project)
+    assert "lexer.py half done" in log and "docs.md half done" in log
+    # The next start has nothing new to log.
+    fourth = "4d4d4d4d-4444-4000-8000-000000000004"
+    body = payload("SessionStart", fourth, folder / f"{fourth}.jsonl", project, source="startup")
+    assert hook(start_hook, project, body).returncode == 0
+    assert log_text(project).count("Captured by stm") == 2
