@@ -4665,6 +4665,66 @@ def git_finish_hint(root: str, paths: list[str]) -> str | None:
     return f"`{command} && {shell_command(*git_words, *following[1:])}`"
 
 
+# The local hook record (.state/.hooks.json, git-ignored): which client sessions the hooks
+# saw, where their captures went, and when each hook ran. Capture writes it; boot reads it
+# to name the captures of sessions side by side (spec/capture.md).
+HOOK_RECORD_MAX = 256 * 1024  # 8 sessions of each client, their paths at most 4 KiB each
+HOOK_CLIENTS = ("claude", "codex")
+HOOK_SESSIONS_MAX = 8  # client sessions the local record keeps per client, newest first
+SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
+
+
+def read_hook_record(store: Store) -> dict:
+    """The local record of .state/.hooks.json: {"sessions": {client: [entries, newest
+    first]}, "runs": {"client Event": stamp}, "logged": {client session: position}}. A
+    missing, unreadable or corrupt record starts afresh: it only decides what to capture
+    next, and a capture is never lost by re-reading."""
+    path = os.path.join(store.state, HOOKS_FILE)
+    record = {"sessions": {}, "runs": {}, "logged": {}}
+    if links_on_the_way(store.state, path) or not os.path.lexists(path):
+        return record
+    try:
+        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
+    except (OSError, StmError, UnicodeDecodeError, ValueError):
+        return record
+    if isinstance(data, dict):
+        for key in record:
+            if isinstance(data.get(key), dict):
+                record[key] = data[key]
+    return record
+
+
+HOOK_ENTRY_FIELDS = ("id", "transcript", "started_at", "seen_at", "to")
+
+
+def hook_sessions(record: dict, client: str) -> list[dict]:
+    """The client's recent sessions in the local record, newest first: {"id",
+    "transcript", "started_at" (its last start), "seen_at" (its last hook), "to" (the
+    stm session its capture went to)}, each a string. An older stm kept one dict per
+    client: it reads as a list of one. Whatever else a (planted) record holds is dropped:
+    an id must look like one client_session_id stores."""
+    value = record["sessions"].get(client)
+    value = [value] if isinstance(value, dict) else value
+    entries = []
+    for entry in value[:HOOK_SESSIONS_MAX] if isinstance(value, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        if not SESSION_TOKEN_RE.fullmatch(entry["id"]):
+            continue
+        entries.append({k: entry[k] for k in HOOK_ENTRY_FIELDS if isinstance(entry.get(k), str)})
+    return entries
+
+
+def recorded_session(record: dict, client: str, session: str) -> dict | None:
+    return next((e for e in hook_sessions(record, client) if e["id"] == session), None)
+
+
+def write_hook_record(store: Store, record: dict) -> None:
+    path = os.path.join(store.state, HOOKS_FILE)
+    refuse_links_below(store.state, path)
+    atomic_write(path, dumps_json(record).encode("utf-8"))
+
+
 # ==== Formats: three-way merge ===============================================
 #
 # `stm merge-file`, the git merge driver for MEMORY.md, AGENT.md and refs/*.md
@@ -6384,6 +6444,8 @@ class BootParts:
             self.git = git_state(root, since=stamp, exclude=memory_folders(self.store))
         now = utc_now()
         lines = render_capture(self.captured, now) if self.captured else []
+        if self.captured:
+            lines += self._other_captures(now)
         behind = render_git_behind(self.git, stamp) if self.git else []
         if not lines and not behind:
             return
@@ -6412,6 +6474,61 @@ class BootParts:
                 "`stm session checkpoint`"
             )
         self.capture = "\n".join(lines + behind)
+
+    def _other_captures(self, now: float) -> list[str]:
+        """One line for each recent capture of another client session in another stm
+        session (two sessions side by side in one checkout): the local hook record says
+        where the newest captures went, so boot reads a few state.json files, never a
+        listing, however many sessions there are."""
+        record = read_hook_record(self.store)
+        entries = [e for c in HOOK_CLIENTS for e in hook_sessions(record, c) if e.get("to")]
+        entries.sort(key=lambda e: e.get("seen_at", ""), reverse=True)
+        names, read, lines = {self.captured.get("client_session")}, set(), []
+        for entry in entries:
+            if entry["id"] in names or entry["to"] in read:
+                continue
+            if len(read) == BOOT_OTHER_CAPTURES_MAX:
+                break
+            read.add(entry["to"])
+            captured = captured_in(self.store, entry["to"])
+            if captured is None or captured.get("client_session") in names:
+                continue
+            when = parse_iso(str(captured.get("ended_at") or captured["at"]), need_zone=True)
+            if when is None or now - when > BOOT_OTHER_CAPTURES_DAYS * 86400:
+                continue
+            names.add(captured.get("client_session"))
+            client = one_line(captured.get("client") or "agent", 40)
+            label = session_label(one_line(captured.get("client_session") or "?", ID_MAX_CHARS))
+            lines.append(
+                f"- Also captured: {client} session {label}, last active {age_words(now - when)} "
+                f"ago, kept in session {entry['to']} (`stm session show {entry['to']}`)"
+            )
+        return lines
+
+
+BOOT_OTHER_CAPTURES_MAX = 3  # stm sessions read for captures of sessions side by side
+BOOT_OTHER_CAPTURES_DAYS = 7  # an older capture of another session is not named
+
+
+def captured_in(store: Store, session_id: str) -> dict | None:
+    """The capture a session holds, by its id from the local hook record (which a hostile
+    clone can fill: only a session id, only this store's session folders); None when
+    there is none to show."""
+    if not is_session_id(session_id):
+        return None
+    for path in dict.fromkeys(
+        (os.path.join(store.sessions_dir, session_id), session_folder(store, session_id))
+    ):
+        if not os.path.lexists(path):
+            continue
+        try:
+            state = load_state(checked_ref(store, SessionRef(session_id, path, False)))
+        except (OSError, StmError):
+            return None
+        captured = state.get("captured")
+        ok = isinstance(captured, dict) and is_iso_utc(captured.get("at"))
+        return captured if ok else None
+    return None
 
 
 CAPTURE_EVENT_WORDS = {
@@ -10552,11 +10669,10 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
 
 HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
 HOOK_LOCK_TIMEOUT_S = 1.0  # a hook waits at most this long for the lock, then skips
-HOOK_RECORD_MAX = 64 * 1024
+HOOK_RECOVER_MAX = 4  # transcripts a start opens to recover other sessions: it stays fast
+HOOK_RECOVER_BYTES = 4 << 20  # and their tails' bytes: one full tail (~0.3 s), as before
 HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
 CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
-HOOK_CLIENTS = ("claude", "codex")
-SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
 
 
 def read_hook_payload(data: bytes) -> dict:
@@ -10594,58 +10710,72 @@ def payload_client(payload: dict, given: str | None) -> str:
     return "agent"
 
 
-def read_hook_record(store: Store) -> dict:
-    """The local record of .state/.hooks.json: {"sessions": {client: {...}}, "runs":
-    {"client Event": stamp}}. A missing, unreadable or corrupt record starts afresh: it
-    only decides what to capture next, and a capture is never lost by re-reading."""
-    path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}, "logged": {}}
-    if links_on_the_way(store.state, path) or not os.path.lexists(path):
-        return record
-    try:
-        data = load_json(read_bytes(path, HOOK_RECORD_MAX).decode("utf-8"))
-    except (OSError, StmError, UnicodeDecodeError, ValueError):
-        return record
-    if isinstance(data, dict):
-        for key in record:
-            if isinstance(data.get(key), dict):
-                record[key] = data[key]
-    return record
-
-
-def write_hook_record(store: Store, record: dict) -> None:
-    path = os.path.join(store.state, HOOKS_FILE)
-    refuse_links_below(store.state, path)
-    atomic_write(path, dumps_json(record).encode("utf-8"))
-
-
 def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
     """What to capture for this hook: (client session, transcript path, log it?) rows.
 
-    A SessionStart for another client session first captures the previous one from the
-    transcript recorded when it started (or, with none recorded, the newest other
-    transcript beside this one that names this project); a start after compaction or a
-    resume of the same session captures the live transcript. Other events capture their
-    own session."""
+    A start after compaction or a resume of the same session captures the live
+    transcript first. A SessionStart then recovers the other sessions of this client the
+    local record names, newest first, whose transcripts hold work not logged yet (two
+    sessions side by side in one checkout may both have been cut off); with none
+    recorded, the newest other transcript beside this one that names this project.
+    Other events capture their own session."""
     session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
     if event != "SessionStart":
         return [(session, transcript, event in CAPTURE_LOG_EVENTS)] if transcript else []
     jobs = []
-    previous = record["sessions"].get(client)
-    previous = previous if isinstance(previous, dict) else {}
-    before, before_path = previous.get("id"), previous.get("transcript")
-    if before and before != session and is_project_transcript(before_path, root, payload):
-        jobs.append((str(before), before_path, True))
-    elif not before and transcript:
+    if transcript and payload_text(payload, "source", 40) in ("compact", "resume"):
+        jobs.append((session, transcript, False))
+    entries = hook_sessions(record, client)
+    if entries:
+        jobs += recovery_jobs(entries, record, payload, session, root)
+    elif transcript:
         other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
         if other:
             name = os.path.splitext(os.path.basename(other))[0]
             jobs.append((name, other, True))
-    source = payload_text(payload, "source", 40)
-    if transcript and source in ("compact", "resume") and before in (None, session):
-        jobs.append((session, transcript, False))
     return jobs
+
+
+def recovery_jobs(entries: list, record: dict, payload: dict, session: str, root: str) -> list:
+    """The recorded sessions a start recovers: every other one whose transcript changed
+    since its last logged position, newest first, at most HOOK_RECOVER_MAX of them opened
+    and HOOK_RECOVER_BYTES read (the first always); the rest wait for the next start,
+    still in the record. A transcript already logged at its present size costs one
+    lstat, so sessions captured before never use up the bound."""
+    logged = record["logged"] if isinstance(record.get("logged"), dict) else {}
+    jobs, opened, budget = [], 0, HOOK_RECOVER_BYTES
+    for entry in entries:
+        path = entry.get("transcript", "")
+        size = transcript_size(path) if path.endswith(".jsonl") else None
+        if entry["id"] == session or size is None:
+            continue
+        if size == position_size(logged.get(entry["id"])):
+            continue  # logged at this size already: nothing new to recover
+        tail = min(size, TRANSCRIPT_TAIL_BYTES)
+        if opened == HOOK_RECOVER_MAX or (opened and tail > budget):
+            break
+        opened, budget = opened + 1, budget - tail
+        if is_project_transcript(path, root, payload):
+            jobs.append((entry["id"], path, True))
+    return jobs
+
+
+def transcript_size(path: str) -> int | None:
+    """A transcript's size without opening it (None: not there, or not a regular file)."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def position_size(position) -> int | None:
+    """The size part of a capture's position ("size:last entry id")."""
+    head = position.partition(":")[0] if isinstance(position, str) else ""
+    return int(head) if head.isdigit() else None
 
 
 def is_project_transcript(path, root: str, payload: dict) -> bool:
@@ -10750,16 +10880,24 @@ def capture_is_empty(transcript) -> bool:
     )
 
 
-def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef, bool]:
-    """The stm session a capture goes to, and whether the capture made it: the current
-    one (STM_SESSION, else the pointer), else the active session an earlier capture of
-    the same client session went to, else a new one named after the client and its
-    session (current, when nothing is)."""
+def capture_target(
+    store: Store, client: str, session: str, *, hooks=None, written=None
+) -> tuple[SessionRef, bool]:
+    """The stm session a capture goes to, and whether the capture made it: STM_SESSION's;
+    else the pointer's, unless it holds the capture of another client session still live
+    beside this one (live_capture_beside); else the active session an earlier capture of
+    the same client session went to; else a new one named after the client and its
+    session (current only when nothing is)."""
     try:
         ref = current_session(store)
     except StmError:
         ref = None  # a pointer to a session gone: a hook captures all the same
-    if ref is not None and not ref.archived:
+    pinned = store.settings.session  # STM_SESSION: this environment's own session wins
+    if (
+        ref is not None
+        and not ref.archived
+        and (pinned or not live_capture_beside(ref, session, hooks, written))
+    ):
         return ref, False
     # Newest first, and bounded as boot's scan is: a hook stays quick however many exist.
     for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
@@ -10770,11 +10908,45 @@ def capture_target(store: Store, client: str, session: str) -> tuple[SessionRef,
             # client session, not one per hook run.
             if isinstance(captured, dict) and captured.get("client_session") == session:
                 return SessionRef(sid, path, False), False
-    # With STM_SESSION set, this environment does not follow the pointer: not ours to move.
+    # With STM_SESSION set, this environment does not follow the pointer: not ours to move;
+    # nor does a capture moved off the pointer's session by one still live there.
     switch = ref is None and not store.settings.session
     name = f"{client} {session_label(session) or 'session'}"
     ref, _ = new_session(store, name=name, switch=switch)
     return ref, True
+
+
+def live_capture_beside(ref: SessionRef, session: str, hooks, written) -> bool:
+    """Whether `ref` holds the capture of another client session whose life overlapped
+    this one's as stm saw it, which a capture of `session` must not replace: one written
+    earlier in this hook run (a start recovering two sessions cut off side by side); one
+    whose last hook ran after this session started; one whose transcript grew past the
+    position captured (it worked on after, or was cut off with work not yet recovered).
+    One that ended (SessionEnd), or that stopped before this session started, is
+    replaced as before: the newest work is what boot shows first."""
+    try:
+        captured = load_state(ref).get("captured")
+    except StmError:
+        return False
+    if not isinstance(captured, dict) or captured.get("client_session") in (None, session):
+        return False
+    if (written or {}).get(ref.id) not in (None, session):
+        return True
+    if captured.get("event") == "SessionEnd" or hooks is None:
+        return False
+    client = str(captured.get("client", ""))
+    other = recorded_session(hooks, client, str(captured["client_session"]))
+    if other is None:
+        return False  # not among this checkout's recent sessions: nothing says it is live
+    mine = next(
+        (e for c in HOOK_CLIENTS for e in hook_sessions(hooks, c) if e["id"] == session), None
+    )
+    # Stamps in stm's one form (UTC, "Z") compare as text in time order.
+    started, seen = (mine or {}).get("started_at"), other.get("seen_at")
+    if started and seen and started < seen:
+        return True
+    size = transcript_size(other.get("transcript", ""))
+    return size is not None and size != position_size(captured.get("position"))
 
 
 def capture_log_text(captured: dict) -> str:
@@ -10811,13 +10983,17 @@ def capture_content(captured: dict) -> dict:
 
 @memory_write
 def record_capture(
-    store: Store, captured: dict, *, log: bool, logged: dict
+    store: Store, captured: dict, *, log: bool, logged: dict, hooks=None, written=None
 ) -> tuple[SessionRef, bool]:
     """Write one capture into its session (and, when asked, the log). The same
     transcript position twice writes nothing new; `logged` (client session: position,
     from the local record) keeps a second log entry away when another session's capture
-    came in between. Returns (session, changed)."""
-    ref, made = capture_target(store, captured["client"], captured["client_session"])
+    came in between; `hooks` (the local record) and `written` ({stm session: client
+    session} of this hook run) keep it off a capture still live (capture_target).
+    Returns (session, changed)."""
+    ref, made = capture_target(
+        store, captured["client"], captured["client_session"], hooks=hooks, written=written
+    )
     state = load_state(ref)
     previous = state.get("captured") if isinstance(state.get("captured"), dict) else {}
     ours = previous.get("client_session") == captured["client_session"]
@@ -10827,6 +11003,8 @@ def record_capture(
     if logged.get(captured["client_session"]) == captured["position"]:
         log = False
     if same and (not log or previous.get("logged") == captured["position"]):
+        if previous.get("logged") == captured["position"]:
+            captured["logged"] = captured["position"]  # so the local record knows it too
         return ref, False
     if log:
         # The log entry first: a capture killed between the two writes logs twice at
@@ -10862,7 +11040,8 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     client = payload_client(payload, client)
     root = os.path.dirname(os.path.abspath(store.stacks))
     result = {"event": event, "client": client, "captured": [], "sessions": []}
-    result.update(skipped=[], logged={})
+    result.update(skipped=[], logged={}, to={})
+    written: dict = {}  # stm session: the client session captured into it by this run
     record = read_hook_record(store)
     git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
     jobs = capture_jobs(record, payload, client, event, root)
@@ -10886,7 +11065,10 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         result["captured"].append(captured)
         if not dry_run:
             logged = record.get("logged") if isinstance(record.get("logged"), dict) else {}
-            ref, changed = record_capture(store, captured, log=log, logged=logged)
+            ref, changed = record_capture(
+                store, captured, log=log, logged=logged, hooks=record, written=written
+            )
+            written[ref.id], result["to"][session] = session, ref.id
             if changed:
                 result["sessions"].append(ref.id)
             if captured.get("logged"):
@@ -10897,9 +11079,13 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
 HOOK_LOGGED_MAX = 20  # client sessions whose last logged position the record keeps
 
 
-def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=None) -> None:
-    """Record that this hook ran, which client session it saw, and the transcript
-    positions just logged (re-read under the lock: hooks of one client run in parallel)."""
+def note_hook_run(
+    store: Store, payload: dict, client: str, event: str, logged=None, to=None
+) -> None:
+    """Record that this hook ran, which client session it saw (first in the client's
+    recent sessions), which stm session each capture went to (`to`: {client session: stm
+    session}), and the transcript positions just logged. Re-read under the lock: hooks of
+    one client run in parallel."""
     now = iso_now()
     session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
@@ -10907,14 +11093,22 @@ def note_hook_run(store: Store, payload: dict, client: str, event: str, logged=N
         record = read_hook_record(store)
         # When each hook last ran: check reports an installed hook that stopped running.
         record["runs"][f"{client} {event}"] = now
+        entries = hook_sessions(record, client)
         if session and (event == "SessionStart" or transcript):
-            known = record["sessions"].get(client)
-            if not transcript and isinstance(known, dict) and known.get("id") == session:
-                # A payload without one (Codex's may be null) keeps the path already known.
-                transcript = (
-                    known.get("transcript") if isinstance(known.get("transcript"), str) else ""
-                )
-            record["sessions"][client] = {"id": session, "transcript": transcript, "seen_at": now}
+            known = next((e for e in entries if e["id"] == session), {})
+            # A payload without one (Codex's may be null) keeps the path already known.
+            transcript = transcript or known.get("transcript", "")
+            entry = {**known, "id": session, "transcript": transcript, "seen_at": now}
+            # A start (not a compaction's) begins a stretch of work: see live_capture_beside.
+            restart = event == "SessionStart" and payload_text(payload, "source", 40) != "compact"
+            if restart or "started_at" not in entry:
+                entry["started_at"] = now
+            entries = [entry] + [e for e in entries if e["id"] != session]
+        for entry in entries:
+            if entry["id"] in (to or {}):
+                entry["to"] = to[entry["id"]]
+        if entries:
+            record["sessions"][client] = entries[:HOOK_SESSIONS_MAX]
         if logged:
             kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}
             kept = {k: v for k, v in kept.items() if k not in logged}
@@ -14110,7 +14304,8 @@ def cmd_capture(args) -> int:
         # Even when the capture failed: the next start must know which session this was.
         client = payload_client(payload, args.client)
         try:
-            note_hook_run(store, payload, client, event, result and result["logged"])
+            logged, to = (result["logged"], result["to"]) if result else (None, None)
+            note_hook_run(store, payload, client, event, logged, to)
         except Exception as exc:
             reason = exc.line() if isinstance(exc, StmError) else str(exc)
             print(f"stm capture: the hook's run was not recorded: {reason}", file=sys.stderr)
