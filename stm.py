@@ -1055,7 +1055,7 @@ class Settings:
 
 # ==== Path and name safety ===================================================
 
-SESSION_ID_RE = LazyRegex(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}$")
+SESSION_ID_RE = LazyRegex(r"^(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])-[0-9a-f]{8}\Z")
 ID_FRAGMENT_RE = LazyRegex(r"^[0-9a-f-]{4,19}$")
 PHASE_RE = LazyRegex(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOG_NAME_RE = LazyRegex(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
@@ -4467,9 +4467,15 @@ def transcript_names_folder(path: str, places: set) -> bool:
         where = entry.get("cwd") if entry is not None else None
         if isinstance(payload, dict) and not isinstance(where, str):
             where = payload.get("cwd")
-        if isinstance(where, str) and where and os.path.normpath(where) in places:
+        if isinstance(where, str) and where and inside_places(os.path.normpath(where), places):
             return True
     return False
+
+
+def inside_places(folder: str, places: set) -> bool:
+    """Whether `folder` is one of `places` or inside one (an agent started in a folder of
+    the project is the project's)."""
+    return folder in places or any(folder.startswith(p.rstrip(os.sep) + os.sep) for p in places)
 
 
 def git(root: str, *args: str, **options):
@@ -10670,7 +10676,7 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
 HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
 HOOK_LOCK_TIMEOUT_S = 1.0  # a hook waits at most this long for the lock, then skips
 HOOK_RECOVER_MAX = 4  # transcripts a start opens to recover other sessions: it stays fast
-HOOK_RECOVER_BYTES = 4 << 20  # and their tails' bytes: one full tail (~0.3 s), as before
+HOOK_RECOVER_BYTES = 4 << 20  # their tails' bytes, shared: one full tail (~0.3 s), as before
 HOOK_STALE_DAYS = 14  # an installed hook not run for this long is reported
 CAPTURE_LOG_EVENTS = ("PreCompact", "SessionEnd", "SessionStart")  # these also log an entry
 
@@ -10711,40 +10717,49 @@ def payload_client(payload: dict, given: str | None) -> str:
 
 
 def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
-    """What to capture for this hook: (client session, transcript path, log it?) rows.
+    """What to capture for this hook: (client session, transcript path, log it?, bytes of
+    its tail to read) rows.
 
     A start after compaction or a resume of the same session captures the live
     transcript first. A SessionStart then recovers the other sessions of this client the
     local record names, newest first, whose transcripts hold work not logged yet (two
     sessions side by side in one checkout may both have been cut off); with none
     recorded, the newest other transcript beside this one that names this project.
-    Other events capture their own session."""
+    Other events capture their own session; a payload without a transcript path (Codex's
+    may be null) uses the one the record holds for that session."""
     session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
+    entries = hook_sessions(record, client)
+    if not transcript and session:
+        known = next((e.get("transcript", "") for e in entries if e["id"] == session), "")
+        transcript = known if is_project_transcript(known, root, payload) else ""
+    whole = TRANSCRIPT_TAIL_BYTES
     if event != "SessionStart":
-        return [(session, transcript, event in CAPTURE_LOG_EVENTS)] if transcript else []
+        return [(session, transcript, event in CAPTURE_LOG_EVENTS, whole)] if transcript else []
     jobs = []
     if transcript and payload_text(payload, "source", 40) in ("compact", "resume"):
-        jobs.append((session, transcript, False))
-    entries = hook_sessions(record, client)
+        jobs.append((session, transcript, False, whole))
     if entries:
         jobs += recovery_jobs(entries, record, payload, session, root)
     elif transcript:
         other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
         if other:
-            name = os.path.splitext(os.path.basename(other))[0]
-            jobs.append((name, other, True))
+            # A file name, not a payload's id: stored as an id is (no newline, no secret).
+            name = client_session_id({"session_id": os.path.splitext(os.path.basename(other))[0]})
+            jobs.append((name or "session", other, True, whole))
     return jobs
 
 
 def recovery_jobs(entries: list, record: dict, payload: dict, session: str, root: str) -> list:
     """The recorded sessions a start recovers: every other one whose transcript changed
-    since its last logged position, newest first, at most HOOK_RECOVER_MAX of them opened
-    and HOOK_RECOVER_BYTES read (the first always); the rest wait for the next start,
-    still in the record. A transcript already logged at its present size costs one
-    lstat, so sessions captured before never use up the bound."""
+    since its last logged position, newest first, at most HOOK_RECOVER_MAX of them
+    opened; the rest wait for the next start, still in the record. They share
+    HOOK_RECOVER_BYTES, each read from its tail (one full tail alone, a quarter each for
+    four): a big transcript never waits behind small ones, to fall out of the record
+    unread. A transcript already logged at its present size costs one lstat, so sessions
+    captured before never use up the bound."""
     logged = record["logged"] if isinstance(record.get("logged"), dict) else {}
-    jobs, opened, budget = [], 0, HOOK_RECOVER_BYTES
+    found, opened = [], 0
     for entry in entries:
         path = entry.get("transcript", "")
         size = transcript_size(path) if path.endswith(".jsonl") else None
@@ -10752,13 +10767,13 @@ def recovery_jobs(entries: list, record: dict, payload: dict, session: str, root
             continue
         if size == position_size(logged.get(entry["id"])):
             continue  # logged at this size already: nothing new to recover
-        tail = min(size, TRANSCRIPT_TAIL_BYTES)
-        if opened == HOOK_RECOVER_MAX or (opened and tail > budget):
+        if opened == HOOK_RECOVER_MAX:
             break
-        opened, budget = opened + 1, budget - tail
+        opened += 1
         if is_project_transcript(path, root, payload):
-            jobs.append((entry["id"], path, True))
-    return jobs
+            found.append((entry["id"], path))
+    share = HOOK_RECOVER_BYTES // max(1, len(found))
+    return [(sid, path, True, min(share, TRANSCRIPT_TAIL_BYTES)) for sid, path in found]
 
 
 def transcript_size(path: str) -> int | None:
@@ -11032,6 +11047,14 @@ def record_capture(
     return ref, changed
 
 
+def with_session_started(record: dict, client: str, session: str, now: str) -> dict:
+    """The local record with `session` first among its client's, started `now`."""
+    entries = hook_sessions(record, client)
+    known = next((e for e in entries if e["id"] == session), {"id": session})
+    entries = [{**known, "started_at": now}] + [e for e in entries if e["id"] != session]
+    return {**record, "sessions": {**record["sessions"], client: entries}}
+
+
 def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_run=False):
     """The `capture` operation: record what the hook's client session did. Returns
     {"event", "client", "captured": [records], "sessions": [ids], "skipped": [reasons]};
@@ -11045,11 +11068,16 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     record = read_hook_record(store)
     git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
     jobs = capture_jobs(record, payload, client, event, root)
+    session = client_session_id(payload)
+    if event == "SessionStart" and payload_text(payload, "source", 40) != "compact" and session:
+        # A resumed session begins a stretch of work now: sessions that stopped before it
+        # are not live beside it (note_hook_run records the same once the captures are in).
+        record = with_session_started(record, client, session, iso_now())
     if not jobs and event != "SessionStart":
         result["skipped"].append("the payload names no transcript (transcript_path)")
-    for session, path, log in jobs:
+    for session, path, log, tail in jobs:
         try:
-            transcript = read_transcript(path, root=root)
+            transcript = read_transcript(path, max_bytes=tail, root=root)
         except (OSError, StmError, ValueError) as exc:
             result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
             continue
@@ -11094,8 +11122,9 @@ def note_hook_run(
         # When each hook last ran: check reports an installed hook that stopped running.
         record["runs"][f"{client} {event}"] = now
         entries = hook_sessions(record, client)
-        if session and (event == "SessionStart" or transcript):
-            known = next((e for e in entries if e["id"] == session), {})
+        known = next((e for e in entries if e["id"] == session), {})
+        # A known session's hook counts even without a path: live_capture_beside reads it.
+        if session and (event == "SessionStart" or transcript or known):
             # A payload without one (Codex's may be null) keeps the path already known.
             transcript = transcript or known.get("transcript", "")
             entry = {**known, "id": session, "transcript": transcript, "seen_at": now}

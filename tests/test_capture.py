@@ -1000,18 +1000,46 @@ def test_a_start_opens_at_most_four_transcripts_and_the_next_start_gets_the_rest
     assert len(opened) == 6 and log_text(project).count("Captured by stm") == 6
 
 
-def test_a_start_reads_one_full_tail_of_other_sessions_at_most(agent, run, monkeypatch):
-    """Past the byte budget (one transcript tail) a start opens no more: the first is
-    always read, the rest wait for the next start."""
+def test_a_start_shares_one_full_tail_among_the_sessions_it_recovers(agent, run, monkeypatch):
+    """The sessions a start recovers share one transcript tail's bytes, each read from its
+    own tail: a big transcript is never left behind small ones (it would wait at every
+    start and fall out of the record unread, found by a review)."""
     project, folder = agent
-    monkeypatch.setattr(stm, "HOOK_RECOVER_BYTES", 100)  # under one small transcript
+    reads = []
+    real = stm.read_transcript
+
+    def recorded(path, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None):
+        reads.append(max_bytes)
+        return real(path, max_bytes=max_bytes, root=root)
+
+    monkeypatch.setattr(stm, "read_transcript", recorded)
     ids = ["1111aaaa-3333-4000-8000-000000000001", "2222aaaa-3333-4000-8000-000000000002"]
     entries = [{"id": sid, "transcript": small_work(project, folder, sid, "f.py")} for sid in ids]
     (project / ".state" / ".hooks.json").write_text(json.dumps({"sessions": {"claude": entries}}))
-    for n, new in enumerate(("7a7a7a7a", "7b7b7b7b"), 1):
-        start = payload("SessionStart", new, folder / f"{new}.jsonl", project, source="startup")
-        run("capture", "--client", "claude", stdin=start)
-        assert log_text(project).count("Captured by stm") == n
+    start = payload(
+        "SessionStart", "7a7a7a7a", folder / "7a7a7a7a.jsonl", project, source="startup"
+    )
+    run("capture", "--client", "claude", stdin=start)
+    assert log_text(project).count("Captured by stm") == 2  # both, at the first start
+    assert reads == [stm.HOOK_RECOVER_BYTES // 2] * 2
+
+
+def test_a_session_started_in_a_folder_of_the_project_is_recovered(agent, run):
+    """A transcript whose working folder is inside the project is the project's (an agent
+    started in `pkg/`): recovered at the next start like one started at the top."""
+    project, folder = agent
+    inner = project / "pkg"
+    inner.mkdir()
+    sid = "3333aaaa-3333-4000-8000-000000000003"
+    path = small_work(inner, folder, sid, "mod.py")
+    (project / ".state" / ".hooks.json").write_text(
+        json.dumps({"sessions": {"claude": [{"id": sid, "transcript": str(path)}]}})
+    )
+    start = payload(
+        "SessionStart", "7a7a7a7a", folder / "7a7a7a7a.jsonl", project, source="startup"
+    )
+    run("capture", "--client", "claude", stdin=start)
+    assert "Captured by stm at the next start from claude session 3333aaaa" in log_text(project)
 
 
 def test_a_capture_never_replaces_one_of_a_session_live_beside_it(agent, run, monkeypatch):
@@ -1070,6 +1098,42 @@ def test_a_session_that_stopped_before_the_next_started_is_replaced_as_before(
     run("capture", "--client", "claude", stdin=payload("PreCompact", other, transcript, project))
     [only] = sessions(project)
     assert state_of(only)["captured"]["client_session"] == other
+
+
+def test_a_resumed_session_is_the_last_session_again(agent, run, monkeypatch):
+    """A, B and C ran one after another, each killed; A is resumed. A's start counts as
+    now, so B and C, stopped before it, are not live beside it: A's capture takes the
+    current session, and C (recovered at the same start) is named below it (a review
+    found A pushed into a second session and dead C shown as the last session)."""
+    project, folder = agent
+    tick = Clock(clock())
+    monkeypatch.setattr(stm, "utc_now", tick)
+    ids = [SID, "7a7a7a7a-2222-4000-8000-000000000002", "7b7b7b7b-2222-4000-8000-000000000003"]
+    for n, sid in enumerate(ids):
+        start = payload("SessionStart", sid, folder / f"{sid}.jsonl", project, source="startup")
+        run("capture", "--client", "claude", stdin=start)
+        tick.tick()
+        small_work(project, folder, sid, f"f{n}.py")  # then killed
+        tick.tick()
+    resume = payload("SessionStart", SID, folder / f"{SID}.jsonl", project, source="resume")
+    out = run("capture", "--client", "claude", "--boot", stdin=resume).out
+    block = out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
+    first, *rest = [line for line in block.splitlines() if line.startswith("- ")]
+    assert "claude session 2fc9b73b" in first, block
+    assert any("Also captured: claude session 7b7b7b7b" in line for line in rest), block
+
+
+def test_a_hook_with_a_null_transcript_path_captures_the_recorded_transcript(agent, run):
+    """Codex may send `transcript_path: null` after its start named one: the hook captures
+    the transcript the local record holds for that session (found by a review: it was
+    skipped as naming no transcript)."""
+    project, folder = agent
+    start = payload("SessionStart", SID, folder / f"{SID}.jsonl", project, source="startup")
+    run("capture", "--client", "claude", stdin=start)
+    small_work(project, folder, SID, "lexer.py")
+    result = run("capture", "--client", "claude", stdin=payload("PreCompact", SID, None, project))
+    assert result.code == 0, result.err
+    assert "before a compaction from claude session 2fc9b73b" in log_text(project)
 
 
 def test_boot_names_a_recent_capture_kept_in_another_session(agent, run, monkeypatch):
