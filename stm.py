@@ -10992,6 +10992,13 @@ def capture_log_text(captured: dict) -> str:
 CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "ended_at", "head")
 
 
+def same_log_body(logged: dict, captured: dict) -> bool:
+    """Whether two captures' log entries say the same but for how they were taken."""
+    return (
+        capture_log_text(logged).partition("\n")[2] == capture_log_text(captured).partition("\n")[2]
+    )
+
+
 def capture_content(captured: dict) -> dict:
     return {k: v for k, v in captured.items() if k not in CAPTURE_VOLATILE}
 
@@ -11017,6 +11024,11 @@ def record_capture(
         same = same or capture_content(previous) == capture_content(captured)
     if logged.get(captured["client_session"]) == captured["position"]:
         log = False
+    was_logged = previous.get("logged") and previous.get("logged") == previous.get("position")
+    if log and ours and was_logged and same_log_body(previous, captured):
+        # The transcript grew by lines that are not work (a client's summary) since this
+        # very capture was logged: what the log would say is there already.
+        log, captured["logged"] = False, captured["position"]
     if same and (not log or previous.get("logged") == captured["position"]):
         if previous.get("logged") == captured["position"]:
             captured["logged"] = captured["position"]  # so the local record knows it too

@@ -1136,6 +1136,34 @@ def test_a_hook_with_a_null_transcript_path_captures_the_recorded_transcript(age
     assert "before a compaction from claude session 2fc9b73b" in log_text(project)
 
 
+def test_a_transcript_grown_by_no_work_is_not_logged_twice(agent, run):
+    """A session logged at its end whose transcript then gains a line that is not work (a
+    client's summary) is not logged again at the next start (found by a review); more
+    work after a capture that was not logged (a Stop's) is still logged."""
+    project, folder = agent
+    path = small_work(project, folder, SID, "lexer.py")
+    start = payload("SessionStart", SID, path, project, source="startup")
+    run("capture", "--client", "claude", stdin=start)
+    run("capture", "--client", "claude", stdin=payload("SessionEnd", SID, path, project))
+    assert log_text(project).count("Captured by stm") == 1
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"type": "summary", "summary": "Lexer", "leafUuid": "x"}) + "\n")
+    other = "7a7a7a7a-2222-4000-8000-000000000002"
+    later = payload("SessionStart", other, folder / f"{other}.jsonl", project, source="startup")
+    run("capture", "--client", "claude", stdin=later)
+    assert log_text(project).count("Captured by stm") == 1
+    # New work in a third session: captured by its Stop (not logged), then cut off.
+    third = "7b7b7b7b-2222-4000-8000-000000000003"
+    path = small_work(project, folder, third, "docs.md")
+    start = payload("SessionStart", third, path, project, source="startup")
+    run("capture", "--client", "claude", stdin=start)
+    run("capture", "--client", "claude", stdin=payload("Stop", third, path, project))
+    last = "7c7c7c7c-2222-4000-8000-000000000004"
+    start = payload("SessionStart", last, folder / f"{last}.jsonl", project, source="startup")
+    run("capture", "--client", "claude", stdin=start)
+    assert log_text(project).count("docs.md half done") == 1
+
+
 def test_boot_names_a_recent_capture_kept_in_another_session(agent, run, monkeypatch):
     project, folder = agent
     tick = Clock(clock())
