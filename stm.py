@@ -10993,10 +10993,14 @@ CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "end
 
 
 def same_log_body(logged: dict, captured: dict) -> bool:
-    """Whether two captures' log entries say the same but for how they were taken."""
-    return (
-        capture_log_text(logged).partition("\n")[2] == capture_log_text(captured).partition("\n")[2]
-    )
+    """Whether two captures' log entries say the same but for how they were taken. The
+    earlier one comes from state.json, which a hand may have edited: unreadable, it is
+    not the same (the capture is logged)."""
+    try:
+        before = capture_log_text(logged).partition("\n")[2]
+    except (KeyError, TypeError, AttributeError):
+        return False
+    return before == capture_log_text(captured).partition("\n")[2]
 
 
 def capture_content(captured: dict) -> dict:
