@@ -1042,19 +1042,26 @@ def test_a_session_started_in_a_folder_of_the_project_is_recovered(agent, run):
     assert "Captured by stm at the next start from claude session 3333aaaa" in log_text(project)
 
 
-def test_a_capture_never_replaces_one_of_a_session_live_beside_it(agent, run, monkeypatch):
-    """A and B started side by side; A's PreCompact ran after B started: B's capture goes
-    to a session of its own, the pointer stays, and A's capture stays where it was."""
-    project, folder = agent
+def start_side_by_side(project, folder, run, monkeypatch, ids) -> tuple[dict, Clock]:
+    """Start each client session in turn, a tick of stm's clock apart (as two terminals
+    would); returns each one's transcript path, and the clock."""
     tick = Clock(clock())
     monkeypatch.setattr(stm, "utc_now", tick)
-    other = "7a7a7a7a-2222-4000-8000-000000000002"
-    paths = {sid: folder / f"{sid}.jsonl" for sid in (SID, other)}
-    for sid in (SID, other):
+    paths = {sid: folder / f"{sid}.jsonl" for sid in ids}
+    for sid in ids:
         run(
             "capture", "--client", "claude", stdin=payload("SessionStart", sid, paths[sid], project)
         )
         tick.tick()
+    return paths, tick
+
+
+def test_a_capture_never_replaces_one_of_a_session_live_beside_it(agent, run, monkeypatch):
+    """A and B started side by side; A's PreCompact ran after B started: B's capture goes
+    to a session of its own, the pointer stays, and A's capture stays where it was."""
+    project, folder = agent
+    other = "7a7a7a7a-2222-4000-8000-000000000002"
+    paths, tick = start_side_by_side(project, folder, run, monkeypatch, (SID, other))
     small_work(project, folder, SID, "lexer.py")
     run("capture", "--client", "claude", stdin=payload("PreCompact", SID, paths[SID], project))
     [first] = sessions(project)
@@ -1166,15 +1173,8 @@ def test_a_transcript_grown_by_no_work_is_not_logged_twice(agent, run):
 
 def test_boot_names_a_recent_capture_kept_in_another_session(agent, run, monkeypatch):
     project, folder = agent
-    tick = Clock(clock())
-    monkeypatch.setattr(stm, "utc_now", tick)
     other = "7a7a7a7a-2222-4000-8000-000000000002"
-    paths = {sid: folder / f"{sid}.jsonl" for sid in (SID, other)}
-    for sid in (SID, other):
-        run(
-            "capture", "--client", "claude", stdin=payload("SessionStart", sid, paths[sid], project)
-        )
-        tick.tick()
+    paths, tick = start_side_by_side(project, folder, run, monkeypatch, (SID, other))
     for sid, name in ((SID, "lexer.py"), (other, "docs.md")):  # side by side: two sessions
         small_work(project, folder, sid, name)
         run("capture", "--client", "claude", stdin=payload("PreCompact", sid, paths[sid], project))

@@ -238,7 +238,12 @@ def test_only_a_word_a_float_can_render_sends_the_block_to_the_float_scan(monkey
 
     monkeypatch.setattr(stm, "JSON_FLOAT_RE", Recorder())
     block = b'{"event":"note","timestamp":"T","budget":1.5e5}\n'
-    for needle in ("zzqxj", "port lexer", "2026-11-25-9535d376", "1e5 lexer"):
+    for needle in (
+        "zzqxj",
+        "port lexer",
+        "2026-11-25-9535d376",
+        "1e5 lexer",
+    ):  # an id as data, never compared with the clock
         assert not stm.search_matcher(needle, False).may_hold_event(block), needle
     assert stm.search_matcher("note", False).may_hold_event(block)  # present: no scan
     assert scanned == []
