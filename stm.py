@@ -11084,11 +11084,11 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     record = read_hook_record(store)
     git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
     jobs = capture_jobs(record, payload, client, event, root)
-    session = client_session_id(payload)
-    if event == "SessionStart" and payload_text(payload, "source", 40) != "compact" and session:
+    starting = client_session_id(payload) if event == "SessionStart" else ""
+    if starting and payload_text(payload, "source", 40) != "compact":
         # A resumed session begins a stretch of work now: sessions that stopped before it
         # are not live beside it (note_hook_run records the same once the captures are in).
-        record = with_session_started(record, client, session, iso_now())
+        record = with_session_started(record, client, starting, iso_now())
     if not jobs and event != "SessionStart":
         result["skipped"].append("the payload names no transcript (transcript_path)")
     for session, path, log, tail in jobs:
