@@ -3310,6 +3310,10 @@ CAPTURED_FIELDS = {
     "event": "str",
     "ended_at": "str",
     "request": "str",
+    "requests": "strs",
+    "requests_omitted": "int",
+    "question": "str",
+    "interrupted": "bool",
     "plan": "plan",
     "files": "strs",
     "failures": "strs",
@@ -3703,12 +3707,17 @@ TRANSCRIPT_PROBE_BYTES = 64 * 1024  # find_project_transcript reads this much at
 TRANSCRIPT_SCAN_MAX = 5000  # folder entries find_project_transcript considers
 TRANSCRIPT_CANDIDATES = 50  # of which it probes the newest this many
 REQUEST_MAX_CHARS = 500
+# The person's messages a read keeps, oldest first: the first few (the task is usually
+# set there) and the newest (what they said last); the ones between are counted.
+REQUESTS_FIRST, REQUESTS_LAST = 2, 5
+TRANSCRIPT_HEAD_BYTES = 256 * 1024  # a file longer than its tail: its start read for requests
 MESSAGE_MAX_CHARS = 300
 PLAN_ITEM_MAX_CHARS = 200
 PLAN_MAX_ITEMS = 50
 FILES_MAX = 20
 FILE_MAX_CHARS = 300
 FAILURES_MAX = 5
+FAILURES_TRACKED = 50  # failures a read follows, so a later success can clear them
 COMMAND_MAX_CHARS = 200
 ID_MAX_CHARS = 200
 REDACT_MARGIN = 4096  # characters beyond a field's limit redacted with it (see safe_line)
@@ -3721,6 +3730,10 @@ CLAUDE_FILE_TOOLS["NotebookEdit"] = "notebook_path"
 CODEX_SHELL_TOOLS = ("shell", "container.exec", "shell_command", "exec_command", "local_shell")
 CODEX_ENTRY_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
 CLAUDE_ENTRY_TYPES = ("user", "assistant", "system", "summary", "attachment", "progress")
+CLAUDE_ENTRY_TYPES += ("queue-operation",)  # a message typed while the agent worked
+CLAUDE_PLAN_TOOLS = ("TodoWrite", "TaskUpdate")  # applied once their result shows no refusal
+# Commands whose exit code 1 with no output means "nothing found", not a failure.
+SEARCH_COMMANDS = ("rg", "grep", "egrep", "fgrep", "ag", "ack")
 # Where a scanner match is only the start of the secret: a PEM header is what the scanner
 # looks for, but the key is the body below it, up to the END line.
 SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
@@ -3742,6 +3755,18 @@ TASK_NUMBER_RE = LazyRegex(r"#(\d{1,9})\b")
 ANSI_RE = LazyRegex(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 ERROR_WORD_RE = LazyRegex(r"\bFAIL(?:ED)?\b|\bERR(?:OR)?\b|Error\b|\berror\b|\bfailed\b|panicked")
 EXIT_CODE_RE = LazyRegex(r"^(?:Exit code:?|Process exited with code) (-?\d+)\s*$", re.M)
+# A pasted image's base64 inside a line (`"data": "iVBOR…"`, hundreds of KB): cut before
+# the line is parsed, so the person's text beside it is read, not the whole line skipped.
+BASE64_DATA_RE = LazyRegex(rb'"data"\s*:\s*"[A-Za-z0-9+/=\\]{4096,}"')
+# Parts of a command that do not change what it runs: where it runs, how output is cut.
+COMMAND_CD_RE = LazyRegex(r"^cd\s+[^;&|]+?\s*&&\s*")
+COMMAND_TAIL_RE = LazyRegex(r"(?:\s*2>&1|\s*\|\s*(?:tail|head)(?:\s+-n)?(?:\s+-?\d+)?)+\s*$")
+# Claude Code's note when a background task ends (a user line no person wrote).
+TASK_NOTE_FIELD_RE = LazyRegex(r"<(task-id|status|summary)>([^<]{0,2000})</\1>")
+BACKGROUND_ID_RE = LazyRegex(r"\bID:\s*([A-Za-z0-9_-]{1,64})")
+# A plan's steps in an approved ExitPlanMode plan: top-level list items, else headings.
+PLAN_STEP_RE = LazyRegex(r"^(?:[-*+]|\d{1,3}[.)])\s+(?:\[([ xX])\]\s+)?(\S[^\n]*)", re.M)
+PLAN_HEADING_RE = LazyRegex(r"^#{2,6}\s+(\S[^\n]*)", re.M)
 
 
 class Record:
@@ -3779,13 +3804,17 @@ class Transcript(Record):
         "session_id",
         "cwd",
         "plan",  # [(text, "pending" | "in_progress" | "completed")]
-        "request",  # the user's last request
+        "request",  # the person's last message
+        "requests",  # the person's messages, oldest first: the first few and the newest
+        "requests_omitted",  # how many messages between those were left out
+        "question",  # an AskUserQuestion still waiting for the person's answer
         "last_message",  # the agent's last text
         "files",  # written or edited, relative to cwd when inside it, newest last
         "failures",  # [(command, error)]
         "position",  # "size:last entry id": the same value means the same transcript
         "ended_at",  # the last entry's time, YYYY-MM-DDTHH:MM:SSZ
         "compacted",  # whether the client compacted the conversation in the window
+        "interrupted",  # whether the person stopped the last turn before it finished
     )
 
 
@@ -3887,8 +3916,12 @@ def head_lines(fd: int, size: int, count: int) -> list[bytes]:
 
 def parse_entry(line: bytes):
     """One transcript line as a JSON object, or None (blank, too long, not JSON, not an
-    object, or nested deeper than Python's recursion allows)."""
+    object, or nested deeper than Python's recursion allows). A line over the limit is
+    read without its pasted images' base64 (three screenshots make a prompt of a
+    megabyte): the person's text beside them is what matters."""
     line = line.strip()
+    if len(line) > TRANSCRIPT_LINE_MAX_BYTES and line.startswith(b"{"):
+        line = BASE64_DATA_RE.sub(b'"data": ""', line)
     if not line.startswith(b"{") or len(line) > TRANSCRIPT_LINE_MAX_BYTES:
         return None
     try:
@@ -3996,14 +4029,43 @@ def request_text(text: str) -> str:
     AGENTS.md instructions, interruption notes. Wrappers at either end of a message a
     person wrote are cut off it."""
     text = REMINDER_RE.sub("", text).strip()
+    if text.startswith("<task-notification>"):
+        return ""  # a background task ended; the sentence after it is the client's too
     if not text or only_wrappers(text):
-        return ""
+        return slash_command(text)
     text = strip_wrappers(text)
-    if not text or text.startswith(
-        ("[Request interrupted", "# AGENTS.md instructions", "Caveat: ")
-    ):
+    if not text or text.startswith(CLIENT_TEXT_STARTS):
         return ""
     return text
+
+
+CLIENT_TEXT_STARTS = (
+    "[Request interrupted",
+    "# AGENTS.md instructions",
+    "Caveat: ",
+    "This session is being continued from a previous conversation",
+)
+
+
+def element_text(text: str, name: str) -> str | None:
+    """The text of the first `<name>…</name>` in `text`, or None."""
+    start = text.find(f"<{name}>")
+    end = text.find(f"</{name}>", start) if start >= 0 else -1
+    return None if end < 0 else text[start + len(name) + 2 : end]
+
+
+def slash_command(text: str) -> str:
+    """What the person typed as a slash command with arguments (`/compact and continue`,
+    from `<command-name>/compact</command-name><command-args>and continue…`); "" for one
+    without arguments (`/clear`) or anything else a client wraps.
+
+    >>> slash_command("<command-name>/x</command-name> <command-args>set up credo</command-args>")
+    '/x set up credo'
+    """
+    name, args = element_text(text, "command-name"), element_text(text, "command-args")
+    if name is None or not args or not args.strip():
+        return ""
+    return f"{name.strip()} {args.strip()}".strip()
 
 
 def first_error_line(text: str) -> str:
@@ -4030,15 +4092,24 @@ class TranscriptReader:
     def __init__(self):
         self.client = self.session_id = self.cwd = self.request = self.message = ""
         self.last_id = self.ended_at = ""
-        self.compacted = False
+        self.compacted = self.interrupted = False
+        self.requests: list = []  # the person's first REQUESTS_FIRST messages, then the newest
+        self.requests_omitted = 0  # messages dropped from the middle of `requests`
+        self.worked = True  # the agent did something since the last message (see add_request)
+        self.queued: list = []  # texts typed while the agent worked, not yet seen again
         self.plan_tool = ""  # "list" (TodoWrite, update_plan) or "tasks": the newest wins
         self.plan_list: list = []  # the newest whole-list plan: [(text, status)]
+        self.approved_plan = ""  # the newest ExitPlanMode plan the person accepted
         self.tasks: dict = {}  # task number -> [subject, status]
         self.next_task = 1  # the number a task gets when its result does not say
         self.creating: dict = {}  # TaskCreate call id -> subject, until its result
+        self.plan_calls: dict = {}  # TodoWrite/TaskUpdate call id -> (name, args), until its result
+        self.plan_modes: dict = {}  # ExitPlanMode call id -> plan, until its result
+        self.asking: dict = {}  # AskUserQuestion call id -> question, until its answer
         self.commands: dict = {}  # shell call id -> command, until its result
+        self.background: dict = {}  # background shell call id or task id -> command
         self.files: dict = {}  # path -> None, newest last
-        self.failures: list = []
+        self.failures: list = []  # [(command key, command, error)], oldest first
 
     def feed(self, entry: dict) -> None:
         client = entry_client(entry)
@@ -4059,6 +4130,30 @@ class TranscriptReader:
         if isinstance(marker, str):
             self.last_id = marker
 
+    def add_request(self, text: str, queued: bool = False) -> None:
+        """One message the person wrote. The same text again with no work between is one
+        message (Codex writes each twice; a queued message may be written again when it
+        is delivered)."""
+        text = text.strip()
+        if not text:
+            return
+        if not queued and text in self.queued:
+            self.queued.remove(text)
+            return
+        if queued:
+            self.queued = [*self.queued[-(REQUESTS_LAST * 4) :], text]
+        elif text == self.request and not self.worked:
+            return
+        self.request, self.worked, self.interrupted = text, False, False
+        self.requests.append(text)
+        if len(self.requests) > REQUESTS_FIRST + REQUESTS_LAST:
+            del self.requests[REQUESTS_FIRST]
+            self.requests_omitted += 1
+
+    def agent_said(self, text: str) -> None:
+        if text.strip():
+            self.message, self.worked, self.interrupted = text, True, False
+
     def touch(self, path) -> None:
         if isinstance(path, str) and path.strip():
             # Popped first: a file edited again moves to the end, so the list stays newest last.
@@ -4066,9 +4161,22 @@ class TranscriptReader:
             self.files[path] = None
 
     def fail(self, command: str, error: str) -> None:
-        self.failures.append((command, error))
-        # Only the newest few: the last failures are what the next agent must know.
-        del self.failures[:-FAILURES_MAX]
+        key = command_key(command)
+        # One line per command: the newest failure of it, at the end.
+        self.failures = [f for f in self.failures if f[0] != key] + [(key, command, error)]
+        del self.failures[:-FAILURES_TRACKED]
+
+    def succeed(self, command: str) -> None:
+        """A command that ran clean: its earlier failures are fixed, not open."""
+        key = command_key(command)
+        self.failures = [f for f in self.failures if f[0] != key]
+
+    def shell_result(self, command: str, code: int, output: str) -> None:
+        """A shell command's outcome: exit code and output (or the error text)."""
+        if code == 0:
+            self.succeed(command)
+        elif not found_nothing(command, code, output):
+            self.fail(command, first_error_line(output))
 
     def set_list_plan(self, items, text_key: str) -> None:
         if isinstance(items, list):
@@ -4076,6 +4184,13 @@ class TranscriptReader:
             self.plan_list = [
                 (item.get(text_key), item.get("status")) for item in items if isinstance(item, dict)
             ]
+
+    def apply_plan_call(self, name: str, args: dict) -> None:
+        if name == "TodoWrite":
+            self.set_list_plan(args.get("todos"), "content")
+        else:
+            self.plan_tool = "tasks"
+            self.update_task(args)
 
     # Claude Code
 
@@ -4087,6 +4202,8 @@ class TranscriptReader:
         kind, message = entry.get("type"), entry.get("message")
         if kind == "system" and entry.get("subtype") == "compact_boundary":
             self.compacted = True
+        if kind == "queue-operation" and entry.get("operation") == "enqueue":
+            self.add_request(request_text(queued_text(entry.get("content"))), queued=True)
         if not isinstance(message, dict):
             return
         content = message.get("content")
@@ -4099,8 +4216,9 @@ class TranscriptReader:
                 if block.get("type") == "tool_use":
                     self.claude_tool_use(block, sidechain=bool(entry.get("isSidechain")))
             text = text_of([b for b in blocks if b.get("type") == "text"])
-            if text.strip() and not aside and not entry.get("isApiErrorMessage"):
-                self.message = text
+            if not aside and not entry.get("isApiErrorMessage"):
+                self.worked = self.worked or bool(blocks)
+                self.agent_said(text)
         elif kind == "user":
             results = [b for b in blocks if b.get("type") == "tool_result"]
             for block in results:
@@ -4108,40 +4226,79 @@ class TranscriptReader:
             if not results and not aside:
                 # The whole line's text: a wrapper cut at text_of's usual limit would not
                 # close, and would be taken for a request.
-                text = request_text(text_of(content, TRANSCRIPT_LINE_MAX_BYTES))
-                self.request = text or self.request
+                text = text_of(content, TRANSCRIPT_LINE_MAX_BYTES)
+                if text.lstrip().startswith("<task-notification>"):
+                    self.task_notification(text)
+                elif text.lstrip().startswith("[Request interrupted"):
+                    self.interrupted = True
+                self.add_request(request_text(text))
 
     def claude_tool_use(self, block: dict, sidechain: bool) -> None:
         name, call_id, args = block.get("name"), call_key(block.get("id")), block.get("input")
         if not isinstance(name, str) or not isinstance(args, dict):
             return
-        if sidechain and name in ("TodoWrite", "TaskCreate", "TaskUpdate"):
+        if sidechain and name in ("TodoWrite", "TaskCreate", "TaskUpdate", "ExitPlanMode"):
             return  # a subagent's own checklist, not the session's plan
-        if name == "TodoWrite":
-            self.set_list_plan(args.get("todos"), "content")
+        if sidechain and name == "AskUserQuestion":
+            return
+        if name in (*CLAUDE_PLAN_TOOLS, "TaskCreate"):
+            self.flush_plan_calls()  # earlier calls whose result never came: they stand
+        if name in CLAUDE_PLAN_TOOLS:
+            # Applied when its result comes, unless refused (is_error): it changed nothing.
+            self.plan_calls[call_id] = (name, args)
         elif name == "TaskCreate":
             self.plan_tool = "tasks"
             self.creating[call_id] = args.get("subject")
-        elif name == "TaskUpdate":
-            self.plan_tool = "tasks"
-            self.update_task(args)
+        elif name == "ExitPlanMode" and isinstance(args.get("plan"), str):
+            self.plan_modes[call_id] = args["plan"]
+        elif name == "AskUserQuestion":
+            self.asking[call_id] = question_text(args)
         elif name in CLAUDE_FILE_TOOLS:
             self.touch(args.get(CLAUDE_FILE_TOOLS[name]))
         elif name == "Bash" and isinstance(args.get("command"), str):
-            self.commands[call_id] = args["command"]
+            self.commands[call_id] = (args["command"], args.get("run_in_background") is True)
 
     def claude_tool_result(self, block: dict, detail) -> None:
         call_id = call_key(block.get("tool_use_id"))
         failed = block.get("is_error") is True
+        self.asking.pop(call_id, None)  # answered, or refused: no longer waiting
         if call_id in self.commands:
-            command = self.commands.pop(call_id)
-            error = first_error_line(text_of(block.get("content")))
-            if failed and not error.startswith(NOT_A_FAILURE):
-                self.fail(command, error)
+            (command, background), text = self.commands.pop(call_id), text_of(block.get("content"))
+            if failed and text.lstrip().startswith(NOT_A_FAILURE):
+                self.interrupted = True  # stopped by the person: neither failed nor done
+            elif background and not failed:
+                # Its outcome comes later, in a task notification naming this id.
+                found = BACKGROUND_ID_RE.search(text[:4096])
+                task = detail.get("backgroundTaskId") if isinstance(detail, dict) else None
+                task = task if isinstance(task, str) else found[1] if found else None
+                if task:
+                    self.background[task] = command
+            else:
+                self.shell_result(command, 1 if failed else 0, text)
         elif call_id in self.creating:
             subject = self.creating.pop(call_id)
             if not failed:
                 self.add_task(task_number(text_of(block.get("content"), 4096), detail), subject)
+        elif call_id in self.plan_calls:
+            name, args = self.plan_calls.pop(call_id)
+            if not failed:
+                self.apply_plan_call(name, args)
+        elif call_id in self.plan_modes:
+            plan = self.plan_modes.pop(call_id)
+            if not failed:  # refused ("The user doesn't want to proceed…"): not the plan
+                self.approved_plan = plan
+        elif failed and text_of(block.get("content"))[:200].startswith(NOT_A_FAILURE):
+            self.interrupted = True
+
+    def task_notification(self, text: str) -> None:
+        """A background shell command ended: `<task-id>`, `<status>` (completed, failed,
+        killed), `<summary>Background command "…" failed with exit code 1</summary>`."""
+        fields = dict(TASK_NOTE_FIELD_RE.findall(text[:8192]))
+        command = self.background.pop(fields.get("task-id", "").strip(), None)
+        status = fields.get("status", "").strip()
+        if command is None or status not in ("completed", "failed"):
+            return
+        self.shell_result(command, 0 if status == "completed" else 1, fields.get("summary", ""))
 
     def add_task(self, number: int | None, subject) -> None:
         """A created task; without a number from its result, the next one (tasks are
@@ -4182,21 +4339,25 @@ class TranscriptReader:
 
     def codex_event(self, payload: dict) -> None:
         kind, text = payload.get("type"), payload.get("message")
+        if kind == "turn_aborted":
+            self.interrupted = payload.get("reason") in (None, "interrupted")
+        elif kind == "task_complete" and isinstance(payload.get("last_agent_message"), str):
+            self.agent_said(payload["last_agent_message"])
         if not isinstance(text, str):
             return
         if kind == "user_message":
-            self.request = request_text(text) or self.request
-        elif kind == "agent_message" and text.strip():
-            self.message = text
+            self.add_request(request_text(text))
+        elif kind == "agent_message":
+            self.agent_said(text)
 
     def codex_item(self, item: dict) -> None:
         kind, call_id = item.get("type"), call_key(item.get("call_id"))
         if kind == "message":
             text = text_of(item.get("content"), TRANSCRIPT_LINE_MAX_BYTES)
             if item.get("role") == "user":
-                self.request = request_text(text) or self.request
-            elif item.get("role") == "assistant" and text.strip():
-                self.message = text
+                self.add_request(request_text(text))
+            elif item.get("role") == "assistant":
+                self.agent_said(text)
         elif kind == "function_call":
             self.codex_call(item.get("name"), codex_arguments(item.get("arguments")), call_id)
         elif kind == "custom_tool_call":  # freeform tools: apply_patch's input is the patch
@@ -4205,11 +4366,12 @@ class TranscriptReader:
             self.codex_call("local_shell", item["action"], call_id)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             command = self.commands.pop(call_id, None)
-            code, error = codex_exit(item.get("output")) if command else (None, "")
-            if code:
-                self.fail(command, error)
+            code, output = codex_exit(item.get("output")) if command else (None, "")
+            if code is not None:
+                self.shell_result(command, code, output)
 
     def codex_call(self, name, args: dict, call_id) -> None:
+        self.worked = True
         if name == "update_plan":
             self.set_list_plan(args.get("plan"), "step")
         elif name == "apply_patch":
@@ -4228,13 +4390,21 @@ class TranscriptReader:
 
     # The result
 
+    def flush_plan_calls(self) -> None:
+        for name, args in self.plan_calls.values():
+            self.apply_plan_call(name, args)
+        self.plan_calls.clear()
+
     def plan(self) -> list:
+        self.flush_plan_calls()  # results not (yet) in the transcript
         if self.plan_tool == "list":
             items = self.plan_list
-        else:
+        elif self.plan_tool == "tasks":
             for subject in self.creating.values():  # results not (yet) in the transcript
                 self.add_task(None, subject)
             items = [tuple(self.tasks[number]) for number in sorted(self.tasks)]
+        else:
+            items = plan_steps(self.approved_plan)
         plan = []
         for text, status in items:
             line = safe_line(text, PLAN_ITEM_MAX_CHARS)
@@ -4247,23 +4417,85 @@ class TranscriptReader:
         are shown relative to `root` (the project), else to the session's folder."""
         ended = parse_iso(self.ended_at, need_zone=True) if self.ended_at else None
         files = [shown_path(path, root or self.cwd) for path in list(self.files)[-FILES_MAX:]]
+        requests = [safe_line(text, REQUEST_MAX_CHARS) for text in self.requests]
+        questions = [q for q in self.asking.values() if q]
         return Transcript(
             client=self.client,
             session_id=safe_line(self.session_id, ID_MAX_CHARS),
             cwd=safe_line(self.cwd, FILE_MAX_CHARS),
             plan=self.plan(),
             request=safe_line(self.request, REQUEST_MAX_CHARS),
+            requests=[text for text in requests if text],
+            requests_omitted=self.requests_omitted,
+            question=safe_line(questions[-1], REQUEST_MAX_CHARS) if questions else "",
             last_message=safe_line(self.message, MESSAGE_MAX_CHARS),
             files=[line for line in (safe_line(f, FILE_MAX_CHARS) for f in files) if line],
             failures=[
                 (safe_line(command, COMMAND_MAX_CHARS), safe_line(error, COMMAND_MAX_CHARS))
-                for command, error in self.failures
+                for _, command, error in self.failures[-FAILURES_MAX:]
             ],
+            interrupted=self.interrupted,
             # Size and last entry together: a grown file, or a new last entry, is new work.
             position="" if size is None else f"{size}:{safe_line(self.last_id, ID_MAX_CHARS)}",
             ended_at=iso(ended) if ended is not None else "",
             compacted=self.compacted,
         )
+
+
+def queued_text(content) -> str:
+    """A queued message's text: a string, or a list of strings and text blocks."""
+    if isinstance(content, list):
+        return "\n".join(part if isinstance(part, str) else text_of([part]) for part in content)
+    return text_of(content, TRANSCRIPT_LINE_MAX_BYTES)
+
+
+def question_text(args: dict) -> str:
+    """AskUserQuestion's questions, each with its options: `Which store? (SQLite / Postgres)`."""
+    shown, questions = [], args.get("questions")
+    for item in questions if isinstance(questions, list) else ():
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str):
+            continue
+        options = item.get("options") if isinstance(item.get("options"), list) else []
+        labels = [o.get("label") for o in options if isinstance(o, dict)]
+        labels = [label for label in labels if isinstance(label, str) and label.strip()]
+        shown.append(item["question"] + (f" ({' / '.join(labels)})" if labels else ""))
+    return "; ".join(shown)
+
+
+def plan_steps(plan: str) -> list:
+    """The steps of an approved plan (ExitPlanMode's Markdown): its top-level list items
+    (`- [x]` done), else its headings below the title, else its first line."""
+    steps = [
+        (text.replace("**", ""), "completed" if box in ("x", "X") else "pending")
+        for box, text in PLAN_STEP_RE.findall(plan[:65536])
+    ]
+    if not steps:
+        steps = [(text, "pending") for text in PLAN_HEADING_RE.findall(plan[:65536])]
+    if not steps:
+        first = next((line for line in plan.splitlines() if line.strip()), "")
+        steps = [(first.lstrip("# "), "pending")] if first else []
+    return steps
+
+
+def command_key(command: str) -> str:
+    """A shell command as compared with a later run of it: whitespace, a leading `cd DIR &&`
+    and a trailing `2>&1` or `| tail -20` do not make it another command.
+
+    >>> command_key("cd /w &&  mix test  2>&1 | tail -30") == command_key("mix test")
+    True
+    """
+    text = " ".join(command.split())
+    return COMMAND_TAIL_RE.sub("", COMMAND_CD_RE.sub("", text))
+
+
+def found_nothing(command: str, code: int, output: str) -> bool:
+    """A search (`rg`, `grep`) that exited 1 with no output: it found nothing, which is an
+    answer, not a failure."""
+    words = command_key(command).split()
+    if words[:2] == ["git", "grep"]:
+        words = words[1:]
+    quiet = not EXIT_CODE_RE.sub("", output).strip()
+    return code == 1 and quiet and bool(words) and words[0] in SEARCH_COMMANDS
 
 
 def call_key(value) -> str | None:
@@ -4404,30 +4636,38 @@ def read_transcript(
 
 
 def find_project_transcript(
-    folder: str, cwd: str, *, exclude=(), limit: int = TRANSCRIPT_CANDIDATES
+    folder, cwd: str, *, exclude=(), limit: int = TRANSCRIPT_CANDIDATES
 ) -> str | None:
-    """The newest `*.jsonl` in `folder` (not below it), other than those in `exclude`,
-    whose entries name `cwd` as their working folder; None when there is none. For a new
+    """The newest `*.jsonl` in `folder` (not below it; a list of folders is searched as
+    one), other than those in `exclude` and subagents' own (`agent-*.jsonl`), whose
+    entries name `cwd` as their working folder; None when there is none. For a new
     session whose predecessor's transcript was never recorded: Claude Code keeps a
     project's sessions side by side, in a folder whose name two projects may share.
-    Bounded: the `limit` newest files are probed, each at its first and last
-    TRANSCRIPT_PROBE_BYTES."""
+    Bounded: TRANSCRIPT_SCAN_MAX folder entries in all, the `limit` newest files probed,
+    each at its first and last TRANSCRIPT_PROBE_BYTES."""
     if not cwd:
         return None
     skip = {os.path.abspath(path) for path in exclude}
-    found = []
-    try:
-        with os.scandir(folder) as entries:
-            for count, entry in enumerate(entries):
-                if count >= TRANSCRIPT_SCAN_MAX:
-                    break
-                if not entry.name.endswith(".jsonl") or os.path.abspath(entry.path) in skip:
-                    continue
-                with contextlib.suppress(OSError):
-                    if entry.is_file(follow_symlinks=False):
-                        found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
-    except (OSError, ValueError):
-        return None
+    found, count = [], 0
+    for place in [folder] if isinstance(folder, str) else folder:
+        try:
+            with os.scandir(place) as entries:
+                for entry in entries:
+                    count += 1
+                    if count > TRANSCRIPT_SCAN_MAX:
+                        break
+                    name = entry.name
+                    # A subagent's transcript beside the session's is never the session.
+                    if not name.endswith(".jsonl") or name.startswith("agent-"):
+                        continue
+                    if os.path.abspath(entry.path) in skip:
+                        continue
+                    with contextlib.suppress(OSError):
+                        if entry.is_file(follow_symlinks=False):
+                            stamp = entry.stat(follow_symlinks=False).st_mtime
+                            found.append((stamp, entry.path))
+        except (OSError, ValueError):
+            continue
     # Newest first by modification time: the predecessor is most likely the last written.
     found.sort(reverse=True)
     places = same_folder_names(cwd)
@@ -4463,6 +4703,8 @@ def transcript_names_folder(path: str, places: set) -> bool:
         return False
     for line in lines:
         entry = parse_entry(line)
+        if entry is not None and entry.get("isSidechain") is True:
+            continue  # a subagent's line: only the session's own lines make it the session's
         payload = entry.get("payload") if entry is not None else None
         where = entry.get("cwd") if entry is not None else None
         if isinstance(payload, dict) and not isinstance(where, str):
@@ -6561,8 +6803,7 @@ def render_capture(captured: dict, now: float) -> list[str]:
         f"- From {client} session {session}, last active {age_words(now - (ended or at))} "
         f"ago; captured {how}: the agent did not write this itself"
     ]
-    if captured.get("request"):
-        lines.append(f"- Asked: {one_line(captured['request'], 400)}")
+    lines += capture_request_lines(captured)
     plan = captured.get("plan") if isinstance(captured.get("plan"), list) else []
     for status, word in PLAN_MARKS.items():
         items = [
@@ -6572,12 +6813,36 @@ def render_capture(captured: dict, now: float) -> list[str]:
         ]
         if items:
             lines.append(f"- Plan, {word}: " + "; ".join(items))
-    for key, word in (("files", "Touched"), ("failures", "Failed")):
+    for key, word, limit in (("files", "Touched", 160), ("failures", "Failed", 260)):
         values = captured.get(key) if isinstance(captured.get(key), list) else []
         if values:
-            lines.append(f"- {word}: " + "; ".join(md_code(one_line(v, 160)) for v in values))
+            lines.append(f"- {word}: " + "; ".join(md_code(one_line(v, limit)) for v in values))
     if captured.get("last_message"):
         lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
+    if captured.get("interrupted") is True:
+        lines.append(f"- {CAPTURE_INTERRUPTED}")
+    return lines
+
+
+CAPTURE_INTERRUPTED = "Interrupted: the person stopped the last turn before it finished"
+
+
+def capture_request_lines(captured: dict) -> list[str]:
+    """What the person said, oldest first: `- Asked:` for each message kept, the count
+    of those left out between, the newest as `- Asked last:`; then a question the agent
+    asked and never had answered. One message alone is `- Asked:`."""
+    earlier = captured.get("requests") if isinstance(captured.get("requests"), list) else []
+    earlier = [one_line(text, 300) for text in earlier if isinstance(text, str) and text]
+    lines = [f"- Asked: {text}" for text in earlier]
+    omitted = captured.get("requests_omitted")
+    if isinstance(omitted, int) and not isinstance(omitted, bool) and omitted > 0:
+        words = plural(omitted, "more message")
+        lines.insert(min(REQUESTS_FIRST, len(lines)), f"- ({words} left out here)")
+    if captured.get("request"):
+        word = "Asked last" if earlier else "Asked"
+        lines.append(f"- {word}: {one_line(captured['request'], 400)}")
+    if captured.get("question"):
+        lines.append(f"- Waiting for the person's answer: {one_line(captured['question'], 300)}")
     return lines
 
 
@@ -10742,12 +11007,39 @@ def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str
     if entries:
         jobs += recovery_jobs(entries, record, payload, session, root)
     elif transcript:
-        other = find_project_transcript(os.path.dirname(transcript), root, exclude=(transcript,))
+        folders = transcript_folders(transcript)
+        other = find_project_transcript(folders, root, exclude=(transcript,))
         if other:
             # A file name, not a payload's id: stored as an id is (no newline, no secret).
             name = client_session_id({"session_id": os.path.splitext(os.path.basename(other))[0]})
             jobs.append((name or "session", other, True, whole))
     return jobs
+
+
+CODEX_DAYS_BACK = 7  # date folders before the new rollout's that a recovery searches
+DATE_FOLDER_RE = LazyRegex(r"(\d{4})/(\d{2})/(\d{2})\Z")
+
+
+def transcript_folders(transcript: str) -> list[str]:
+    """Where the session before the one at `transcript` may have left its transcript: the
+    same folder; for a Codex rollout in a date folder (`sessions/YYYY/MM/DD/`), also the
+    CODEX_DAYS_BACK days before it (a session killed yesterday sits in yesterday's)."""
+    import datetime
+
+    folder = os.path.dirname(transcript)
+    match = DATE_FOLDER_RE.search(folder.replace(os.sep, "/"))
+    if match is None:
+        return [folder]
+    try:
+        day = datetime.date(int(match[1]), int(match[2]), int(match[3]))
+    except ValueError:
+        return [folder]
+    top = folder[: match.start()]
+    earlier = (day - datetime.timedelta(days=n) for n in range(1, CODEX_DAYS_BACK + 1))
+    folders = [
+        os.path.join(top, f"{d.year:04d}", f"{d.month:02d}", f"{d.day:02d}") for d in earlier
+    ]
+    return [folder, *(f for f in folders if os.path.isdir(f))]
 
 
 def recovery_jobs(entries: list, record: dict, payload: dict, session: str, root: str) -> list:
@@ -10811,10 +11103,20 @@ def is_project_transcript(path, root: str, payload: dict) -> bool:
 # block under a tenth of the hook's cap whatever the transcript held.
 CAPTURE_PLAN_MAX, CAPTURE_FILES_MAX, CAPTURE_FAILURES_MAX = 12, 10, 3
 CAPTURE_ITEM_CHARS = 160
+CAPTURE_REQUEST_CHARS = 300  # each of the person's earlier messages; the newest keeps 500
+# A failure is its command, cut on its own so a long one (a heredoc commit) leaves room
+# for the error's line, which is what the next agent needs.
+CAPTURE_COMMAND_CHARS, CAPTURE_ERROR_CHARS = 80, 170
 
 
-def capture_item(text: str) -> str:
-    return text if len(text) <= CAPTURE_ITEM_CHARS else text[: CAPTURE_ITEM_CHARS - 3] + "..."
+def capture_item(text: str, limit: int = CAPTURE_ITEM_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure_item(command: str, error: str) -> str:
+    """`command — error`, each cut on its own."""
+    command = capture_item(command, CAPTURE_COMMAND_CHARS)
+    return f"{command} — {capture_item(error, CAPTURE_ERROR_CHARS)}" if error else command
 
 
 def client_session_id(payload: dict) -> str:
@@ -10847,7 +11149,7 @@ def captured_record(transcript, git, *, client: str, session: str, event: str) -
         )
         # Kept in the plan's own order, whatever order they were chosen in.
         plan = [p for p in plan if p in keep]
-    failures = [f"{c} — {e}" if e else c for c, e in transcript.failures]
+    failures = [failure_item(c, e) for c, e in transcript.failures]
     record = {
         "at": iso_now(),
         "client": client,
@@ -10858,8 +11160,13 @@ def captured_record(transcript, git, *, client: str, session: str, event: str) -
         "failures": [capture_item(f) for f in failures[-CAPTURE_FAILURES_MAX:]],
         "position": str(transcript.position),
     }
+    earlier = [capture_item(text, CAPTURE_REQUEST_CHARS) for text in transcript.requests[:-1]]
     for key, value in (
         ("request", transcript.request),
+        ("requests", earlier),
+        ("requests_omitted", transcript.requests_omitted),
+        ("question", transcript.question),
+        ("interrupted", transcript.interrupted),
         ("last_message", transcript.last_message),
         ("ended_at", transcript.ended_at),
         ("branch", git.branch if git else None),
@@ -10888,6 +11195,7 @@ def unread_reason(path: str) -> str:
 def capture_is_empty(transcript) -> bool:
     return not (
         transcript.request
+        or transcript.question
         or transcript.plan
         or transcript.files
         or transcript.failures
@@ -10971,8 +11279,7 @@ def capture_log_text(captured: dict) -> str:
         f"Captured by stm {how} from {captured['client']} session "
         f"{session_label(captured['client_session'])} (the agent did not write this itself)."
     ]
-    if captured.get("request"):
-        lines.append(f"- Asked: {one_line(captured['request'], 400)}")
+    lines += capture_request_lines(captured)
     for status, word in PLAN_MARKS.items():
         items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
         if items:
@@ -10980,9 +11287,11 @@ def capture_log_text(captured: dict) -> str:
     if captured["files"]:
         lines.append("- Touched: " + ", ".join(one_line(f, 160) for f in captured["files"]))
     if captured["failures"]:
-        lines.append("- Failed: " + "; ".join(one_line(f, 160) for f in captured["failures"]))
+        lines.append("- Failed: " + "; ".join(one_line(f, 260) for f in captured["failures"]))
     if captured.get("last_message"):
         lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
+    if captured.get("interrupted") is True:
+        lines.append(f"- {CAPTURE_INTERRUPTED}")
     return "\n".join(lines)
 
 
@@ -11033,7 +11342,16 @@ def record_capture(
         # The transcript grew by lines that are not work (a client's summary) since this
         # very capture was logged: what the log would say is there already.
         log, captured["logged"] = False, captured["position"]
-    if same and (not log or previous.get("logged") == captured["position"]):
+    # SessionEnd where an earlier hook (a compaction's) captured the same position: the
+    # work is the same, but boot must say the session ended, not that it compacted. Only
+    # the label changes: the capture keeps its time (the work is no newer), which is the
+    # session's last write unless the agent wrote after it (then its own record leads).
+    relabel = same and captured["event"] == "SessionEnd" != previous.get("event")
+    relabel = relabel and state.get("updated_at") == previous.get("at")
+    if relabel:
+        captured["at"] = previous["at"]
+        log = log and previous.get("logged") != captured["position"]
+    if same and not relabel and (not log or previous.get("logged") == captured["position"]):
         if previous.get("logged") == captured["position"]:
             captured["logged"] = captured["position"]  # so the local record knows it too
         return ref, False
