@@ -1,5 +1,8 @@
 """Transcript builders for tests, written from the agent clients' documented formats
-(Claude Code's project JSONL, Codex's rollout), never from stm's reader."""
+(Claude Code's project JSONL, Codex's rollout), never from stm's reader, and in the shapes
+real transcripts carry (Claude Code 2.0-2.1, Codex 0.58-0.135, as the public fixtures of
+transcript parsers show them: queued messages, slash commands, task notifications,
+progress and snapshot lines, pasted images). Every line here is our own."""
 
 from __future__ import annotations
 
@@ -80,7 +83,98 @@ class Claude:
         entry = self.entry("system", None, subtype="compact_boundary")
         del entry["message"]
         entry["content"] = "Conversation compacted"
+        entry["compactMetadata"] = {"trigger": "auto", "preTokens": 155000}
+        entry["logicalParentUuid"] = entry.pop("parentUuid")
+        entry["parentUuid"] = None
         return entry
+
+    def system(self, subtype: str, **fields) -> dict:
+        """A system line that is no one's message: stop_hook_summary, turn_duration,
+        local_command (a slash command's own record)."""
+        entry = self.entry("system", None, subtype=subtype, level="info")
+        del entry["message"]
+        return {**entry, **fields}
+
+    def compact_summary(self, text: str) -> dict:
+        """The summary the client writes after compacting, as a user line."""
+        return self.user(text, isCompactSummary=True, isVisibleInTranscriptOnly=True)
+
+    def queued(self, text: str) -> dict:
+        """A message the person typed while the agent worked (2.1): only here."""
+        return {
+            "type": "queue-operation",
+            "operation": "enqueue",
+            "timestamp": self.clock(),
+            "sessionId": self.session,
+            "content": text,
+        }
+
+    def dequeued(self) -> dict:
+        return {
+            "type": "queue-operation",
+            "operation": "dequeue",
+            "timestamp": self.clock(),
+            "sessionId": self.session,
+        }
+
+    def slash(self, name: str, args: str = "") -> dict:
+        """A slash command the person typed: its name and arguments in wrappers."""
+        text = (
+            f"<command-message>{name.lstrip('/')} is running…</command-message>\n"
+            f"<command-name>{name}</command-name>\n"
+            + (f"<command-args>{args}</command-args>" if args else "<command-args></command-args>")
+        )
+        return self.user(text)
+
+    def expanded(self, text: str) -> dict:
+        """The prompt a custom slash command expands to (a meta line: the client's)."""
+        return self.user([{"type": "text", "text": text}], isMeta=True)
+
+    def notification(self, task: str, status: str, summary: str) -> dict:
+        """A background task ended: the client tells the agent in a user line."""
+        output = f"/tmp/claude/tasks/{task}.output"
+        text = (
+            f"<task-notification>\n<task-id>{task}</task-id>\n<output-file>{output}"
+            f"</output-file>\n<status>{status}</status>\n<summary>{summary}</summary>\n"
+            f"</task-notification>\nRead the output file to retrieve the result: {output}"
+        )
+        return self.user(text)
+
+    def interrupted(self, for_tool: bool = False) -> dict:
+        note = "[Request interrupted by user" + (" for tool use]" if for_tool else "]")
+        return self.user([{"type": "text", "text": note}])
+
+    def progress(self, kind: str, **data) -> dict:
+        """A progress line (hook_progress, bash_progress, agent_progress: a subagent's
+        message nested under data.message)."""
+        entry = self.entry("progress", None, data={"type": kind, **data}, toolUseID="toolu_p")
+        del entry["message"]
+        return entry
+
+    def snapshot(self, *paths: str) -> dict:
+        """A file-history-snapshot line: the files the session had touched so far."""
+        backups = {p: {"backupFileName": None, "version": 1} for p in paths}
+        message_id = f"snap-{next(self.count):04d}"
+        return {
+            "type": "file-history-snapshot",
+            "messageId": message_id,
+            "snapshot": {"messageId": message_id, "trackedFileBackups": backups},
+            "isSnapshotUpdate": False,
+        }
+
+    def summary(self, text: str) -> dict:
+        return {"type": "summary", "summary": text, "leafUuid": self.parent}
+
+    def sidechain(self, entry: dict) -> dict:
+        """The same line written by a subagent (Task): not the session's own."""
+        return {**entry, "isSidechain": True, "agentId": "a1b2c3d"}
+
+    def image_prompt(self, text: str, images: int, kb: int) -> dict:
+        """A prompt with pasted screenshots: base64 blocks beside the person's text."""
+        data = "iVBORw0KGgo" + "A" * (kb * 1024)
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png"}}
+        blocks = [{**image, "source": {**image["source"], "data": data}} for _ in range(images)]
+        return self.user([*blocks, {"type": "text", "text": text}])
 
 
 class Codex:
@@ -122,10 +216,35 @@ class Codex:
     def output(self, call_id: str, output, kind: str = "function_call_output") -> dict:
         return self.line("response_item", {"type": kind, "call_id": call_id, "output": output})
 
+    def prompt(self, text: str) -> list:
+        """A message the person typed, as Codex writes it: a user response_item and a
+        user_message event, the same text twice."""
+        return [self.message("user", text), self.event("user_message", text)]
+
+    def developer(self, text: str) -> dict:
+        payload = {"type": "message", "role": "developer"}
+        payload["content"] = [{"type": "input_text", "text": text}]
+        return self.line("response_item", payload)
+
+    def task_complete(self, text: str) -> dict:
+        payload = {"type": "task_complete", "turn_id": "t-1", "last_agent_message": text}
+        return self.line("event_msg", payload)
+
+    def aborted(self) -> dict:
+        return self.line("event_msg", {"type": "turn_aborted", "reason": "interrupted"})
+
+    def compacted(self, text: str) -> dict:
+        return self.line("compacted", {"message": text, "replacement_history": []})
+
 
 def exec_json(output: str, code: int) -> str:
     """A shell call's output in the structured form: JSON with metadata.exit_code."""
     return json.dumps({"output": output, "metadata": {"exit_code": code, "duration_seconds": 0.4}})
+
+
+def exec_text(output: str, code: int) -> str:
+    """A shell call's output in the text form newer versions write."""
+    return f"Exit code: {code}\nWall time: 0.4 seconds\nOutput:\n{output}"
 
 
 def patch(*headers: str) -> str:
