@@ -3755,6 +3755,12 @@ TASK_NUMBER_RE = LazyRegex(r"#(\d{1,9})\b")
 ANSI_RE = LazyRegex(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 ERROR_WORD_RE = LazyRegex(r"\bFAIL(?:ED)?\b|\bERR(?:OR)?\b|Error\b|\berror\b|\bfailed\b|panicked")
 EXIT_CODE_RE = LazyRegex(r"^(?:Exit code:?|Process exited with code) (-?\d+)\s*$", re.M)
+# A runner's progress line ("Checking 3 source files ...", "Compiling 2 files (.ex)"):
+# never the line that says what went wrong.
+PROGRESS_LINE_RE = LazyRegex(
+    r"(?:Running|Compiling|Checking|Building|Finished|Analy[sz]ing|Generated|Downloading"
+    r"|Resolving|Installing|Fetching)\b|> |[^\n]*(?:\.\.\.|…)\Z"
+)
 # A pasted image's base64 inside a line (`"data": "iVBOR…"`, hundreds of KB): cut before
 # the line is parsed, so the person's text beside it is read, not the whole line skipped.
 BASE64_DATA_RE = LazyRegex(rb'"data"\s*:\s*"[A-Za-z0-9+/=\\]{4096,}"')
@@ -4069,8 +4075,9 @@ def slash_command(text: str) -> str:
 
 
 def first_error_line(text: str) -> str:
-    """The first telling line of a failed command's output: not an exit-code header.
-    Private blocks go first: a line picked from inside one would carry no marker."""
+    """The first telling line of a failed command's output: not an exit-code header nor
+    a runner's progress line (`Checking 3 source files ...`). Private blocks go first: a
+    line picked from inside one would carry no marker."""
     # The tail: a long output's error is at its end, and the regexes stay bounded.
     text = ANSI_RE.sub("", PRIVATE_RE.sub("", text[-16384:]))
     lines = [line.strip() for line in text.splitlines()]
@@ -4078,7 +4085,9 @@ def first_error_line(text: str) -> str:
     telling = [
         line
         for line in lines
-        if not EXIT_CODE_RE.match(line) and not line.startswith(("Wall time:", "Output:"))
+        if not EXIT_CODE_RE.match(line)
+        and not line.startswith(("Wall time:", "Output:"))
+        and (not PROGRESS_LINE_RE.match(line) or ERROR_WORD_RE.search(line))
     ]
     # An error line says more than a runner's first line ("F [100%]", "> npm test",
     # "Compiling …"): the first line that names a failure or an error, else the first.

@@ -13,7 +13,7 @@ import time
 import pytest
 from helpers import log_text
 from mcp_client import McpClient
-from transcripts import Claude, Codex, exec_json, exec_text, write_jsonl
+from transcripts import CORPUS, Claude, Codex, exec_json, exec_text, write_jsonl
 
 import stm
 
@@ -483,3 +483,70 @@ def test_mcp_boot_shows_the_persons_messages_and_the_open_failures(agent, run):
     assert "- Asked: don't touch core.py" in text
     assert "- Asked last: did you push?" in text
     assert "cargo test — error[E0308]: mismatched types" in text
+
+
+# ---- the corpus: each long session scored against what a person would write down ---------
+
+
+def person_checks(block: str, person: dict) -> list[tuple[str, bool]]:
+    """(what a person would write down, whether boot's block says it) for one session."""
+    lines = block.splitlines()
+    asked = [line.split(": ", 1)[1] for line in lines if line.startswith("- Asked")]
+    checks = [(f"asked, in order: {asked}", asked == person["asked"])]
+    if person["asked"]:
+        checks.append(
+            (
+                "the last message is marked",
+                lines_with(lines, "- Asked")[-1].startswith(
+                    "- Asked last: " if len(person["asked"]) > 1 else "- Asked: "
+                ),
+            )
+        )
+    for text, status in person["plan"]:
+        word = stm.PLAN_MARKS[status]
+        line = next((x for x in lines if x.startswith(f"- Plan, {word}: ")), "")
+        checks.append((f"plan {status}: {text}", text in line.split(": ", 1)[-1].split("; ")))
+    if not person["plan"]:
+        checks.append(("no plan invented", not lines_with(lines, "- Plan")))
+    touched = " ".join(lines_with(lines, "- Touched: "))
+    checks += [(f"touched {f}", f"`{f}`" in touched) for f in person["files"]]
+    failed = " ".join(lines_with(lines, "- Failed: "))
+    for command, error in person["open"]:
+        checks.append((f"open failure {command}", command in failed and error in failed))
+    checks += [(f"no stale failure {c}", f"`{c}" not in failed) for c in person["fixed"]]
+    if not person["open"]:
+        checks.append(("no failures", not failed))
+    last = " ".join(lines_with(lines, "- Last message: "))
+    checks.append(("last message", person["last"] in last if person["last"] else not last))
+    question = " ".join(lines_with(lines, "- Waiting for the person's answer: "))
+    checks.append(("open question", person.get("question", "") in question))
+    interrupted = f"- {stm.CAPTURE_INTERRUPTED}" in lines
+    checks.append(("interrupted", interrupted == bool(person.get("interrupted"))))
+    checks += [(f"never {text!r}", text not in block) for text in person["never"]]
+    return checks
+
+
+def lines_with(lines: list, start: str) -> list:
+    return [line for line in lines if line.startswith(start)]
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_the_corpus_reads_as_a_person_would(agent, run, name):
+    project, folder = agent
+    client, build = CORPUS[name]
+    entries, person = build(str(project))
+    first = entries[0].get("payload") or next(e for e in entries if "sessionId" in e)
+    session = first.get("id") or first["sessionId"]
+    stem = f"rollout-2026-01-01T00-00-00-{session}" if client == "codex" else session
+    transcript = write_jsonl(folder / f"{stem}.jsonl", entries)
+    hook = payload("PreCompact", session, transcript, project)
+    assert run("capture", "--client", client, stdin=hook).code == 0
+    block = captured_block(run("boot").out)
+    checks = person_checks(block, person)
+    missed = [what for what, ok in checks if not ok]
+    score = 10 * (len(checks) - len(missed)) / len(checks)
+    assert not missed, f"{name}: {score:.1f}/10, missed {missed}\n{block}"
+    # the log entry says the same as boot
+    log = log_text(project)
+    for text in person["asked"]:
+        assert text in log

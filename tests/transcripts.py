@@ -250,3 +250,427 @@ def exec_text(output: str, code: int) -> str:
 def patch(*headers: str) -> str:
     body = "".join(f"*** {header}\n+line\n" for header in headers)
     return f"*** Begin Patch\n{body}*** End Patch"
+
+
+# ---- a corpus of long sessions in real transcripts' shapes ------------------------------------
+#
+# Each builder returns the transcript's lines and what a person reading it would write
+# down: what they asked (oldest first), the plan with its states, the files, the failures
+# still open at the end (command, error) and the ones fixed later, the last message, and
+# text the client wrote for itself that must never show up as the person's.
+
+
+def long_claude_tasks_session(cwd: str) -> tuple[list, dict]:
+    """Claude Code 2.1: a task set first, a slash command with arguments, a message
+    typed while the agent worked, task tools (one update refused), a background test run
+    reported by a notification, a compaction, failures fixed later and one still open,
+    and follow-ups to end on."""
+    c = Claude(cwd, "5b1e7c9a-0000-4000-8000-0000000000a1")
+    lines = [
+        c.snapshot(),
+        c.user("Implement spotter-gqc: the spot price fetcher with retries"),
+        c.progress("hook_progress", hookEvent="UserPromptSubmit", hookName="bd prime"),
+        c.call("c1", "TaskCreate", subject="Write the fetcher", description="d", activeForm="W"),
+        c.result("c1", "Task #1 created successfully: Write the fetcher"),
+        c.call("c2", "TaskCreate", subject="Add retries", description="d", activeForm="A"),
+        c.result("c2", "Task #2 created successfully: Add retries"),
+        c.call("c3", "TaskCreate", subject="Make mix test green", description="d", activeForm="M"),
+        c.result("c3", "Task #3 created successfully: Make mix test green"),
+        c.call("u1", "TaskUpdate", taskId="1", status="in_progress"),
+        c.result("u1", "Updated task #1 status"),
+        c.call("w1", "Write", file_path=f"{cwd}/lib/spotter/fetcher.ex", content="defmodule"),
+        c.result("w1", "File created successfully"),
+        c.snapshot("lib/spotter/fetcher.ex"),
+        c.call("t1", "Task", description="Find retry helpers", prompt="look", subagent_type="x"),
+        c.progress(
+            "agent_progress",
+            message={
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Find every retry helper"}],
+                },
+            },
+        ),
+        c.sidechain(c.user("Find every retry helper in lib/")),
+        c.sidechain(
+            c.call(
+                "st",
+                "TodoWrite",
+                todos=[{"content": "subagent step", "status": "pending", "activeForm": "S"}],
+            )
+        ),
+        c.result("t1", [{"type": "text", "text": "Found Retry.with_backoff/2"}]),
+        c.queued("don't touch lib/spotter/core.ex"),
+        c.call("b1", "Bash", command="mix test test/spotter", description="Run tests"),
+        c.result(
+            "b1",
+            "Exit code 1\n  1) test fetch (FetcherTest)\n** (MatchError) no match of "
+            "right hand side value: :error",
+            is_error=True,
+        ),
+        c.dequeued(),
+        c.say("A MatchError; fixing the fetcher."),
+        c.system("stop_hook_summary", hookCount=1, hookInfos=[], preventedContinuation=False),
+        c.system("turn_duration", durationMs=48000),
+        c.slash("/x", "also add a credo check for the new module"),
+        c.expanded("Run the project's x workflow: also add a credo check for the new module"),
+        c.call(
+            "e1", "Edit", file_path=f"{cwd}/lib/spotter/fetcher.ex", old_string="a", new_string="b"
+        ),
+        c.result("e1", "The file has been updated."),
+        c.call("u2", "TaskUpdate", taskId="2", status="completed"),
+        c.result(
+            "u2", "<tool_use_error>Task 2 is blocked by task 1</tool_use_error>", is_error=True
+        ),
+        c.call("u3", "TaskUpdate", taskId="1", status="completed"),
+        c.result("u3", "Updated task #1 status"),
+        c.call("u4", "TaskUpdate", taskId="2", status="in_progress"),
+        c.result("u4", "Updated task #2 status"),
+        c.call("b2", "Bash", command="cd " + cwd + " && mix test test/spotter 2>&1 | tail -40"),
+        c.result(
+            "b2",
+            "Exit code 1\n** (CompileError) lib/spotter/fetcher.ex:9: undefined function retry/1",
+            is_error=True,
+        ),
+        c.slash("/compact", "and continue with the remaining tasks"),
+        c.compact(),
+        c.compact_summary(
+            "This session is being continued from a previous conversation that "
+            "ran out of context. Summary: implementing spotter-gqc ..."
+        ),
+        c.call("bg", "Bash", command="mix test", run_in_background=True),
+        c.result(
+            "bg",
+            "Command running in background with ID: b7636e2. Output is being "
+            "written to: /tmp/claude/tasks/b7636e2.output",
+            detail={"backgroundTaskId": "b7636e2"},
+        ),
+        c.say("Running the whole suite in the background."),
+        c.notification(
+            "b7636e2", "failed", 'Background command "mix test" failed with exit code 1'
+        ),
+        c.call(
+            "e2", "Edit", file_path=f"{cwd}/lib/spotter/retry.ex", old_string="a", new_string="b"
+        ),
+        c.result("e2", "The file has been updated."),
+        c.call("b3", "Bash", command="mix test test/spotter"),
+        c.result("b3", "Finished in 0.4 seconds\n12 tests, 0 failures"),
+        c.call("b4", "Bash", command="mix test"),
+        c.result("b4", "Finished in 3.1 seconds\n140 tests, 0 failures"),
+        c.call("b5", "Bash", command="mix credo --strict lib/spotter"),
+        c.result(
+            "b5",
+            "Exit code 8\nChecking 3 source files ...\n┃ [R] → Modules should have a "
+            "@moduledoc tag.\n  lib/spotter/retry.ex:1:11",
+            is_error=True,
+        ),
+        c.call("u5", "TaskUpdate", taskId="2", status="completed"),
+        c.result("u5", "Updated task #2 status"),
+        c.call("u6", "TaskUpdate", taskId="3", status="in_progress"),
+        c.result("u6", "Updated task #3 status"),
+        c.user("commit"),
+        c.call(
+            "g1",
+            "Bash",
+            command="git commit -am \"$(cat <<'EOF'\nfeat(spotter): fetcher "
+            'with retries\n\nCloses spotter-gqc\nEOF\n)"',
+        ),
+        c.result("g1", "[main 3f2a1b0] feat(spotter): fetcher with retries"),
+        c.user("did you push?"),
+        c.call("g2", "Bash", command="git push"),
+        c.result("g2", "To github.com:acme/spotter.git\n   1a2b3c4..3f2a1b0  main -> main"),
+        c.say("Yes: pushed to main. Everything is pushed and clean except one credo warning."),
+        c.system("turn_duration", durationMs=9000),
+        c.summary("Spotter fetcher with retries"),
+    ]
+    person = {
+        "asked": [
+            "Implement spotter-gqc: the spot price fetcher with retries",
+            "don't touch lib/spotter/core.ex",
+            "/x also add a credo check for the new module",
+            "/compact and continue with the remaining tasks",
+            "commit",
+            "did you push?",
+        ],
+        "plan": [
+            ("Write the fetcher", "completed"),
+            ("Add retries", "completed"),
+            ("Make mix test green", "in_progress"),
+        ],
+        "files": ["lib/spotter/fetcher.ex", "lib/spotter/retry.ex"],
+        "open": [("mix credo --strict lib/spotter", "Modules should have a @moduledoc tag")],
+        "fixed": ["mix test"],
+        "last": "Everything is pushed and clean except one credo warning.",
+        "never": [
+            "Read the output file",
+            "Find every retry helper",
+            "subagent step",
+            "being continued",
+            "Run the project's x workflow",
+            "<command",
+        ],
+    }
+    return lines, person
+
+
+def claude_plan_mode_session(cwd: str) -> tuple[list, dict]:
+    """Claude Code 2.1 without a task tool: the plan is the approved ExitPlanMode plan; a
+    prompt with pasted screenshots; an interrupt and a follow-up; a question left open."""
+    c = Claude(cwd, "5b1e7c9a-0000-4000-8000-0000000000b2")
+    plan = (
+        "# Plan: fix the mobile layout\n\n## Context\nThe footer overlaps.\n\n## Steps\n"
+        "1. **Make the footer static** below 640px\n   - in app.css\n"
+        "2. Move the cookie banner above it\n3. Check it at 375px in the preview\n"
+    )
+    lines = [
+        c.image_prompt("The footer overlaps the form on phones, see the screenshots", 3, 415),
+        c.call("m0", "EnterPlanMode"),
+        c.result("m0", "Entered plan mode."),
+        c.call("r1", "Read", file_path=f"{cwd}/assets/app.css"),
+        c.result("r1", "     1\tbody { margin: 0 }"),
+        c.call("p1", "ExitPlanMode", plan=plan),
+        c.result("p1", "User has approved your plan. You can now start coding."),
+        c.call("e1", "Edit", file_path=f"{cwd}/assets/app.css", old_string="a", new_string="b"),
+        c.result("e1", "The file has been updated."),
+        c.call("b1", "Bash", command="npx playwright test mobile"),
+        c.result("b1", "[Request interrupted by user for tool use]", is_error=True),
+        c.interrupted(for_tool=True),
+        c.user("use the existing preview server on :4000 instead"),
+        c.call("f1", "WebFetch", url="http://localhost:4000", prompt="footer position"),
+        c.result("f1", "The footer sits below the form."),
+        c.call("e2", "Edit", file_path=f"{cwd}/assets/banner.css", old_string="a", new_string="b"),
+        c.result("e2", "The file has been updated."),
+        c.call(
+            "q1",
+            "AskUserQuestion",
+            questions=[
+                {
+                    "question": "Keep the banner dismissible on phones?",
+                    "header": "Banner",
+                    "multiSelect": False,
+                    "options": [
+                        {"label": "Yes", "description": "x"},
+                        {"label": "No", "description": "y"},
+                    ],
+                }
+            ],
+        ),
+    ]
+    person = {
+        "asked": [
+            "The footer overlaps the form on phones, see the screenshots",
+            "use the existing preview server on :4000 instead",
+        ],
+        "plan": [
+            ("Make the footer static below 640px", "pending"),
+            ("Move the cookie banner above it", "pending"),
+            ("Check it at 375px in the preview", "pending"),
+        ],
+        "files": ["assets/app.css", "assets/banner.css"],
+        "open": [],
+        "fixed": ["npx playwright test mobile"],  # stopped by the person: not a failure
+        "question": "Keep the banner dismissible on phones? (Yes / No)",
+        "last": None,
+        "never": ["[Request interrupted", "iVBORw0KGgo"],
+    }
+    return lines, person
+
+
+def claude_todo_session(cwd: str) -> tuple[list, dict]:
+    """Claude Code 2.0: TodoWrite, a subagent whose own todo list is not the session's,
+    local command output, a caveat, and the person interrupting the last turn."""
+    c = Claude(cwd, "5b1e7c9a-0000-4000-8000-0000000000c3")
+    todos = [
+        {"content": "Parse the CSV export", "status": "completed", "activeForm": "Parsing"},
+        {"content": "Validate the rows", "status": "in_progress", "activeForm": "Validating"},
+        {"content": "Write the importer tests", "status": "pending", "activeForm": "Writing"},
+    ]
+    lines = [
+        c.user(
+            "Caveat: The messages below were generated by the user while running local "
+            "commands. DO NOT respond to these messages.",
+            isMeta=True,
+        ),
+        c.user(
+            "<command-name>/model</command-name>\n<command-message>model</command-message>"
+            "\n<command-args></command-args>"
+        ),
+        c.user("<local-command-stdout>Set model to opus</local-command-stdout>"),
+        c.user("Build the CSV importer for the billing export"),
+        c.call("t1", "TodoWrite", todos=[{**t, "status": "pending"} for t in todos]),
+        c.result("t1", "Todos have been modified successfully."),
+        c.call("w1", "Write", file_path=f"{cwd}/billing/importer.py", content="x"),
+        c.result("w1", "File created successfully"),
+        c.call("s1", "Task", description="Survey", prompt="find fixtures", subagent_type="x"),
+        c.sidechain(
+            c.call(
+                "s2",
+                "TodoWrite",
+                todos=[{"content": "look in tests/", "status": "in_progress", "activeForm": "L"}],
+            )
+        ),
+        c.result("s1", "Fixtures are in tests/data/"),
+        c.call("b1", "Bash", command="python -m pytest tests/test_importer.py -q"),
+        c.result(
+            "b1",
+            "Exit code 1\nE   KeyError: 'amount'\nFAILED tests/test_importer.py::"
+            "test_rows - KeyError: 'amount'\n1 failed",
+            is_error=True,
+        ),
+        c.call("g1", "Bash", command="grep -rn 'amount_cents' billing/"),
+        c.result("g1", "Exit code 1", is_error=True),
+        c.call("t2", "TodoWrite", todos=todos),
+        c.result("t2", "Todos have been modified successfully."),
+        c.say("The amount column is named amount_cents in the export; renaming."),
+        c.call(
+            "e1", "Edit", file_path=f"{cwd}/billing/importer.py", old_string="a", new_string="b"
+        ),
+        c.result("e1", "[Request interrupted by user for tool use]", is_error=True),
+        c.interrupted(for_tool=True),
+    ]
+    person = {
+        "asked": ["Build the CSV importer for the billing export"],
+        "plan": [(t["content"], t["status"]) for t in todos],
+        "files": ["billing/importer.py"],
+        "open": [("python -m pytest tests/test_importer.py -q", "KeyError: 'amount'")],
+        "fixed": ["grep -rn"],
+        "last": "The amount column is named amount_cents in the export; renaming.",
+        "interrupted": True,
+        "never": ["look in tests/", "Set model to opus", "Caveat", "/model"],
+    }
+    return lines, person
+
+
+def long_codex_session(cwd: str) -> tuple[list, dict]:
+    """Codex 0.1xx: instructions and environment context in user messages, each prompt
+    written twice, update_plan, apply_patch as a freeform tool, a search finding nothing,
+    a test failing then passing, a compaction, and task_complete's last message."""
+    x = Codex(cwd, "0199a213-81c0-7800-8aa1-0000000000d4")
+    plan1 = [
+        {"step": "Add the --dry-run flag", "status": "in_progress"},
+        {"step": "Thread it through sync", "status": "pending"},
+        {"step": "Document it", "status": "pending"},
+    ]
+    plan2 = [
+        {**plan1[0], "status": "completed"},
+        {**plan1[1], "status": "completed"},
+        {**plan1[2], "status": "in_progress"},
+    ]
+    lines = [
+        x.meta(),
+        x.developer("<permissions instructions>Filesystem sandboxing: workspace-write"),
+        x.message(
+            "user",
+            "# AGENTS.md instructions for " + cwd + "\n\n<INSTRUCTIONS>Use "
+            "cargo fmt.</INSTRUCTIONS>",
+        ),
+        x.message("user", f"<environment_context>\n  <cwd>{cwd}</cwd>\n</environment_context>"),
+        x.turn(),
+        *x.prompt("Add a --dry-run flag to `sync` that prints what it would copy"),
+        x.line("event_msg", {"type": "token_count", "info": None}),
+        x.call("p1", "update_plan", plan=plan1),
+        x.output("p1", "Plan updated"),
+        x.call("s1", "exec_command", cmd="rg -n dry_run src"),
+        x.output("s1", exec_text("", 1)),
+        x.custom_call(
+            "a1", "apply_patch", patch("Update File: src/cli.rs", "Add File: src/sync/plan.rs")
+        ),
+        x.output(
+            "a1",
+            "Success. Updated the following files:\nM src/cli.rs",
+            kind="custom_tool_call_output",
+        ),
+        x.call("t1", "shell_command", command="cargo test sync"),
+        x.output(
+            "t1",
+            exec_text(
+                "error[E0061]: this function takes 2 arguments but 1 "
+                "argument was supplied\n --> src/sync/mod.rs:40:5",
+                101,
+            ),
+        ),
+        x.message("assistant", "sync() needs the flag passed through; fixing."),
+        x.compacted("Summary of the work so far"),
+        x.turn(),
+        *x.prompt("also make it the default in CI"),
+        x.custom_call(
+            "a2",
+            "apply_patch",
+            patch("Update File: src/sync/mod.rs", "Update File: .github/workflows/ci.yml"),
+        ),
+        x.output("a2", "Success.", kind="custom_tool_call_output"),
+        x.call("t2", "shell_command", command="cargo test sync"),
+        x.output("t2", exec_text("test result: ok. 9 passed; 0 failed", 0)),
+        x.call("c1", "shell_command", command="cargo clippy -- -D warnings"),
+        x.output(
+            "c1",
+            exec_text(
+                "warning: unused variable: `plan`\n --> src/sync/plan.rs:3:9\n"
+                "error: could not compile `sync` due to 1 previous error",
+                101,
+            ),
+        ),
+        x.call("p2", "update_plan", plan=plan2),
+        x.output("p2", "Plan updated"),
+        *x.prompt("continue"),
+        x.task_complete("Dry-run works and CI uses it; clippy still flags an unused variable."),
+    ]
+    person = {
+        "asked": [
+            "Add a --dry-run flag to `sync` that prints what it would copy",
+            "also make it the default in CI",
+            "continue",
+        ],
+        "plan": [(p["step"], p["status"]) for p in plan2],
+        "files": ["src/cli.rs", "src/sync/plan.rs", "src/sync/mod.rs", ".github/workflows/ci.yml"],
+        "open": [("cargo clippy -- -D warnings", "error: could not compile `sync`")],
+        "fixed": ["cargo test sync", "rg -n dry_run"],
+        "last": "Dry-run works and CI uses it; clippy still flags an unused variable.",
+        "never": ["AGENTS.md", "environment_context", "permissions instructions"],
+    }
+    return lines, person
+
+
+def codex_shell_session(cwd: str) -> tuple[list, dict]:
+    """Codex 0.58: the `shell` tool with a command list and JSON output, apply_patch
+    through the shell, and a turn the person aborted at the end."""
+    x = Codex(cwd, "0199a213-81c0-7800-8aa1-0000000000e5")
+    heredoc = "apply_patch <<'EOF'\n" + patch("Update File: web/app.ts") + "\nEOF"
+    lines = [
+        x.meta(),
+        x.turn(),
+        *x.prompt("Why does the login page flash white? Fix it"),
+        x.call("l1", "shell", command=["bash", "-lc", "grep -rn 'background' web/login.css"]),
+        x.output("l1", exec_json("", 1)),
+        x.call("l2", "shell", command=["bash", "-lc", heredoc]),
+        x.output("l2", exec_json("Done!", 0)),
+        x.call("l3", "shell", command=["npm", "run", "build"]),
+        x.output("l3", exec_json("ERROR in web/app.ts:12:3\nTS2304: Cannot find name 'theme'.", 2)),
+        x.message("assistant", "The build fails on an undefined theme; adding the import."),
+        *x.prompt("stop, use the design tokens package instead"),
+        x.aborted(),
+    ]
+    person = {
+        "asked": [
+            "Why does the login page flash white? Fix it",
+            "stop, use the design tokens package instead",
+        ],
+        "plan": [],
+        "files": ["web/app.ts"],
+        "open": [("npm run build", "ERROR in web/app.ts:12:3")],
+        "fixed": ["grep -rn"],
+        "last": "The build fails on an undefined theme; adding the import.",
+        "interrupted": True,
+        "never": [],
+    }
+    return lines, person
+
+
+CORPUS = {
+    "claude 2.1, long, compacted, task tools": ("claude", long_claude_tasks_session),
+    "claude 2.1, plan mode, screenshots, open question": ("claude", claude_plan_mode_session),
+    "claude 2.0, todo list, subagent, interrupted": ("claude", claude_todo_session),
+    "codex 0.1xx, long, compacted": ("codex", long_codex_session),
+    "codex 0.58, shell tool, aborted": ("codex", codex_shell_session),
+}
