@@ -3812,7 +3812,7 @@ class Transcript(Record):
         "plan",  # [(text, "pending" | "in_progress" | "completed")]
         "request",  # the person's last message
         "requests",  # the person's messages, oldest first: the first few and the newest
-        "requests_omitted",  # how many messages between those were left out
+        "requests_omitted",  # how many messages between those were left out (-1: not known)
         "question",  # an AskUserQuestion still waiting for the person's answer
         "last_message",  # the agent's last text
         "files",  # written or edited, relative to cwd when inside it, newest last
@@ -4158,6 +4158,16 @@ class TranscriptReader:
         if len(self.requests) > REQUESTS_FIRST + REQUESTS_LAST:
             del self.requests[REQUESTS_FIRST]
             self.requests_omitted += 1
+
+    def follow(self, first: list) -> None:
+        """Put the person's first messages, read from the transcript's start, before
+        those of its tail; how many were between is not known (the middle is not read)."""
+        self.requests = first + self.requests
+        self.request = self.request or first[-1]
+        excess = len(self.requests) - REQUESTS_FIRST - REQUESTS_LAST
+        if excess > 0:
+            del self.requests[REQUESTS_FIRST : REQUESTS_FIRST + excess]
+        self.requests_omitted = -1
 
     def agent_said(self, text: str) -> None:
         if text.strip():
@@ -4626,21 +4636,28 @@ def read_transcript(
     """What the session behind the transcript at `path` did (see Transcript), from the
     last `max_bytes` of it only. A file that cannot be read (missing, a link, a FIFO or
     device) gives an empty Transcript: capture runs in hooks, which must not fail."""
-    reader = TranscriptReader()
+    reader, head = TranscriptReader(), TranscriptReader()
     try:
         fd = open_regular(path)
         try:
             size = os.fstat(fd).st_size
             lines = tail_lines(fd, size, max_bytes)
+            # Longer than its tail: the start is read too, for what the person asked first
+            # (the task is set there; a long session ends on "continue" and "commit").
+            before = min(TRANSCRIPT_HEAD_BYTES, size - max_bytes)
+            first = head_lines(fd, size, before) if before > 0 else []
         finally:
             os.close(fd)
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return reader.finish(None, root)
-    for line in lines:
-        entry = parse_entry(line)
-        if entry is not None:
-            with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
-                reader.feed(entry)  # a line of an unforeseen shape is skipped, not the file
+    for each, part in ((head, first), (reader, lines)):
+        for line in part:
+            entry = parse_entry(line)
+            if entry is not None:
+                with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
+                    each.feed(entry)  # a line of an unforeseen shape is skipped, not the file
+    if head.requests and head.client in ("", reader.client):
+        reader.follow(head.requests[:REQUESTS_FIRST])
     return reader.finish(size, root)
 
 
@@ -6844,8 +6861,9 @@ def capture_request_lines(captured: dict) -> list[str]:
     earlier = [one_line(text, 300) for text in earlier if isinstance(text, str) and text]
     lines = [f"- Asked: {text}" for text in earlier]
     omitted = captured.get("requests_omitted")
-    if isinstance(omitted, int) and not isinstance(omitted, bool) and omitted > 0:
-        words = plural(omitted, "more message")
+    if isinstance(omitted, int) and not isinstance(omitted, bool) and omitted:
+        # -1: the middle of a long transcript was not read, so they were not counted.
+        words = plural(omitted, "more message") if omitted > 0 else "more messages"
         lines.insert(min(REQUESTS_FIRST, len(lines)), f"- ({words} left out here)")
     if captured.get("request"):
         word = "Asked last" if earlier else "Asked"
