@@ -3710,7 +3710,7 @@ REQUEST_MAX_CHARS = 500
 # The person's messages a read keeps, oldest first: the first few (the task is usually
 # set there) and the newest (what they said last); the ones between are counted.
 REQUESTS_FIRST, REQUESTS_LAST = 2, 5
-TRANSCRIPT_HEAD_BYTES = 256 * 1024  # a file longer than its tail: its start read for requests
+TRANSCRIPT_HEAD_BYTES = 256 * 1024  # of capture's window, read at a longer file's start
 MESSAGE_MAX_CHARS = 300
 PLAN_ITEM_MAX_CHARS = 200
 PLAN_MAX_ITEMS = 50
@@ -4631,21 +4631,27 @@ def session_label(client_session: str) -> str:
 
 
 def read_transcript(
-    path: str, *, max_bytes: int = TRANSCRIPT_TAIL_BYTES, root: str | None = None
+    path: str,
+    *,
+    max_bytes: int = TRANSCRIPT_TAIL_BYTES,
+    root: str | None = None,
+    head_bytes: int = 0,
 ) -> Transcript:
     """What the session behind the transcript at `path` did (see Transcript), from the
-    last `max_bytes` of it only. A file that cannot be read (missing, a link, a FIFO or
-    device) gives an empty Transcript: capture runs in hooks, which must not fail."""
+    last `max_bytes` of it only, and its first `head_bytes` for the person's first
+    messages (a long session ends on "continue"; the task was set at its start). A file
+    that cannot be read (missing, a link, a FIFO or device) gives an empty Transcript:
+    capture runs in hooks, which must not fail."""
     reader, head = TranscriptReader(), TranscriptReader()
     try:
         fd = open_regular(path)
         try:
             size = os.fstat(fd).st_size
-            lines = tail_lines(fd, size, max_bytes)
-            # Longer than its tail: the start is read too, for what the person asked first
-            # (the task is set there; a long session ends on "continue" and "commit").
-            before = min(TRANSCRIPT_HEAD_BYTES, size - max_bytes)
-            first = head_lines(fd, size, before) if before > 0 else []
+            if size > max_bytes + head_bytes > max_bytes:
+                first = head_lines(fd, size, head_bytes)
+                lines = tail_lines(fd, size, max_bytes)
+            else:  # the window holds it all: read as one
+                first, lines = [], tail_lines(fd, size, max_bytes + head_bytes)
         finally:
             os.close(fd)
     except (OSError, ValueError):  # ValueError: a NUL in the path
@@ -11437,8 +11443,10 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     if not jobs and event != "SessionStart":
         result["skipped"].append("the payload names no transcript (transcript_path)")
     for session, path, log, tail in jobs:
+        # Part of the window goes to the start: the same bytes, so the same cost.
+        head = min(TRANSCRIPT_HEAD_BYTES, tail // 8)
         try:
-            transcript = read_transcript(path, max_bytes=tail, root=root)
+            transcript = read_transcript(path, max_bytes=tail - head, root=root, head_bytes=head)
         except (OSError, StmError, ValueError) as exc:
             result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
             continue

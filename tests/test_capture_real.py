@@ -247,21 +247,24 @@ def test_the_task_a_later_constraint_and_the_last_follow_up_all_reach_boot(agent
     assert stm.read_transcript(write_jsonl(folder / "one.jsonl", single)).requests == ["Just this"]
 
 
-def test_the_task_set_before_the_tail_is_read_from_the_start(agent, run):
+def test_the_task_set_before_the_tail_is_read_from_the_start(agent, run, monkeypatch):
     project, folder = agent
     c = Claude(str(project), SID)
     entries = [c.user("Implement spotter-gqc"), c.user("and keep the API stable")]
     entries += [c.say(f"working, step {n} " + "x" * 1000) for n in range(300)]
     entries += [c.user("continue"), c.say("Done.")]
     path = write_jsonl(folder / f"{SID}.jsonl", entries)
-    result = stm.read_transcript(path, max_bytes=64 * 1024)
+    result = stm.read_transcript(path, max_bytes=56 * 1024, head_bytes=8192)
     assert result.requests == ["Implement spotter-gqc", "and keep the API stable", "continue"]
     assert result.request == "continue" and result.requests_omitted == -1
     # the tail alone holds no message: the last one read from the start is the last
     quiet = write_jsonl(folder / "quiet.jsonl", entries[:-2])
-    assert stm.read_transcript(quiet, max_bytes=64 * 1024).request == "and keep the API stable"
+    assert (
+        stm.read_transcript(quiet, max_bytes=56 * 1024, head_bytes=8192).request
+        == "and keep the API stable"
+    )
     # boot says some were left out, without a count it does not have
-    stm_session = stm.read_transcript(path, max_bytes=64 * 1024)
+    stm_session = stm.read_transcript(path, max_bytes=56 * 1024, head_bytes=8192)
     record = stm.captured_record(stm_session, None, client="claude", session=SID, event="Stop")
     assert stm.capture_request_lines(record) == [
         "- Asked: Implement spotter-gqc",
@@ -269,6 +272,12 @@ def test_the_task_set_before_the_tail_is_read_from_the_start(agent, run):
         "- (more messages left out here)",
         "- Asked last: continue",
     ]
+    # the hook reads the start within its window's bytes
+    monkeypatch.setattr(stm, "TRANSCRIPT_TAIL_BYTES", 64 * 1024)
+    run("capture", "--client", "claude", stdin=payload("PreCompact", SID, path, project))
+    captured = the_state(project)["captured"]
+    assert captured["requests"] == ["Implement spotter-gqc", "and keep the API stable"]
+    assert captured["request"] == "continue"
 
 
 def test_codex_writes_each_message_twice_and_it_is_kept_once(tmp_path, cwd):
