@@ -1008,9 +1008,9 @@ def test_a_start_shares_one_full_tail_among_the_sessions_it_recovers(agent, run,
     reads = []
     real = stm.read_transcript
 
-    def recorded(path, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None):
-        reads.append(max_bytes)
-        return real(path, max_bytes=max_bytes, root=root)
+    def recorded(path, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None, head_bytes=0):
+        reads.append(max_bytes + head_bytes)  # the bytes of its window: tail and start
+        return real(path, max_bytes=max_bytes, root=root, head_bytes=head_bytes)
 
     monkeypatch.setattr(stm, "read_transcript", recorded)
     ids = ["1111aaaa-3333-4000-8000-000000000001", "2222aaaa-3333-4000-8000-000000000002"]
