@@ -3311,7 +3311,7 @@ CAPTURED_FIELDS = {
     "ended_at": "str",
     "request": "str",
     "requests": "strs",
-    "requests_omitted": "int",
+    "requests_omitted": "count",
     "question": "str",
     "interrupted": "bool",
     "plan": "plan",
@@ -3383,6 +3383,8 @@ def field_problem(value, kind) -> str | None:
     if kind == "int":
         # `type() is int`, not isinstance: a JSON true is a bool, and bool is an int subclass.
         return None if type(value) is int and value >= 1 else "must be a positive integer"
+    if kind == "count":  # how many were left out; -1 when they were not counted
+        return None if type(value) is int and value >= -1 else "must be a whole number or -1"
     if kind == "stamp":
         return None if is_iso_utc(value) else "must be an ISO-8601 time with a zone"
     if kind == "strs":
@@ -11380,7 +11382,8 @@ def record_capture(
     # the label changes: the capture keeps its time (the work is no newer), which is the
     # session's last write unless the agent wrote after it (then its own record leads).
     relabel = same and captured["event"] == "SessionEnd" != previous.get("event")
-    relabel = relabel and state.get("updated_at") == previous.get("at")
+    relabel = relabel and isinstance(previous.get("at"), str)
+    relabel = relabel and state.get("updated_at") == previous["at"]
     if relabel:
         captured["at"] = previous["at"]
         log = log and previous.get("logged") != captured["position"]

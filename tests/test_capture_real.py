@@ -277,7 +277,11 @@ def test_the_task_set_before_the_tail_is_read_from_the_start(agent, run, monkeyp
     run("capture", "--client", "claude", stdin=payload("PreCompact", SID, path, project))
     captured = the_state(project)["captured"]
     assert captured["requests"] == ["Implement spotter-gqc", "and keep the API stable"]
-    assert captured["request"] == "continue"
+    assert captured["request"] == "continue" and captured["requests_omitted"] == -1
+    # a state holding it is valid: check passes, the agent and the next capture write it
+    assert run("check").code == 0
+    assert run("session", "checkpoint", "--resume", "push the branch").code == 0
+    assert the_state(project)["checkpoint"]["resume_instruction"] == "push the branch"
 
 
 def test_codex_writes_each_message_twice_and_it_is_kept_once(tmp_path, cwd):
