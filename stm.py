@@ -4123,6 +4123,9 @@ class TranscriptReader:
         self.failures: list = []  # [(command key, command, error)], oldest first
 
     def feed(self, entry: dict) -> None:
+        if entry.get("type") == "file-history-snapshot" and self.client in ("", "claude"):
+            self.snapshot_files(entry.get("snapshot"))
+            return
         client = entry_client(entry)
         # The first recognised line decides whose transcript this is: a line that merely
         # looks like the other client's is not mixed into what it says.
@@ -4180,6 +4183,17 @@ class TranscriptReader:
             # Popped first: a file edited again moves to the end, so the list stays newest last.
             self.files.pop(path, None)
             self.files[path] = None
+
+    def snapshot_files(self, snapshot) -> None:
+        """Claude Code's file-history snapshot names every file the session's edits
+        touched so far: those not seen in the window (edited before it) are older than
+        the ones seen, so they go first."""
+        tracked = snapshot.get("trackedFileBackups") if isinstance(snapshot, dict) else None
+        if not isinstance(tracked, dict):
+            return
+        older = [p for p in list(tracked)[:FILES_MAX] if p.strip() and p not in self.files]
+        if older:
+            self.files = {**dict.fromkeys(older), **self.files}
 
     def fail(self, command: str, error: str) -> None:
         key = command_key(command)
@@ -4438,6 +4452,9 @@ class TranscriptReader:
         are shown relative to `root` (the project), else to the session's folder."""
         ended = parse_iso(self.ended_at, need_zone=True) if self.ended_at else None
         files = [shown_path(path, root or self.cwd) for path in list(self.files)[-FILES_MAX:]]
+        # One file named two ways (a snapshot's relative path, an edit's absolute): once,
+        # where it was last.
+        files = list(reversed(dict.fromkeys(reversed(files))))
         requests = [safe_line(text, REQUEST_MAX_CHARS) for text in self.requests]
         questions = [q for q in self.asking.values() if q]
         return Transcript(

@@ -68,6 +68,18 @@ def test_a_task_notification_is_never_the_request(tmp_path, cwd):
     assert "Read the output file" not in json.dumps(result.as_dict())
 
 
+def test_files_edited_before_the_window_come_from_the_file_history_snapshot(tmp_path, cwd):
+    c = Claude(cwd)
+    entries = [
+        c.user("Refactor the exporter"),
+        c.snapshot("lib/old.ex", "lib/exporter.ex"),
+        c.call("e1", "Edit", file_path=f"{cwd}/lib/exporter.ex", old_string="a", new_string="b"),
+        c.result("e1", "The file has been updated."),
+    ]
+    result = read(tmp_path, entries, root=cwd)
+    assert result.files == ["lib/old.ex", "lib/exporter.ex"]  # the one seen edited is newest
+
+
 # ---- 2. failures keep their error, the command cut on its own -----------------------------
 
 
