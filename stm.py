@@ -4239,6 +4239,8 @@ class TranscriptReader:
             self.compacted = True
         if kind == "queue-operation" and entry.get("operation") == "enqueue":
             self.add_request(request_text(queued_text(entry.get("content"))), queued=True)
+        elif kind == "attachment" and isinstance(entry.get("attachment"), dict):
+            self.claude_attachment(entry["attachment"])
         if not isinstance(message, dict):
             return
         content = message.get("content")
@@ -4267,6 +4269,16 @@ class TranscriptReader:
                 elif text.lstrip().startswith("[Request interrupted"):
                     self.interrupted = True
                 self.add_request(request_text(text))
+
+    def claude_attachment(self, item: dict) -> None:
+        """A message typed while the agent worked, folded into its turn (2.1): a
+        `queued_command` attachment a person wrote (not a peer's, not a notification)."""
+        origin = item.get("origin")
+        who = origin.get("kind", "human") if isinstance(origin, dict) else "human"
+        mode = item.get("commandMode", "prompt")
+        typed = item.get("type") == "queued_command" and mode == "prompt" and who == "human"
+        if typed and not item.get("isMeta"):
+            self.add_request(request_text(queued_text(item.get("prompt"))))
 
     def claude_tool_use(self, block: dict, sidechain: bool) -> None:
         name, call_id, args = block.get("name"), call_key(block.get("id")), block.get("input")

@@ -200,6 +200,23 @@ def test_messages_typed_while_the_agent_works_are_kept_once(tmp_path, cwd):
         "new beads for the epic were added. tackle them",
     ]
     assert result.request == "new beads for the epic were added. tackle them"
+    # folded into the running turn (2.1): an attachment, after the enqueue or alone
+    notification = "<task-notification><status>completed</status></task-notification>"
+    folded = [
+        c.user("Implement spotter-gqc"),
+        c.queued("also close spotter-abc"),
+        c.folded("also close spotter-abc"),
+        c.removed(),
+        c.folded("run the linter too"),  # its enqueue is before the window
+        c.folded("peer session says hi", origin="peer"),
+        c.folded(notification, "task-notification"),
+        c.say("On it."),
+    ]
+    assert read(tmp_path, folded, name="f.jsonl").requests == [
+        "Implement spotter-gqc",
+        "also close spotter-abc",
+        "run the linter too",
+    ]
 
 
 # ---- 5. slash-command arguments are what the person typed -----------------------------------

@@ -109,6 +109,16 @@ class Claude:
             "content": text,
         }
 
+    def folded(self, text: str, mode: str = "prompt", origin: str = "human") -> dict:
+        """A queued message folded into the running turn (2.1): an attachment line."""
+        item = {"type": "queued_command", "commandMode": mode, "origin": {"kind": origin}}
+        entry = self.entry("attachment", None, attachment={**item, "prompt": text})
+        del entry["message"]
+        return entry
+
+    def removed(self) -> dict:
+        return {**self.dequeued(), "operation": "remove", "reason": "absorbed_mid_turn"}
+
     def dequeued(self) -> dict:
         return {
             "type": "queue-operation",
@@ -309,7 +319,8 @@ def long_claude_tasks_session(cwd: str) -> tuple[list, dict]:
             "right hand side value: :error",
             is_error=True,
         ),
-        c.dequeued(),
+        c.folded("don't touch lib/spotter/core.ex"),
+        c.removed(),
         c.say("A MatchError; fixing the fetcher."),
         c.system("stop_hook_summary", hookCount=1, hookInfos=[], preventedContinuation=False),
         c.system("turn_duration", durationMs=48000),
