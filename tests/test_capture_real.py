@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+from conftest import clock
 from helpers import log_text
 from mcp_client import McpClient
 from transcripts import CORPUS, Claude, Codex, exec_json, exec_text, write_jsonl
@@ -448,8 +449,8 @@ def test_recovery_never_takes_a_subagent_transcript_for_the_session(agent, run):
 def test_codex_recovery_searches_the_days_before(agent, run):
     project, home = agent
     sessions = home / "sessions"
-    today = time.gmtime()
-    yesterday = time.gmtime(time.time() - 86400)
+    today = time.gmtime(clock())
+    yesterday = time.gmtime(clock() - 86400)
     old_folder = sessions / time.strftime("%Y/%m/%d", yesterday)
     new_folder = sessions / time.strftime("%Y/%m/%d", today)
     old_folder.mkdir(parents=True)
@@ -474,7 +475,9 @@ def test_codex_recovery_searches_the_days_before(agent, run):
     # bounded: a week back at most
     folders = stm.transcript_folders(str(rollout))
     assert folders == [str(new_folder), str(old_folder)]
-    assert len(stm.transcript_folders(str(sessions / "2026/03/01/rollout-x.jsonl"))) == 1
+    alone = sessions / time.strftime("%Y/%m/%d", time.gmtime(clock() - 30 * 86400))
+    assert stm.transcript_folders(str(alone / "rollout-x.jsonl")) == [str(alone)]
+    assert stm.transcript_folders("/x/2026/02/30/rollout-x.jsonl") == ["/x/2026/02/30"]
 
 
 def test_a_prompt_with_megabytes_of_screenshots_is_read_for_its_text(tmp_path, cwd):
