@@ -539,6 +539,22 @@ def test_entries_of_unexpected_shapes_never_raise(cwd):
         x.call("s", "shell", command=["bash", "-lc", "ls"]),
         x.output("s", {"content": "Exit code: 3\nOutput:\nx"}),
         x.line("response_item", {"type": "local_shell_call", "call_id": "l", "action": {}}),
+        # the shapes of real transcripts (issue 36)
+        c.queued("typed while it worked"),
+        c.folded("folded in"),
+        c.slash("/x", "args"),
+        c.call("bg", "Bash", command="make", run_in_background=True),
+        c.result(
+            "bg", "Command running in background with ID: b1", detail={"backgroundTaskId": "b1"}
+        ),
+        c.notification("b1", "failed", "Background command failed"),
+        c.call("pm", "ExitPlanMode", plan="1. one\n## two"),
+        c.result("pm", "approved"),
+        c.call("q", "AskUserQuestion", questions=[{"question": "?", "options": [{"label": "a"}]}]),
+        c.snapshot("a.py"),
+        c.interrupted(),
+        x.task_complete("done"),
+        x.aborted(),
     ]
     for entry in entries:
         for odd in every_shape_of(entry):
