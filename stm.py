@@ -4125,13 +4125,16 @@ PROGRESS_LINE_RE = LazyRegex(
 BASE64_DATA_RE = LazyRegex(rb'"data"\s*:\s*"[A-Za-z0-9+/=\\]{4096,}"')
 # Parts of a command that do not change what it runs: where it runs, how output is cut.
 COMMAND_CD_RE = LazyRegex(r"^cd\s+[^;&|]+?\s*&&\s*")
-COMMAND_TAIL_RE = LazyRegex(r"(?:\s*2>&1|\s*\|\s*(?:tail|head)(?:\s+-n)?(?:\s+-?\d+)?)+\s*$")
+# One part at a time, from the last 40 characters: a repeat anchored at the end would
+# backtrack quadratically on ` | tail` written a thousand times.
+COMMAND_TAIL_RE = LazyRegex(r" ?(?:2>&1|\| ?(?:tail|head)(?: -n)?(?: -?\d{1,9})?) ?\Z")
+COMMAND_TAIL_PARTS = 20
 # Claude Code's note when a background task ends (a user line no person wrote).
 TASK_NOTE_FIELD_RE = LazyRegex(r"<(task-id|status|summary)>([^<]{0,2000})</\1>")
 BACKGROUND_ID_RE = LazyRegex(r"\bID:\s*([A-Za-z0-9_-]{1,64})")
 # A plan's steps in an approved ExitPlanMode plan: top-level list items, else headings.
-PLAN_STEP_RE = LazyRegex(r"^(?:[-*+]|\d{1,3}[.)])\s+(?:\[([ xX])\]\s+)?(\S[^\n]*)", re.M)
-PLAN_HEADING_RE = LazyRegex(r"^#{2,6}\s+(\S[^\n]*)", re.M)
+PLAN_STEP_RE = LazyRegex(r"^(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[([ xX])\][ \t]+)?(\S[^\n]*)", re.M)
+PLAN_HEADING_RE = LazyRegex(r"^#{2,6}[ \t]+(\S[^\n]*)", re.M)
 
 
 class Record:
@@ -4897,8 +4900,13 @@ def command_key(command: str) -> str:
     >>> command_key("cd /w &&  mix test  2>&1 | tail -30") == command_key("mix test")
     True
     """
-    text = " ".join(command.split())
-    return COMMAND_TAIL_RE.sub("", COMMAND_CD_RE.sub("", text))
+    text = COMMAND_CD_RE.sub("", " ".join(command.split()), count=1)
+    for _ in range(COMMAND_TAIL_PARTS):
+        cut = COMMAND_TAIL_RE.search(text, max(0, len(text) - 40))
+        if cut is None:
+            break
+        text = text[: cut.start()]
+    return text
 
 
 def found_nothing(command: str, code: int, output: str) -> bool:

@@ -133,6 +133,23 @@ def test_a_failure_is_dropped_once_the_same_command_succeeds(tmp_path, cwd):
     assert result.failures[0][1] == "** (CompileError) lib/spotter.ex:4: undefined function foo/0"
 
 
+def test_comparing_commands_reads_a_bounded_end_of_each(monkeypatch):
+    """A command of ` | tail` a thousand times costs a few steps, not a regex backtracking
+    over all of it (measured before the fix: 14 KB took 6 s)."""
+    real, seen = stm.COMMAND_TAIL_RE, []
+
+    class Recording:
+        def search(self, text, pos=0):
+            seen.append(len(text) - pos)
+            return real.search(text, pos)
+
+    monkeypatch.setattr(stm, "COMMAND_TAIL_RE", Recording())
+    command = "make" + " | tail" * 50000
+    assert stm.command_key(command) == "make" + " | tail" * (50000 - stm.COMMAND_TAIL_PARTS)
+    assert len(seen) == stm.COMMAND_TAIL_PARTS and max(seen) <= 40
+    assert stm.command_key("cd /w && mix test 2>&1 | tail -n 30") == "mix test"
+
+
 def test_background_results_are_read_from_their_notifications(tmp_path, cwd):
     c = Claude(cwd)
     start = [
