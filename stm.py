@@ -7218,6 +7218,9 @@ CAPTURE_EVENT_WORDS = {
     "SessionEnd": "at session end",
     "Stop": "after a turn",
     "SessionStart": "at the next start",
+    "SessionStart compact": "after a compaction",
+    "SessionStart resume": "when the session resumed",
+    "PostCompact": "after a compaction",
     "capture": "by `stm capture`",
 }
 PLAN_MARKS = {"completed": "done", "in_progress": "in progress", "pending": "pending"}
@@ -11851,6 +11854,16 @@ def with_session_started(record: dict, client: str, session: str, now: str) -> d
     return {**record, "sessions": {**record["sessions"], client: entries}}
 
 
+def capture_event(event: str, payload: dict, own: bool) -> str:
+    """The event a capture records, which boot names: a start capturing its own live
+    transcript after a compaction or on a resume says so; recovering another session it
+    is "at the next start"."""
+    source = payload_text(payload, "source", 40)
+    if event == "SessionStart" and own and source in ("compact", "resume"):
+        return f"SessionStart {source}"
+    return event
+
+
 def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_run=False):
     """The `capture` operation: record what the hook's client session did. Returns
     {"event", "client", "captured": [records], "sessions": [ids], "skipped": [reasons]};
@@ -11887,7 +11900,8 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
             continue
         # Neither --client nor the payload said: the transcript's format tells whose it is.
         who = client if client != "agent" else transcript.client or client
-        captured = captured_record(transcript, git, client=who, session=session, event=event)
+        how = capture_event(event, payload, session == client_session_id(payload))
+        captured = captured_record(transcript, git, client=who, session=session, event=how)
         result["captured"].append(captured)
         if not dry_run:
             logged = record.get("logged") if isinstance(record.get("logged"), dict) else {}

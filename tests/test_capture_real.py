@@ -523,6 +523,22 @@ def test_session_end_at_the_compactions_position_is_labelled_as_the_end(agent, r
     assert log_text(project).count("Captured by stm") == entries_before  # logged once
 
 
+def test_a_start_after_a_compaction_says_so_and_a_recovery_says_next_start(agent, run):
+    project, folder = agent
+    c = Claude(str(project), SID)
+    transcript = write_jsonl(folder / f"{SID}.jsonl", [c.user("Tidy the docs"), c.say("Tidied.")])
+    start = payload("SessionStart", SID, transcript, project, source="compact")
+    assert run("capture", "--client", "claude", "--boot", stdin=start).code == 0
+    assert the_state(project)["captured"]["event"] == "SessionStart compact"
+    assert "captured after a compaction" in captured_block(run("boot").out)
+    resumed = payload("SessionStart", SID, transcript, project, source="resume")
+    write_jsonl(
+        folder / f"{SID}.jsonl", [c.user("Tidy the docs"), c.say("Tidied."), c.say("More.")]
+    )
+    run("capture", "--client", "claude", stdin=resumed)
+    assert "captured when the session resumed" in captured_block(run("boot").out)
+
+
 def test_an_interrupted_last_turn_is_said(agent, run, tmp_path):
     project, folder = agent
     c = Claude(str(project), SID)
