@@ -434,6 +434,7 @@ def test_a_question_waiting_for_the_person_is_the_open_question(agent, run):
         in block
     )
     assert "Cache reads too?" not in block
+    assert run("check").code == 0
     done = stm.read_transcript(
         write_jsonl(folder / "done.jsonl", answered + [c.result("q1", "Redis")])
     )
@@ -551,6 +552,7 @@ def test_an_interrupted_last_turn_is_said(agent, run, tmp_path):
     transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
     run("capture", "--client", "claude", stdin=payload("PreCompact", SID, transcript, project))
     assert the_state(project)["captured"]["interrupted"] is True
+    assert run("check").code == 0  # the new fields are valid state
     assert f"- {stm.CAPTURE_INTERRUPTED}" in captured_block(run("boot").out)
     # a new message after the interrupt: the last turn was not interrupted
     more = [c.user("ok, go on"), c.say("Renamed.")]
