@@ -625,7 +625,12 @@ def test_every_scanner_kind_has_a_sample_the_scanner_finds():
 def test_each_secret_kind_is_redacted_in_every_field(tmp_path, cwd, kind):
     secret = SECRET_SAMPLES[kind]
     c, x = Claude(cwd), Codex(cwd)
+    asked = [{"question": f"Use {secret}?", "options": [{"label": secret}]}]
     claude = [
+        # what the person said in other shapes, and a question left open (issue 36)
+        c.slash("/x", f"use {secret}"),
+        c.queued(f"also rotate {secret}"),
+        c.call("q1", "AskUserQuestion", questions=asked),
         c.user(f"deploy with {secret} please"),
         c.call("t1", "TodoWrite", todos=[{"content": f"rotate {secret}", "status": "pending"}]),
         c.call("w1", "Write", file_path=f"{cwd}/{secret}", content=""),
@@ -653,6 +658,9 @@ def test_each_secret_kind_is_redacted_in_every_field(tmp_path, cwd, kind):
         assert marker in result.request and marker in result.last_message
         assert marker in result.plan[0][0] and marker in result.failures[0][0]
         assert marker in result.failures[0][1]
+        if name == "claude":
+            assert len(result.requests) == 3 and all(marker in r for r in result.requests)
+            assert marker in result.question
 
 
 def test_private_blocks_never_appear(tmp_path, cwd):
