@@ -4677,7 +4677,8 @@ class TranscriptReader:
         self.asking.pop(call_id, None)  # answered, or refused: no longer waiting
         if call_id in self.commands:
             (command, background), text = self.commands.pop(call_id), text_of(block.get("content"))
-            if failed and text.lstrip().startswith(NOT_A_FAILURE):
+            told = (text.lstrip(), first_error_line(text)) if failed else ()
+            if any(part.startswith(NOT_A_FAILURE) for part in told):
                 self.interrupted = True  # stopped by the person: neither failed nor done
             elif background and not failed:
                 # Its outcome comes later, in a task notification naming this id.

@@ -555,6 +555,12 @@ def test_an_interrupted_last_turn_is_said(agent, run, tmp_path):
     assert run("check").code == 0  # the new fields are valid state
     assert f"- {stm.CAPTURE_INTERRUPTED}" in captured_block(run("boot").out)
     # a new message after the interrupt: the last turn was not interrupted
+    # the note after an exit-code header: still the person's stop, not a failure
+    killed = [c.call("b2", "Bash", command="sleep 100")]
+    killed += [
+        c.result("b2", "Exit code 137\n[Request interrupted by user for tool use]", is_error=True)
+    ]
+    assert read(tmp_path, entries + killed, name="k.jsonl").failures == []
     more = [c.user("ok, go on"), c.say("Renamed.")]
     assert read(tmp_path, entries + more).interrupted is False
     x = Codex(str(project))
