@@ -944,13 +944,6 @@ def dumps_json(obj, indent: int | None = 2) -> str:
 SECRET_ALLOW_MARK = "stm:allow-secret"
 # Dropped before scanning, so a token split by one of them is still one token.
 ZERO_WIDTH = "\u00ad\u034f\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"
-# Characters NFKC folds to ASCII letters, digits or signs (full-width forms, mathematical
-# letters, ligatures, super- and subscripts, enclosed and letter-like symbols), and the
-# zero-width ones: text holding none of them scans as it is.
-LOOKALIKE_RE = LazyRegex(
-    "[" + ZERO_WIDTH + "\u2070-\u209f\u2100-\u214f\u2460-\u24ff\ufb00-\ufb06\uff01-\uff5e"
-    "\U0001d400-\U0001d7ff]"
-)
 NON_ASCII_RUN_RE = LazyRegex(r"[^\x00-\x7f]+")
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 # How far before its hint a match may start (a URL's scheme comes before its `://`).
@@ -968,6 +961,12 @@ SECRET_NAME_STOP = frozenset((
     "param", "cmd", "command", "label", "format", "mode", "pattern", "regex", "required",
     "reset", "min", "max", "size", "limit", "prefix", "suffix", "helper", "manager",
     "provider", "store", "source", "scope", "version", "rotation", "created", "updated",
+    "arn", "msg", "message", "detail", "details", "error", "errors", "text", "desc",
+    "description", "hash", "digest", "fingerprint", "class", "exception", "validator",
+    "callback", "handler", "factory", "response", "request", "event", "events", "status",
+    "state", "used", "rotated", "last", "index", "idx", "pos", "start", "end", "offset",
+    "stream", "style", "color", "widget", "button", "input", "output", "placeholder",
+    "config", "data", "info", "settings", "options", "list", "map", "dict", "args", "params",
 ))
 # fmt: on
 SECRET_NAME_KEYS = ("apikey", "accesskey", "privatekey", "accountkey", "secretkey", "signingkey")
@@ -986,16 +985,22 @@ SECRET_CODE_VALUE_RE = LazyRegex(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[A-Za-z_]+")
 SECRET_DOTTED_RE = LazyRegex(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # A value made of words (letters in lower case, Capitalized, CamelCase or UPPER; no digit,
 # no symbol): "next_token", "NextToken", "development key" — a name or prose, not a key.
-SECRET_WORDS_RE = LazyRegex(r"(?:(?:[A-Z]?[a-z]+)+|[A-Z]+)(?:[-_. ]+(?:(?:[A-Z]?[a-z]+)+|[A-Z]+))*")
+SECRET_WORDS_RE = LazyRegex(
+    r"(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+)"
+    r"(?:[-_. ]+(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+))*"
+)
 
 
 def is_secret_name(name: str) -> bool:
     """Whether a variable or key name says it holds a secret: PGPASSWORD, api_key,
     "SecretAccessKey", _authToken, AWS_SESSION_TOKEN, AccountKey; not PWD, max_tokens,
     PASSWORD_FILE, bypass or author."""
-    words = [w.lower() for w in SECRET_WORD_RE.findall(name)]
+    # config.password is about a password; Token.Name.Builtin is a name of its own.
+    words = [w.lower() for w in SECRET_WORD_RE.findall(name.rsplit(".", 1)[-1])]
     if not words or words[-1] in SECRET_NAME_STOP or "".join(words) in ("pwd", "oldpwd"):
         return False
+    if "public" in words:
+        return False  # publicKeyToken: published, not secret
     for word in words:
         if "passw" in word or word in ("pass", "pwd", "passphrase", "credential", "credentials"):
             return True
@@ -1012,13 +1017,15 @@ def is_secret_value(value: str, *, loose: bool = False, name: str = "") -> bool:
     where an unquoted value must also look random (a digit, a symbol, or mixed case)."""
     quoted = value[:1] in "\"'`" and len(value) >= 2
     text = value[1:-1] if quoted else value.rstrip(".,:!?")
-    if not text.strip() or text[0] in "$%{<[(*-#`" or text.startswith("[redacted"):
+    if len(text.strip()) < 6 or text[0] in "$%{<[(*-#`" or text.startswith("[redacted"):
         return False
     lowered = text.lower()
     if len(set(text)) == 1 or lowered in SECRET_PLACEHOLDERS or lowered == name.lower():
         return False
     if SECRET_WORDS_RE.fullmatch(text) or (text.isdigit() and len(text) < 8):
         return False
+    if any(c.isspace() for c in text.strip()):
+        return False  # prose ("RFC 2518", "template data / text"), not a key
     # Code names its value; an upper-case variable (an environment's) is given one.
     if not quoted and SECRET_DOTTED_RE.fullmatch(text):
         return False
@@ -1027,25 +1034,30 @@ def is_secret_value(value: str, *, loose: bool = False, name: str = "") -> bool:
     if loose and not quoted:
         mixed = any(c.isupper() for c in text[1:]) and any(c.islower() for c in text)
         symbol = any(c in "!@#$%^&*+/=~_" for c in text)
-        return len(text) >= 6 and (any(c.isdigit() for c in text) or mixed or symbol)
+        if "=" in text.rstrip("="):
+            return False  # an annotation's default (x: Token=None), not base64's padding
+        return any(c.isdigit() for c in text) or mixed or symbol
     return True
 
 
-def secret_name_before(data: bytes, start: int, end: int) -> str:
-    """The name a credential keyword at `start` belongs to: extended back over name
-    characters (at most 64), up to `end` (where its separator begins)."""
+def secret_name_before(data: bytes, start: int, end: int) -> tuple[int, str]:
+    """Where the name a credential keyword at `start` belongs to begins (extended back
+    over name characters, at most 64), and the name, up to `end` (where its separator
+    begins)."""
     first = start
     while first > 0 and start - first < 64 and data[first - 1] in SECRET_NAME_CHARS:
         first -= 1
-    return data[first:end].decode("utf-8", "replace").rstrip("\"'`*] \t")
+    return first, data[first:end].decode("utf-8", "replace").rstrip("\"'`*] \t")
 
 
 def secret_match_ok(kind: str, match, data: bytes) -> bool:
     """The checks a pattern cannot make in linear time, by kind."""
     group = lambda name: match.group(name).decode("utf-8", "replace")  # noqa: E731
     if kind == "credential":
-        name = secret_name_before(data, match.start(), match.start("sep"))
+        first, name = secret_name_before(data, match.start(), match.start("sep"))
         value = group("secret")
+        if match.group("sep") == b":" and data[first - 1 : first] == b":":
+            return False  # a part of a longer name: arn:aws:secretsmanager:*:*:secret:x
         if value[:1] not in "\"'`" and data[match.end() : match.end() + 1] in (b"(", b"["):
             return False  # code: token = get_token(), password = auth[2]
         sep = match.start("sep")
@@ -1079,12 +1091,17 @@ def secret_match_ok(kind: str, match, data: bytes) -> bool:
 def scan_form(text: str) -> tuple[str, list | None]:
     """The text the scanner reads: each run of characters beyond ASCII in NFKC, with
     zero-width characters dropped (full-width and other look-alike letters become what
-    they look like), when the text holds any of them (LOOKALIKE_RE). Returns it and the
-    runs changed, as (position in it, position in `text`, length in `text`, length in
+    they look like), when the text is not in NFKC already or holds one. Returns it and
+    the runs changed, as (position in it, position in `text`, length in `text`, length in
     it), or None when nothing changed."""
-    if text.isascii() or not LOOKALIKE_RE.search(text):
+    if text.isascii():
         return text, None
     import unicodedata
+
+    # NFKC's quick check answers at memory speed; a character class over the text would
+    # cost a log with one em dash in it far more.
+    if unicodedata.is_normalized("NFKC", text) and not any(c in text for c in ZERO_WIDTH):
+        return text, None
 
     pieces, runs, done, at = [], [], 0, 0
     for match in NON_ASCII_RUN_RE.finditer(text):
@@ -1142,18 +1159,49 @@ def secret_regex(index: int):
 # `in` for one byte is a memchr, an order of magnitude faster than a search for a short
 # hint, and check runs every hint over every log (20 MB on the bench's large store).
 COMMON_BYTES = b" \netaoinsrhldcu0123456789-:/.,mfpgwybvkETAOINSRHLDCUMFPGWYB"
-_SECRET_HINT_ROWS: list = []
+_SECRET_HINT_GROUPS: list = []
+_SECRET_OTHER_BYTES: list = []  # every byte no case-sensitive group is keyed on
 
 
-def secret_hint_rows() -> list[tuple[int, str, tuple[tuple[bytes, bytes], ...], bool]]:
-    """(index, kind, hints as (rarest byte, hint) in bytes, whether they are found in any
-    case) of each SECRET_PATTERNS row, built once."""
-    if not _SECRET_HINT_ROWS:
+def secret_hint_groups() -> list[tuple[bytes, bool, tuple[tuple[int, bytes], ...]]]:
+    """SECRET_PATTERNS' hints grouped by their rarest byte, built once: (the byte,
+    whether its hints are found in any case, the (row index, hint in bytes) pairs). One
+    memchr rules a group out: `_` for ghp_, npm_ and hf_, `J` for eyJ, and so on."""
+    if not _SECRET_HINT_GROUPS:
         rank = lambda b: COMMON_BYTES.find(b) % (len(COMMON_BYTES) + 1)  # noqa: E731
-        for index, (kind, pattern, hints) in enumerate(SECRET_PATTERNS):
-            pairs = tuple((bytes([max(h.encode(), key=rank)]), h.encode()) for h in hints)
-            _SECRET_HINT_ROWS.append((index, kind, pairs, pattern.startswith("(?i)")))
-    return _SECRET_HINT_ROWS
+        groups: dict = {}
+        for index, (_, pattern, hints) in enumerate(SECRET_PATTERNS):
+            caseless = pattern.startswith("(?i)")
+            for hint in hints:
+                rarest = bytes([max(hint.encode(), key=rank)])
+                groups.setdefault((rarest, caseless), []).append((index, hint.encode()))
+        _SECRET_HINT_GROUPS.extend((b, c, tuple(h)) for (b, c), h in groups.items())
+        keys = {b[0] for b, c, _ in _SECRET_HINT_GROUPS if not c}
+        _SECRET_OTHER_BYTES.append(bytes(b for b in range(256) if b not in keys))
+    return _SECRET_HINT_GROUPS
+
+
+def present_hints(data: bytes) -> tuple[dict[int, list[bytes]], bytes]:
+    """{row index: its hints that `data` holds}, and `data` in lower case (or `data`
+    when no caseless hint needed it)."""
+    found: dict[int, list[bytes]] = {}
+    # The rarer bytes `data` holds, in one C call: most groups end here.
+    groups = secret_hint_groups()
+    rare = set(data.translate(None, _SECRET_OTHER_BYTES[0]))
+    low = None
+    for byte, caseless, pairs in groups:
+        if caseless:
+            if low is None:
+                low = data.lower()
+            if byte not in low:
+                continue
+        elif byte[0] not in rare:
+            continue
+        haystack = low if caseless else data
+        for index, hint in pairs:
+            if hint in haystack:
+                found.setdefault(index, []).append(hint)
+    return found, data if low is None else low
 
 
 def hint_positions(low: bytes, hints) -> list[int]:
@@ -1171,12 +1219,11 @@ def secret_matches(data: bytes):
     """Yield (start, end, pattern index, kind, match) for each match of SECRET_PATTERNS
     in UTF-8 `data` that passes its kind's checks; (start, end) is the secret itself (a
     `secret` group, without its quotes), in bytes."""
-    low = data.lower()
-    for index, kind, pairs, caseless in secret_hint_rows():
-        haystack = low if caseless else data
-        hints = [hint for rare, hint in pairs if rare in haystack and hint in haystack]
-        if not hints:
-            continue
+    found, low = present_hints(data)
+    for index in sorted(found):
+        kind, pattern, _ = SECRET_PATTERNS[index]
+        hints = found[index]
+        haystack = low if pattern.startswith("(?i)") else data
         regex, back, reached, run_end = secret_regex(index), SECRET_BACK.get(kind, 0), 0, -1
         for at in hint_positions(haystack, hints):
             if at < reached:
@@ -1189,6 +1236,9 @@ def secret_matches(data: bytes):
                     run_end = SECRET_NAME_RUN_RE.match(data, at).end()
                 if run_end - at > SECRET_NAME_REACH:
                     continue
+                after = data[run_end : run_end + 9]  # closing quotes, blanks, a separator
+                if b"=" not in after and b":" not in after:
+                    continue
             match, first = None, at
             while first > max(reached, at - back) and data[first - 1] in SECRET_NAME_CHARS:
                 first -= 1
@@ -1198,9 +1248,9 @@ def secret_matches(data: bytes):
                     break
             if match is None:
                 continue
-            reached = match.end()
             if not secret_match_ok(kind, match, data):
-                continue
+                continue  # the text inside it may still hold one: token: PGPASSWORD=...
+            reached = match.end()
             start, end = match.span("secret") if "secret" in regex.groupindex else match.span()
             if data[start : start + 1] in (b'"', b"'", b"`") and end - start >= 2:
                 start, end = start + 1, end - 1  # the quotes stay
