@@ -8328,9 +8328,8 @@ def sync_locked(
     }
     # The checkout first: once the push landed, nothing that arrived may keep the branch
     # from moving (what is only counted comes after, and its failure is a warning).
-    code = non_memory_changes(repo, head, target)
     if dry_run:
-        report["code_received"] = code
+        report["code_received"] = non_memory_changes(repo, head, target)
     else:
         moved = bring_checkout(store, repo, head, ours, target, memory_only)
         report["warnings"] += moved["warnings"]
