@@ -1234,7 +1234,7 @@ def test_a_hook_s_sync_has_one_deadline_and_leaves_no_git_child_running(tmp_path
     a = clone(bare, tmp_path / "a")
     log = tmp_path / "ssh-pids"
     ssh = tmp_path / "fake-ssh"
-    ssh.write_text(FAKE_SSH.format(log=log, slow=4))
+    ssh.write_text(FAKE_SSH.format(log=log, slow=2))
     ssh.chmod(0o755)
     git(a, "remote", "set-url", "origin", f"ssh://example.invalid{bare}")
     configure(a, sync_on_session_end=True)
@@ -1242,14 +1242,14 @@ def test_a_hook_s_sync_has_one_deadline_and_leaves_no_git_child_running(tmp_path
     remote_before = git(bare, "rev-parse", "main")
     payload = json.dumps({"hook_event_name": "SessionEnd", "session_id": "s1", "cwd": str(a)})
     env = {**os.environ, "GIT_SSH_COMMAND": str(ssh), "GIT_SSH_VARIANT": "simple"}
-    env["STM_SYNC_TIMEOUT"] = "7"
+    env["STM_SYNC_TIMEOUT"] = "8"
     done = subprocess.run(
         [sys.executable, str(STM_PY), "capture", "--client", "claude"],
         cwd=a, input=payload, capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    # The fetch took 4 of the 7 s: the push had only the rest, not 7 s of its own.
-    assert "sync not done" in done.stderr and "did not finish within its 7 s" in done.stderr
+    # The fetch took 2 of the 8 s: the push had only the rest, not 8 s of its own.
+    assert "sync not done" in done.stderr and "did not finish within its 8 s" in done.stderr
     assert "`git push`" in done.stderr, done.stderr
     pids = [int(line) for line in log.read_text().split()]
     assert len(pids) == 2  # one connection for the fetch, one for the push
