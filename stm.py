@@ -12300,13 +12300,13 @@ class Checker:
         self.receipts_complete = only is None  # every log read for receipts
         self.oversized: set[str] = set()  # files over MEMORY_READ_MAX_BYTES, reported once
 
-    def too_large(self, path: str) -> bool:
+    def too_large(self, path: str, size: int | None = None) -> bool:
         """A memory file over MEMORY_READ_MAX_BYTES is reported, never read: what check
-        costs stays the same whatever arrived by git."""
+        costs stays the same whatever arrived by git. `size`: when already known."""
         if path in self.oversized:
             return True
         try:
-            size = os.lstat(path).st_size
+            size = os.lstat(path).st_size if size is None else size
         except OSError:
             return False  # the read that follows says why
         if size <= MEMORY_READ_MAX_BYTES:
@@ -12588,8 +12588,17 @@ class Checker:
         against LOG_FILE_RE (one C-level match) only when it ends with an end line: a
         torn tail would make that match quadratic; otherwise it is parsed entry by entry,
         which is linear, and reported as it is parsed (no list of entries kept)."""
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        try:
+            size = require_regular(fd, path).st_size
+            if not self.too_large(path, size):
+                self.check_log_blocks(path, log_blocks_of(fd, size))
+        finally:
+            os.close(fd)
+
+    def check_log_blocks(self, path: str, blocks) -> None:
         held = None  # an entry without its end line: torn, unless more text follows
-        for data, first, last in iter_log_blocks(path):
+        for data, first, last, _ in blocks:
             self.scan_secrets(path, data, first)
             self.compact_moves += compact_moves_in(data)
             if b"\n\nsession: " in data:  # handoff receipts, for handoff sessions to find

@@ -1165,6 +1165,7 @@ def test_check_reads_each_memory_file_within_the_bound(tmp_path):
     big = [
         project / ".stacks" / "refs" / "big.md",
         project / ".state" / "sessions" / sid / "history.jsonl",
+        project / ".stacks" / "logs" / f"{TODAY}.md",
     ]
     for path in big:
         with open(path, "ab") as stream:
