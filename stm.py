@@ -174,6 +174,9 @@ JSON_DEPTH_MAX = 32  # nesting a handoff, state.json or settings file may have
 STATE_WARN_BYTES = 10 * 1024
 HANDOFF_MAX_BYTES = 1024 * 1024
 MESSAGE_MAX_BYTES = 1024 * 1024
+# A memory file bigger than this (one that arrived by git, say) is counted by sync and
+# reported by check, never read whole: what they cost stays the same whatever arrives.
+MEMORY_READ_MAX_BYTES = 16 << 20
 MEMORY_STALE_DAYS = 7
 SESSION_IDLE_DAYS = 14
 REF_HEAD_BYTES = 8192  # boot reads only the head of each ref: title and summary live there
@@ -7057,8 +7060,13 @@ class BootParts:
         """What the last `stm sync` received (spec/sync.md), when this checkout has not
         booted since: handoffs and sessions that arrived, even with a session current."""
         record = read_arrivals(self.store)
-        if record is not None:
+        if record is None:
+            return
+        if received_any(record):
             self.arrived = arrival_lines(self.store, record)
+        notice = code_waiting_notice(record)
+        if notice is not None:
+            self.notices.append("The last sync ran from a hook: " + notice + ".")
 
     def _stale_notice(self, stale: list) -> None:
         """Sessions untouched past the staleness limit: named once, with the one command
@@ -7548,6 +7556,8 @@ def record_arrivals(store: Store, report: dict, arrived: dict) -> None:
         "received": report["received"],
         "sessions": arrived["sessions"],
         "handoffs": arrived["handoffs"],
+        "remote": report["remote"],
+        "code_waiting": report["code_waiting"],
     }
     path = os.path.join(store.state, LAST_SYNC_FILE)
     with contextlib.suppress(OSError, StmError), store.state_lock():
@@ -7570,12 +7580,52 @@ def read_arrivals(store: Store) -> dict | None:
         # A boot since the sync has shown the arrivals already.
         if os.lstat(os.path.join(store.state, LAST_BOOT_FILE)).st_mtime > synced:
             return None
-    received = record.get("received") if isinstance(record, dict) else None
-    if not isinstance(received, dict) or not any(
-        type(received.get(key)) is int and received[key] > 0 for key in SYNC_COUNTS
-    ):
+    if not isinstance(record, dict) or not (received_any(record) or code_waiting(record)):
         return None
     return record
+
+
+def received_any(record: dict) -> bool:
+    received = record.get("received")
+    return isinstance(received, dict) and any(
+        type(received.get(key)) is int and received[key] > 0 for key in SYNC_COUNTS
+    )
+
+
+def code_waiting(record: dict) -> list[str]:
+    """The files outside memory a hook's sync left on the remote (the record is a local
+    file, but read as data all the same)."""
+    paths = record.get("code_waiting")
+    if not isinstance(paths, list):
+        return []
+    return [path for path in paths if isinstance(path, str)]
+
+
+def code_waiting_notice(record: dict) -> str | None:
+    """Boot's notice after a hook's sync left the upstream's code changes for a person."""
+    paths, remote = code_waiting(record), record.get("remote")
+    upstream = record.get("upstream")
+    if not paths or not isinstance(remote, str) or not isinstance(upstream, str):
+        return None
+    if not upstream.startswith(remote + "/"):
+        return None
+    return code_waiting_line(upstream, paths, remote)
+
+
+def shown_paths(paths: list[str], most: int = 10) -> str:
+    """Paths for a message: the first few, each on one line, and how many more."""
+    shown = ", ".join(one_line(path, 120) for path in paths[:most])
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def code_waiting_line(upstream: str, paths: list[str], remote: str) -> str:
+    """What a hook's sync says when the upstream changed code it left there."""
+    pull = shell_command("git", "pull", "--no-rebase", remote, upstream[len(remote) + 1 :])
+    return (
+        f"{upstream} also changed code ({plural(len(paths), 'file')} outside memory: "
+        f"{shown_paths(paths)}); a hook's sync brings memory only, so the code here is "
+        f"unchanged: review those changes and merge them by hand with `{pull}`"
+    )
 
 
 def arrival_lines(store: Store, record: dict) -> list[str]:
@@ -8347,49 +8397,113 @@ SYNC_RACES = (
 CHECKPOINT_NAME_RE = LazyRegex(r"^stm-checkpoint-\d{8}T\d{12}Z\.zip$")
 
 
+def run_bounded(
+    argv: list[str], *, cwd: str, data: bytes, env: dict, timeout: float, own_group: bool
+) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, stderr) of a process that must end by `timeout` seconds. With
+    `own_group` (POSIX) it runs in a session of its own and a timeout, or stm itself
+    being stopped, kills the whole group: git's ssh child must not outlive it. At a
+    terminal git stays in the terminal's group, where it can ask for a passphrase."""
+    import subprocess
+
+    group = own_group and os.name == "posix"
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=group,
+    )
+    try:
+        stdout, stderr = proc.communicate(data, timeout=timeout)
+    except BaseException:
+        end_process(proc, group)
+        raise
+    return proc.returncode, stdout, stderr
+
+
+def end_process(proc, group: bool) -> None:
+    """Kill a process (its whole group when it leads one) and reap it. Its pipes are
+    closed unread: a child that left the group could hold them open for ever."""
+    import signal
+
+    with contextlib.suppress(OSError):
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    with contextlib.suppress(OSError):
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            if stream is not None:
+                stream.close()
+
+
 class SyncRefused(StmError):
     """A refusal that changed nothing; the message says what to run."""
 
 
 class SyncGit:
     """git in one work tree, as sync runs it: never prompting (an agent has no terminal),
-    messages in English (sync reads them), output as bytes decoded leniently."""
+    messages in English (sync reads them), output as bytes decoded leniently. One
+    deadline for the whole sync: each git command is given only the time that is left."""
 
     def __init__(self, top: str, timeout: float):
         self.top = top
         self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
         self.env = dict(os.environ, LC_ALL="C", LANGUAGE="C", GIT_OPTIONAL_LOCKS="0")
         try:
             # A person at a terminal can answer git's credential prompt; anywhere else (an
             # agent, a hook) it would wait until the timeout.
-            interactive = sys.stdin.isatty()
+            self.interactive = sys.stdin.isatty()
         except (AttributeError, ValueError, OSError):
-            interactive = False
-        if not interactive:
+            self.interactive = False
+        if not self.interactive:
             self.env["GIT_TERMINAL_PROMPT"] = "0"
+
+    def left(self) -> float:
+        """Seconds left before the deadline (0 once it has passed)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def late(self, doing: str) -> StmError:
+        return StmError(
+            f"stm sync did not finish within its {self.timeout:g} s ({doing} was still "
+            "running) and stopped; nothing of yours was changed (raise STM_SYNC_TIMEOUT for "
+            "a slow remote)"
+        )
 
     def run(self, *args: str, data: bytes | None = None, env: dict | None = None):
         """(exit code, stdout, stderr) of one git command."""
-        import subprocess
-
-        try:
-            done = subprocess.run(
-                ["git", *args],
-                cwd=self.top,
-                # Never the inherited stdin: git must not read, or wait on, stm's own input.
-                input=data if data is not None else b"",
-                capture_output=True,
-                env={**self.env, **(env or {})},
-                timeout=self.timeout,
-            )
-        except subprocess.TimeoutExpired:
-            raise StmError(
-                f"`git {args[0]}` did not finish in {self.timeout:g} s; nothing of yours was "
-                "changed (raise STM_SYNC_TIMEOUT for a slow remote)"
-            ) from None
+        code, stdout, stderr = self.raw(*args, data=data, env=env)
         # surrogateescape: a path that is not UTF-8 survives the round trip back to git.
         decode = lambda raw: raw.decode("utf-8", "surrogateescape")  # noqa: E731
-        return done.returncode, decode(done.stdout), decode(done.stderr)
+        return code, decode(stdout), decode(stderr)
+
+    def raw(self, *args: str, data: bytes | None = None, env: dict | None = None):
+        """(exit code, stdout, stderr) of one git command, as bytes, given what is left of
+        the deadline."""
+        import subprocess
+
+        left = self.left()
+        if left <= 0:
+            raise self.late(f"`git {args[0]}`")
+        try:
+            # Never the inherited stdin: git must not read, or wait on, stm's own input.
+            code, stdout, stderr = run_bounded(
+                ["git", *args],
+                cwd=self.top,
+                data=data if data is not None else b"",
+                env={**self.env, **(env or {})},
+                timeout=left,
+                own_group=not self.interactive,
+            )
+        except subprocess.TimeoutExpired:
+            raise self.late(f"`git {args[0]}`") from None
+        return code, stdout, stderr
 
     def out(self, *args: str, data: bytes | None = None, env: dict | None = None) -> str:
         """stdout of a git command that must succeed, stripped."""
@@ -8679,7 +8793,13 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     contains the other, else a merge made without a work tree. Refuses on a conflict."""
     if theirs is None or theirs == ours:
         return ours
-    bases = repo.git.out("merge-base", "--all", ours, theirs).split()
+    code, found, stderr = repo.git.run("merge-base", "--all", ours, theirs)
+    if code != 0 and not (stderr or found).strip():
+        # git says nothing when there is no merge base: two histories that never met.
+        raise SyncRefused(unrelated_message(repo))
+    if code != 0:
+        raise StmError(f"`git merge-base` failed: {last_line(stderr or found)}")
+    bases = found.split()
     # The upstream is already in ours: nothing to merge, and no merge commit for nothing.
     if theirs in bases:
         return ours
@@ -8701,6 +8821,17 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     return repo.git.out("commit-tree", fields[0], "-p", ours, "-p", theirs, "-m", message)
 
 
+def unrelated_message(repo: SyncRepo) -> str:
+    remote, short = repo.remote, repo.shown[len(repo.remote) + 1 :]
+    pull = shell_command("git", "pull", "--no-rebase", "--allow-unrelated-histories", remote, short)
+    return (
+        f"{repo.shown} and branch {repo.branch} share no history (no common commit: the "
+        f"remote branch was re-created, or {remote} is another project's); nothing "
+        f"changed. Check the remote (`git remote -v`); to join the two histories on "
+        f"purpose: `{pull}`, resolve, `git commit`, then run `stm sync` again"
+    )
+
+
 def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
     """The two sides to hand to merge-tree. The memory files both changed that git would
     give the stm driver (attribute merge=stm, one merge base, the file at the same path in
@@ -8715,7 +8846,7 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     both = set(changed_paths(repo, bases[0], ours, *specs))
     both &= set(changed_paths(repo, bases[0], theirs, *specs))
     paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
-    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
+    blobs, _ = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
     modes = tree_modes(repo, ours, paths)
     entries = []
     for path in paths:
@@ -8863,10 +8994,13 @@ def sync_memory(
     message: str | None = None,
     dry_run: bool = False,
     timeout: float | None = None,
+    memory_only: bool = False,
 ) -> dict:
     """The `sync` operation: commit memory, integrate the upstream, push, retrying lost
     races until the deadline; then bring the checkout up to date, keeping the user's
-    changes. Refusals (SyncRefused) change nothing. Returns the report (spec/sync.md)."""
+    changes. Refusals (SyncRefused) change nothing. `memory_only` (a hook's sync): the
+    checkout takes the memory that arrived and nothing else; code the upstream changed
+    stays there, for a person to pull. Returns the report (spec/sync.md)."""
     timeout = sync_timeout(timeout)
     repo = SyncRepo(store, remote, timeout)
     # Markers committed and pushed would spread the conflict to every clone.
@@ -8880,20 +9014,33 @@ def sync_memory(
         message = clean_text(message, "--message", 500)
         refuse_secrets(message, "no flag")
     message = message or f"stm sync: update memory ({iso_now()[:10]})"
-    with FileLock(os.path.join(repo.git_dir, SYNC_LOCK), timeout):
-        return sync_locked(store, repo, message, dry_run)
+    with FileLock(os.path.join(repo.git_dir, SYNC_LOCK), repo.git.left()):
+        return sync_locked(store, repo, message, dry_run, memory_only)
 
 
-def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> dict:
-    started = time.monotonic()
+def memory_locks(store: Store, repo: SyncRepo):
+    """Both memory locks, waited for no longer than the sync's deadline allows."""
+    stack = contextlib.ExitStack()
+    wait = min(store.settings.lock_timeout, repo.git.left())
+    stack.enter_context(FileLock(store.layer(LOCK_NAME), wait))
+    state_lock = store.state_lock()  # creates the state folder when missing
+    state_lock.timeout = min(state_lock.timeout, repo.git.left())
+    stack.enter_context(state_lock)
+    return stack
+
+
+def sync_locked(
+    store: Store, repo: SyncRepo, message: str, dry_run: bool, memory_only: bool
+) -> dict:
     # Fetched before the memory locks: a slow remote must not hold up every memory write.
     upstream = fetch_upstream(repo)
     # Both locks while the tree is read: no write lands half in the memory commit.
-    with store.stacks_lock(), store.state_lock():
+    with memory_locks(store, repo):
         head = repo.git.out("rev-parse", "HEAD")
         ours = commit_on(repo, head, memory_tree(repo, head), message)
     refuse_secrets_to_send(repo, upstream, ours)
-    local = local_changes(repo)
+    # A hook's sync writes nothing outside memory, so no uncommitted work can be in its way.
+    local = set() if memory_only else local_changes(repo)
     retries = 0
     while True:
         target = integrate(repo, ours, upstream)
@@ -8907,19 +9054,16 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
         if not race:
             raise StmError(f"git push to {repo.shown} was refused: {reason}; nothing changed")
         pause = sync_backoff(retries)
-        if time.monotonic() - started + pause > repo.git.timeout:
+        if pause > repo.git.left():
+            spent = repo.git.timeout - repo.git.left()
             raise StmError(
                 f"git push to {repo.shown} lost {plural(retries + 1, 'race')} to other "
-                f"pushes in {time.monotonic() - started:.0f} s; nothing changed. Run `stm "
+                f"pushes in {spent:.0f} s; nothing changed. Run `stm "
                 "sync` again (STM_SYNC_TIMEOUT sets how long it keeps trying)"
             )
         time.sleep(pause)
         retries += 1
         upstream = fetch_upstream(repo)
-    # No upstream yet: all of it counts as sent, against the empty tree.
-    base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
-    sent, _ = memory_counts(repo, base, target)
-    received, arrived = memory_counts(repo, ours, target)
     report = {
         "remote": repo.remote,
         "branch": repo.branch,
@@ -8927,27 +9071,61 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
         "dry_run": dry_run,
         "pushed": not dry_run and target != upstream,
         "commit": None if dry_run else target,
-        "commits_sent": count_commits(repo, upstream, target),
+        "commits_sent": 0,
         "retries": retries,
-        "sent": sent,
-        "received": received,
+        "sent": dict.fromkeys(SYNC_COUNTS, 0),
+        "received": dict.fromkeys(SYNC_COUNTS, 0),
+        "code_received": [],
+        "code_waiting": [],
         "warnings": [
             f"{store.rel(f)} is outside the git work tree: not synced" for f in repo.skipped
         ],
     }
+    # The checkout first: once the push landed, nothing that arrived may keep the branch
+    # from moving (what is only counted comes after, and its failure is a warning).
+    if dry_run:
+        report["code_received"] = non_memory_changes(repo, head, target)
+    else:
+        moved = bring_checkout(store, repo, head, ours, target, memory_only)
+        report["warnings"] += moved["warnings"]
+        report["code_received"], report["code_waiting"] = moved["code"], moved["waiting"]
+    arrived = {"sessions": {}, "handoffs": {}}
+    try:
+        report["commits_sent"] = count_commits(repo, upstream, target)
+        # No upstream yet: all of it counts as sent, against the empty tree.
+        base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
+        report["sent"], _ = memory_counts(repo, base, target)
+        report["received"], arrived = memory_counts(repo, ours, target)
+    except StmError as exc:
+        report["warnings"].append(
+            f"what was sent and received could not be counted ({exc.message})"
+        )
     if not dry_run:
-        report["warnings"] += bring_checkout(store, repo, head, ours, target)
         record_arrivals(store, report, arrived)
     return report
 
 
+def non_memory_changes(repo: SyncRepo, old: str, new: str) -> list[str]:
+    """The files outside memory that differ between two commits: the code a merge of the
+    upstream brings."""
+    return [p for p in changed_paths(repo, old, new) if not repo.is_memory(p)]
+
+
 def refuse_secrets_to_send(repo: SyncRepo, upstream: str | None, ours: str) -> None:
     """Refuse (changing nothing) when a memory file that the push would send holds text
-    the secret scanner finds: once on the remote it is in every clone's history."""
+    the secret scanner finds: once on the remote it is in every clone's history. A file
+    over MEMORY_READ_MAX_BYTES cannot be scanned within the bound: it is not sent either."""
     base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
     paths = changed_paths(repo, base, ours, *repo.pathspecs())
-    blobs = read_blobs(repo, [f"{ours}:{path}" for path in paths])
+    blobs, big = read_blobs(repo, [f"{ours}:{path}" for path in paths])
     for path in paths:
+        if f"{ours}:{path}" in big:
+            raise SyncRefused(
+                f"refused: {path_text(path)} is over {MEMORY_READ_MAX_BYTES >> 20} MiB, more "
+                "than stm reads of a memory file to scan it for secrets; nothing was sent. "
+                "Keep big content outside memory (reference it by path), then run `stm "
+                "sync` again"
+            )
         data = blobs.get(f"{ours}:{path}")
         if not data:
             continue
@@ -8965,31 +9143,41 @@ def count_commits(repo: SyncRepo, upstream: str | None, target: str) -> int:
     return int(repo.git.out("rev-list", "--count", *what) or 0)
 
 
-def bring_checkout(store: Store, repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
+def bring_checkout(
+    store: Store, repo: SyncRepo, head: str, ours: str, target: str, memory_only: bool
+) -> dict:
     """Move this checkout to `target` (already pushed): the memory commit becomes HEAD,
     its files staged as they are on disk, so index and work tree agree with it; then a
     fast-forward brings in what arrived, keeping the user's staged and unstaged changes.
-    Memory written during the sync is committed and merged here; the next sync sends it.
-    Returns warnings: the push stands whatever happens here."""
+    With `memory_only`, only memory comes in (memory_checkout). Memory written during
+    the sync is committed and merged here; the next sync sends it. Returns {"warnings",
+    "code": files outside memory brought in, "waiting": those left on the remote}: the
+    push stands whatever happens here."""
     try:
-        with store.stacks_lock(), store.state_lock():
-            return move_checkout(repo, head, ours, target)
+        with memory_locks(store, repo):
+            return move_checkout(repo, head, ours, target, memory_only)
     except StmError as exc:
-        return [
-            f"memory was pushed, but this checkout was not brought up to date ({exc.message}); "
-            "run `stm sync` again"
-        ]
+        return {
+            "warnings": [
+                f"memory was pushed, but this checkout was not brought up to date "
+                f"({exc.message}); run `stm sync` again"
+            ],
+            "code": [],
+            "waiting": [],
+        }
 
 
-def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str]:
+def move_checkout(repo: SyncRepo, head: str, ours: str, target: str, memory_only: bool) -> dict:
+    moved: dict = {"warnings": [], "code": [], "waiting": []}
+    warnings = moved["warnings"]
     now = repo.git.out("rev-parse", "HEAD")
     branch = repo.git.run("symbolic-ref", "-q", "--short", "HEAD")[1].strip()
     if branch != repo.branch:
-        return [
+        warnings.append(
             f"the checkout left branch {repo.branch} during the sync; what was pushed is "
             f"{target[:12]}: `git switch {repo.branch}`, then `git merge --ff-only {target[:12]}`"
-        ]
-    warnings = []
+        )
+        return moved
     base, final = ours, target
     tree = memory_tree(repo, now)
     if now != head or tree != repo.git.tree(ours):
@@ -8998,7 +9186,8 @@ def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str
         try:
             final = integrate(repo, base, target)
         except SyncRefused as exc:
-            return [f"memory written during the sync stays uncommitted: {exc.message}"]
+            warnings.append(f"memory written during the sync stays uncommitted: {exc.message}")
+            return moved
         if base != now:
             warnings.append(
                 "memory written during the sync is committed here; the next sync sends it"
@@ -9008,48 +9197,100 @@ def move_checkout(repo: SyncRepo, head: str, ours: str, target: str) -> list[str
         # With the old value: should the branch have moved again meanwhile, git refuses
         # rather than drop that commit.
         repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", base, now)
-    if final != base:
-        code, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
+    if final == base:
+        return moved
+    code = non_memory_changes(repo, base, final)
+    if memory_only and code:
+        moved["waiting"] = code
+        memory_checkout(repo, base, final)
+        return moved
+    code_now, stdout, stderr = repo.git.run("merge", "--ff-only", "--quiet", final)
+    if code_now != 0:
+        warnings.append(
+            f"memory is committed and pushed, but this checkout could not fast-forward "
+            f"({last_line(stderr or stdout)}): run `git merge --ff-only {final[:12]}`"
+        )
+    else:
+        moved["code"] = code
+    return moved
+
+
+def memory_checkout(repo: SyncRepo, base: str, final: str) -> None:
+    """A hook's sync when the upstream also changed code: the branch gains one commit on
+    `base` whose memory folders are those of `final` and everything else `base`'s own,
+    and the memory files (index and work tree) follow it. The code stays as it is; the
+    upstream keeps it for `git pull`, which merges it without conflict (the memory on
+    both sides is the same)."""
+    index = os.path.join(repo.git_dir, f"stm-sync-index-{random_hex(4)}")
+    env = {"GIT_INDEX_FILE": index}
+    folders = [f":(top,literal){folder}" for folder in repo.memory]
+    try:
+        repo.git.out("read-tree", base, env=env)
+        repo.git.out("rm", "-r", "--cached", "-q", "--ignore-unmatch", "--", *folders, env=env)
+        code, listing, stderr = repo.git.raw("ls-tree", "-r", "-z", final, "--", *repo.memory)
         if code != 0:
-            warnings.append(
-                f"memory is committed and pushed, but this checkout could not fast-forward "
-                f"({last_line(stderr or stdout)}): run `git merge --ff-only {final[:12]}`"
-            )
-    return warnings
+            raise StmError(f"`git ls-tree` failed: {last_line(stderr.decode('utf-8', 'replace'))}")
+        repo.git.out("update-index", "-z", "--index-info", data=listing, env=env)
+        tree = repo.git.out("write-tree", env=env)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(index)
+    message = f"stm sync: memory from {repo.shown} (its code changes are left for git pull)"
+    commit = commit_on(repo, base, tree, message)
+    if commit == base:
+        return
+    repo.git.out("update-ref", "-m", "stm sync", f"refs/heads/{repo.branch}", commit, base)
+    # git restore refuses a folder it knows nowhere: only the folders either side holds.
+    held = set()
+    for side in (base, commit):
+        held.update(repo.git.out("ls-tree", "--name-only", side, "--", *repo.memory).split("\n"))
+    specs = [
+        spec
+        for spec in repo.pathspecs()
+        if spec.startswith(":(top,exclude") or spec[len(":(top,literal)") :] in held
+    ]
+    if len(specs) > len(repo.pathspecs()) - len(repo.memory):
+        repo.git.out("restore", f"--source={commit}", "--staged", "--worktree", "--", *specs)
 
 
-def read_blobs(repo: SyncRepo, specs: list[str]) -> dict[str, bytes | None]:
-    """The blobs named `commit:path`, through one `git cat-file --batch`."""
+def read_blobs(repo: SyncRepo, specs: list[str]) -> tuple[dict[str, bytes | None], set[str]]:
+    """The blobs named `commit:path` ({spec: bytes, or None when it is not there}), and
+    the specs of those over MEMORY_READ_MAX_BYTES, which are counted, never read: one
+    `git cat-file --batch-check` for the sizes, one `--batch` for the rest."""
     if not specs:
-        return {}
-    import subprocess
-
+        return {}, set()
     data = "".join(spec + "\n" for spec in specs).encode("utf-8", "surrogateescape")
-
-    done = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=repo.git.top,
-        input=data,
-        capture_output=True,
-        env=repo.git.env,
-        timeout=repo.git.timeout,
-    )
-    raw, pos, found = done.stdout, 0, {}
-    for spec in specs:
+    found: dict[str, bytes | None] = {}
+    big, wanted = set(), []
+    for spec, line in zip(specs, repo.git.out("cat-file", "--batch-check", data=data).split("\n")):
+        # `<oid> blob <size>`; an object that is not there is `<spec> missing`.
+        header = line.split()
+        if len(header) != 3 or header[1] != "blob":
+            found[spec] = None
+        elif int(header[2]) > MEMORY_READ_MAX_BYTES:
+            big.add(spec)
+        else:
+            wanted.append(spec)
+    if not wanted:
+        return found, big
+    data = "".join(spec + "\n" for spec in wanted).encode("utf-8", "surrogateescape")
+    code, raw, stderr = repo.git.raw("cat-file", "--batch", data=data)
+    if code != 0:
+        raise StmError(f"`git cat-file` failed: {last_line(stderr.decode('utf-8', 'replace'))}")
+    pos = 0
+    for spec in wanted:
         end = raw.find(b"\n", pos)
         if end < 0:
             break
         header = raw[pos:end].split()
         pos = end + 1
-        # `<oid> blob <size>`, then the bytes and a newline; an object that is not there is
-        # one line, `<spec> missing`, with no bytes after it.
         if len(header) != 3 or header[1] != b"blob":
             found[spec] = None
             continue
         size = int(header[2])
         found[spec] = raw[pos : pos + size]
         pos += size + 1
-    return found
+    return found, big
 
 
 def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
@@ -9058,23 +9299,29 @@ def memory_counts(repo: SyncRepo, old: str, new: str) -> tuple[dict, dict]:
     {"sessions": {id: folder}, "handoffs": {id: folder}} (folders below the state
     folder), for boot to show what arrived."""
     paths = changed_paths(repo, old, new, *repo.pathspecs())
-    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (old, new)])
+    blobs, big = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (old, new)])
     counts = dict.fromkeys(SYNC_COUNTS, 0)
     counts["files"] = len(paths)
     ids: dict = {"sessions": {}, "handoffs": {}}
     stacks, state = repo.memory[0] + "/", (repo.memory[1:] or [None])[0]
     for path in paths:
+        session = None
+        if state and path.startswith(state + "/"):
+            session = session_of_path(path[len(state) + 1 :])
+            if session is not None:
+                ids["sessions"][session[0]] = session[1]
+        if f"{old}:{path}" in big or f"{new}:{path}" in big:
+            continue  # over MEMORY_READ_MAX_BYTES: a changed file, never read
         # A file absent on one side (added or deleted) reads as empty there.
         before = (blobs.get(f"{old}:{path}") or b"").decode("utf-8", "replace")
         after = (blobs.get(f"{new}:{path}") or b"").decode("utf-8", "replace")
-        if path.startswith(stacks):
-            stacks_counts(counts, path[len(stacks) :], before, after)
-        elif state and path.startswith(state + "/"):
-            session = session_of_path(path[len(state) + 1 :])
-            if session is None:
+        # What arrived is data: a file no reader can parse is a changed file, no more.
+        with contextlib.suppress(ValueError, RecursionError, MemoryError):
+            if path.startswith(stacks):
+                stacks_counts(counts, path[len(stacks) :], before, after)
+            elif session is None:
                 continue
-            ids["sessions"][session[0]] = session[1]
-            if path.endswith("/" + HISTORY_FILE):
+            elif path.endswith("/" + HISTORY_FILE):
                 counts["events"] += added_count(before.splitlines(), after.splitlines())
             elif path.endswith("/" + STATE_FILE) and is_new_handoff(before, after):
                 ids["handoffs"][session[0]] = session[1]
@@ -9134,10 +9381,11 @@ def is_new_handoff(before: str, after: str) -> bool:
 
     def task(text: str):
         try:
-            data = json.loads(text) if text else {}
-        except ValueError:
+            data = load_json(text) if text else {}
+        except ValueError:  # deep nesting too (load_json)
             return None
-        return data.get("task_id") if isinstance(data, dict) else None
+        task_id = data.get("task_id") if isinstance(data, dict) else None
+        return task_id if isinstance(task_id, str) else None
 
     return bool(task(after)) and task(after) != task(before)
 
@@ -9158,6 +9406,17 @@ def sync_report_lines(report: dict) -> list[str]:
         lines.append(f"{verb}: nothing new")
     if report["retries"]:
         lines.append(f"the push lost {plural(report['retries'], 'race')} and was retried")
+    if report["code_received"]:
+        what = f"code {report['upstream']} changed: {shown_paths(report['code_received'])}"
+        lines.append(
+            f"would bring in {what}"
+            if dry
+            else f"brought in {what} (review it before it runs: `git diff ORIG_HEAD HEAD`)"
+        )
+    if report["code_waiting"]:
+        lines.append(
+            code_waiting_line(report["upstream"], report["code_waiting"], report["remote"])
+        )
     return lines
 
 
@@ -12894,6 +13153,27 @@ class Checker:
         self.receipts: set[str] = set()  # session ids named by handoff receipts in the logs
         self.compact_moves: list = []  # moves the logs record: read with the logs, once
         self.receipts_complete = only is None  # every log read for receipts
+        self.oversized: set[str] = set()  # files over MEMORY_READ_MAX_BYTES, reported once
+
+    def too_large(self, path: str, size: int | None = None) -> bool:
+        """A memory file over MEMORY_READ_MAX_BYTES is reported, never read: what check
+        costs stays the same whatever arrived by git. `size`: when already known."""
+        if path in self.oversized:
+            return True
+        try:
+            size = os.lstat(path).st_size if size is None else size
+        except OSError:
+            return False  # the read that follows says why
+        if size <= MEMORY_READ_MAX_BYTES:
+            return False
+        self.oversized.add(path)
+        self.report(
+            "file-too-large",
+            path,
+            f"is {size:,} bytes, over the {MEMORY_READ_MAX_BYTES >> 20} MiB stm reads of a "
+            "memory file: not read, so not checked (sync counts it without reading it)",
+        )
+        return True
 
     def report(self, rule: str, path: str, message: str, fix=None, line=None) -> None:
         """Record a finding of `rule` (a RULES id: its severity and default fix)."""
@@ -13073,7 +13353,7 @@ class Checker:
                 self.report("layer-missing", path, f"layer {kind} is missing")
         for layer in TEMPLATE_LAYERS:
             path, template = store.layer_path(layer), layer.template
-            if not os.path.isfile(path) or os.path.islink(path):
+            if not os.path.isfile(path) or os.path.islink(path) or self.too_large(path):
                 continue
             text = read_text(path)
             if not content_beyond_template(text, template):
@@ -13100,6 +13380,8 @@ class Checker:
                 continue
             if not os.path.isfile(path):
                 self.report("layer-symlink", path, "ref is not a regular file", "remove it")
+                continue
+            if self.too_large(path):
                 continue
             text = read_text(path)
             if not text.strip():
@@ -13161,8 +13443,17 @@ class Checker:
         against LOG_FILE_RE (one C-level match) only when it ends with an end line: a
         torn tail would make that match quadratic; otherwise it is parsed entry by entry,
         which is linear, and reported as it is parsed (no list of entries kept)."""
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        try:
+            size = require_regular(fd, path).st_size
+            if not self.too_large(path, size):
+                self.check_log_blocks(path, log_blocks_of(fd, size))
+        finally:
+            os.close(fd)
+
+    def check_log_blocks(self, path: str, blocks) -> None:
         held = None  # an entry without its end line: torn, unless more text follows
-        for data, first, last in iter_log_blocks(path):
+        for data, first, last, _ in blocks:
             self.scan_secrets(path, data, first)
             self.compact_moves += compact_moves_in(data)
             if b"\n\nsession: " in data:  # handoff receipts, for handoff sessions to find
@@ -13237,7 +13528,7 @@ class Checker:
         config, problems = read_config(self.store)
         for problem in problems:
             self.report("config-invalid", self.store.layer(CONFIG_FILE), problem)
-        if problems:
+        if problems or self.too_large(self.store.memory_path):
             return
         try:
             text = read_text(self.store.memory_path)
@@ -13311,6 +13602,8 @@ class Checker:
     def check_budget(self) -> None:
         if not os.path.isfile(self.store.agent_path):
             return
+        if self.too_large(self.store.agent_path) or self.too_large(self.store.memory_path):
+            return  # boot cannot be measured without reading them
         text = render_boot(BootParts(self.store), "full")
         tokens = estimate_tokens(text)
         budget = load_config(self.store)["boot_budget_tokens"]
@@ -13496,6 +13789,8 @@ class Checker:
         state_path = os.path.join(path, STATE_FILE)
         found = len(self.findings)
         state = self.check_state_file(state_path, name)
+        if state_path in self.oversized:
+            return  # reported; nothing below can be judged without it
         markers = self.state_markers(state_path) if state is None else []
         conflicted = bool(markers)
         if conflicted:  # not "invalid JSON": two clones' states, which --fix can rebuild
@@ -13541,7 +13836,8 @@ class Checker:
                     self.report("handoff-invalid", handoff, "handoff.json is not a regular file")
         if isinstance(state, dict) and state.get("task_id"):  # a handoff session
             session_md = os.path.join(path, SESSION_MD)
-            if os.path.isfile(session_md) and not os.path.islink(session_md):
+            readable = os.path.isfile(session_md) and not os.path.islink(session_md)
+            if readable and not self.too_large(session_md):
                 text = read_text(session_md)
                 self.check_conflict_markers(session_md, text)
                 self.scan_secrets(session_md, text)
@@ -13605,6 +13901,8 @@ class Checker:
         return md_has_conflict_markers(raw)
 
     def check_state_file(self, path: str, name: str) -> dict | None:
+        if self.too_large(path):
+            return None
         try:
             raw = read_bytes(path)  # O_NOFOLLOW: a symlink fails here, without an lstat
             size = len(raw)
@@ -13642,6 +13940,8 @@ class Checker:
 
     def check_history(self, path: str) -> list | None:
         """Report history.jsonl's problems; returns its readable events (None: unread)."""
+        if self.too_large(path):
+            return None
         try:
             data = read_bytes(path)
         except FileNotFoundError:
@@ -14060,6 +14360,11 @@ RULES = {
         Rule("ref-empty", "error", "write it, or delete it"),
         Rule("ref-title", "error", "add a '# Title' line"),
         Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
+        Rule(
+            "file-too-large",
+            "error",
+            "keep big content outside memory (reference it by path), or restore the file from git",
+        ),
         Rule(
             "fact-current",
             "error",
@@ -15182,7 +15487,7 @@ def options_search(p) -> None:
 def cmd_capture(args) -> int:
     """A hook's entry point: exit 0 on every input, reasons on stderr, stdout only for
     --boot at a SessionStart (and for --print, which a person runs)."""
-    event = "capture"
+    event, started = "capture", time.monotonic()
     try:
         # sys.stdin is None when the process was started with it closed.
         data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
@@ -15213,7 +15518,7 @@ def cmd_capture(args) -> int:
             reason = exc.line() if isinstance(exc, StmError) else str(exc)
             print(f"stm capture: the hook's run was not recorded: {reason}", file=sys.stderr)
     if event == "SessionEnd" and store is not None and not args.print:
-        sync_at_session_end(store)  # off unless config says so; never fails the hook
+        sync_at_session_end(store, started)  # off unless config says so; never fails
     if args.boot and event in ("SessionStart", "capture") and not args.print:
         hook_boot(args, store)
     return EXIT_OK
@@ -15763,15 +16068,20 @@ def options_sync(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def sync_at_session_end(store: Store) -> None:
-    """The capture hook's sync at SessionEnd, when `sync_on_session_end` is set: what it
-    did, or why not, goes to stderr; nothing here ever fails the hook."""
+def sync_at_session_end(store: Store, started: float) -> None:
+    """The capture hook's sync at SessionEnd, when `sync_on_session_end` is set: memory
+    only (a hook never brings code), within what is left of the hook's time (it started
+    at `started`, time.monotonic()). What it did, or why not, goes to stderr; nothing
+    here ever fails the hook."""
     try:
         if not load_config(store).get("sync_on_session_end"):
             return
-        # A hook must end: the client may kill a slow one.
-        timeout = min(sync_timeout(), SYNC_HOOK_TIMEOUT_S)
-        report = sync_memory(store, timeout=timeout)
+        # A hook must end: the client may kill a slow one. One deadline for all of it.
+        left = SYNC_HOOK_TIMEOUT_S - (time.monotonic() - started)
+        timeout = min(sync_timeout(), left)
+        if timeout <= 0:
+            raise StmError(f"the hook's {SYNC_HOOK_TIMEOUT_S:g} s were spent before the sync")
+        report = sync_memory(store, timeout=timeout, memory_only=True)
         for warning in report["warnings"]:
             print(f"stm capture: sync: {escape_controls(warning)}", file=sys.stderr)
         print(f"stm capture: sync: {'; '.join(sync_report_lines(report))}", file=sys.stderr)

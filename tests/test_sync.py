@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -987,6 +988,306 @@ def test_capture_at_session_end_syncs_when_configured_and_never_fails_the_hook(t
         cwd=a, input=payload, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0 and "sync not done" in done.stderr and "detached" in done.stderr
+
+
+# ---- a hook never brings code --------------------------------------------------------------
+
+
+def hook_command(project: Path, event: str) -> str:
+    """The command `stm setup claude --install` wrote for a hook event."""
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    return settings["hooks"][event][0]["hooks"][0]["command"]
+
+
+def run_hook(project: Path, event: str, home: Path, **env) -> subprocess.CompletedProcess:
+    """A hook as Claude Code runs it: its command by sh, the payload on stdin."""
+    payload = {"hook_event_name": event, "session_id": "s-end", "cwd": str(project)}
+    full = {**os.environ, "CLAUDE_PROJECT_DIR": str(project), "HOME": str(home), **env}
+    full.pop("PYTHONDONTWRITEBYTECODE", None)
+    return subprocess.run(
+        ["sh", "-c", hook_command(project, event)],
+        cwd=project, env=full, input=json.dumps(payload), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+def committed_stm_remote(tmp: Path) -> tuple[Path, Path]:
+    """The README's set-up: stm.py committed beside the code, the Claude hooks installed
+    and committed, sync at session end on."""
+    bare = tmp / "remote.git"
+    git(tmp, "init", "-q", "--bare", str(bare))
+    seed = tmp / "seed"
+    seed.mkdir()
+    git(seed, "init", "-q")
+    shutil.copy(STM_PY, seed / "stm.py")
+    assert stm_process(seed, "init").returncode == 0
+    assert stm_process(seed, "setup", "claude", "--install").returncode == 0
+    configure(seed, sync_on_session_end=True)
+    (seed / "code.py").write_text("print('ours')\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "start")
+    git(seed, "remote", "add", "origin", str(bare))
+    git(seed, "push", "-q", "-u", "origin", "main")
+    return bare, seed
+
+
+def test_a_hook_s_sync_takes_memory_and_leaves_a_teammate_s_code_for_git_pull(tmp_path):
+    bare, _ = committed_stm_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    b = clone(bare, tmp_path / "b")
+    home = tmp_path / "home"
+    # A teammate (or whoever controls the remote) changes stm.py and the hook settings.
+    with open(b / "stm.py", "a") as stream:
+        stream.write("\nopen('PWNED', 'w').close()\n")
+    settings = json.loads((b / ".claude" / "settings.json").read_text())
+    settings["hooks"]["SessionStart"][0]["hooks"][0]["command"] = "touch PWNED"
+    (b / ".claude" / "settings.json").write_text(json.dumps(settings))
+    assert stm_process(b, "log", "b's work, to share").returncode == 0
+    git(b, "add", "-A")
+    git(b, "commit", "-q", "-m", "teammate")
+    git(b, "push", "-q")
+    code_before = {name: (a / name).read_bytes() for name in ("stm.py", ".claude/settings.json")}
+    assert stm_process(a, "log", "a's work at the end of the session").returncode == 0
+
+    done = run_hook(a, "SessionEnd", home)
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    for name, data in code_before.items():
+        assert (a / name).read_bytes() == data, name  # the code here is as it was
+    assert git(a, "status", "--porcelain", "--", ".", ":(exclude).state") == ""
+    assert "b's work, to share" in "\n".join(log_texts(a))  # memory arrived
+    assert git(bare, "rev-parse", "main") != git(a, "rev-parse", "HEAD")
+    sent = git(bare, "show", "main:.stacks/logs/" + sorted(os.listdir(a / ".stacks/logs"))[-1])
+    assert "a's work at the end of the session" in sent  # memory left
+    pull = "git pull --no-rebase origin main"
+    assert f"`{pull}`" in done.stderr and "stm.py" in done.stderr
+    # The next start runs the boot of this clone's stm.py and says what waits.
+    started = run_hook(a, "SessionStart", home)
+    assert started.returncode == 0 and pull in started.stdout and "stm.py" in started.stdout
+    assert not (a / "PWNED").exists()
+    # The command it names works as pasted, and brings exactly the remote's tree.
+    pulled = subprocess.run(["sh", "-c", pull], cwd=a, capture_output=True, text=True)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (a / "stm.py").read_bytes() == (b / "stm.py").read_bytes()
+    assert git(a, "rev-parse", "HEAD^{tree}") == git(bare, "rev-parse", "main^{tree}")
+    # Later syncs send and take each log entry once.
+    assert stm_process(a, "log", "after the pull").returncode == 0
+    assert stm_at(a, "sync").returncode == 0 and stm_at(b, "sync").returncode == 0
+    for side in (a, b):
+        assert sorted(log_texts(side)) == sorted(set(log_texts(side))), side
+        assert len(log_texts(side)) == 3, log_texts(side)
+    no_markers(a)
+
+
+def test_a_hook_s_sync_with_only_memory_arriving_fast_forwards(tmp_path):
+    bare, _ = committed_stm_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    b = clone(bare, tmp_path / "b")
+    assert stm_process(b, "log", "memory only").returncode == 0
+    assert stm_at(b, "sync").returncode == 0
+    done = run_hook(a, "SessionEnd", tmp_path / "home")
+    assert done.returncode == 0 and "git pull" not in done.stderr, done.stderr
+    assert git(a, "rev-parse", "HEAD") == git(bare, "rev-parse", "main")
+    assert "memory only" in "\n".join(log_texts(a))
+
+
+def test_a_manual_sync_names_the_code_it_brought_in(tmp_path):
+    bare, _ = make_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    b = clone(bare, tmp_path / "b")
+    (b / "code.py").write_text("changed by b\n")
+    git(b, "commit", "-q", "-am", "b's code")
+    git(b, "push", "-q")
+    ok(a, "log", "a's work")
+    dry = json.loads(ok(a, "sync", "--dry-run", "--json"))
+    assert dry["code_received"] == ["code.py"] and dry["code_waiting"] == []
+    out = ok(a, "sync")
+    assert "brought in code origin/main changed: code.py" in out
+    assert (a / "code.py").read_text() == "changed by b\n"  # the documented merge
+    assert "brought in" not in ok(a, "sync")  # nothing new: nothing named
+
+
+# ---- what arrives by sync never stops sync ---------------------------------------------------
+
+
+def test_memory_no_reader_can_parse_arriving_by_sync_never_stops_it(tmp_path):
+    import tracemalloc
+
+    bare, _ = make_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    b = clone(bare, tmp_path / "b")
+    sid = json.loads(ok(b, "session", "new", "--name", "deep", "--json"))["session_id"]
+    folder = next((b / ".state" / "sessions").glob(sid))
+    (folder / "state.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "history.jsonl").write_bytes(b'{"a": "\xff\xfe"}\n' + b"[" * 50_000 + b"\n")
+    (b / ".stacks" / "refs" / "latin1.md").write_bytes(b"# Caf\xe9\n\n\xff\xfe not UTF-8\n")
+    big = b / ".stacks" / "refs" / "big.md"
+    with open(big, "wb") as stream:  # one byte over the bound, made of short lines
+        line = b"x" * 99 + b"\n"
+        stream.write(b"# Big\n" + line * ((stm.MEMORY_READ_MAX_BYTES - 6) // 100 + 1))
+    git(b, "add", "-A")
+    git(b, "commit", "-q", "-m", "what no reader can parse")
+    git(b, "push", "-q")
+    ok(a, "log", "a's work")
+    remote_before = int(git(bare, "rev-list", "--count", "main"))
+    # The merge driver is compiled once per clone (stm.py's own size, not the file's).
+    stm.driver_program(types.SimpleNamespace(git_dir=str(a / ".git")))
+    tracemalloc.start()
+    try:
+        done = stm_at(a, "sync")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert peak < stm.MEMORY_READ_MAX_BYTES  # the big file was counted, never read
+    assert git(a, "rev-parse", "HEAD") == git(bare, "rev-parse", "main")  # the branch moved
+    assert int(git(bare, "rev-list", "--count", "main")) == remote_before + 2
+    assert big.read_bytes() == (a / ".stacks/refs/big.md").read_bytes()
+    again = stm_at(a, "sync")  # the next sync: nothing to send, no commit
+    assert again.returncode == 0 and "nothing to send" in again.stdout, again.stderr
+    assert int(git(bare, "rev-list", "--count", "main")) == remote_before + 2
+    checked = stm_at(a, "check", "--json")
+    assert "Traceback" not in checked.stderr
+    found = {(f["rule"], f["path"]) for f in json.loads(checked.stdout)["findings"]}
+    assert ("file-too-large", ".stacks/refs/big.md") in found
+    assert ("state-invalid", f".state/sessions/{sid}/state.json") in found
+
+
+def test_sync_does_not_send_a_memory_file_too_big_to_scan(tmp_path):
+    bare, _ = make_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    with open(a / ".stacks" / "refs" / "dump.md", "wb") as stream:
+        stream.write(b"# Dump\n" + (b"d" * 99 + b"\n") * (stm.MEMORY_READ_MAX_BYTES // 100 + 1))
+    remote_before = git(bare, "rev-parse", "main")
+    done = stm_at(a, "sync")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert ".stacks/refs/dump.md is over 16 MiB" in done.stderr
+    assert "nothing was sent" in done.stderr
+    assert git(bare, "rev-parse", "main") == remote_before
+
+
+def test_check_reads_each_memory_file_within_the_bound(tmp_path):
+    import tracemalloc
+
+    project = tmp_path / "p"
+    project.mkdir()
+    ok(project, "init")
+    sid = json.loads(ok(project, "session", "new", "--json"))["session_id"]
+    size = 3 * stm.MEMORY_READ_MAX_BYTES
+    big = [
+        project / ".stacks" / "refs" / "big.md",
+        project / ".state" / "sessions" / sid / "history.jsonl",
+        project / ".stacks" / "logs" / f"{TODAY}.md",
+    ]
+    for path in big:
+        with open(path, "ab") as stream:
+            stream.write(b"# Big\n" + (b"y" * 99 + b"\n") * (size // 100))
+    tracemalloc.start()
+    try:
+        checked = stm_at(project, "check", "--json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "Traceback" not in checked.stderr
+    assert peak < stm.MEMORY_READ_MAX_BYTES  # not the file's size: it is never read whole
+    found = [(f["rule"], f["path"], f["severity"]) for f in json.loads(checked.stdout)["findings"]]
+    for path in big:
+        rel = str(path.relative_to(project))
+        assert ("file-too-large", rel, "error") in found
+
+
+def test_an_upstream_that_shares_no_history_is_named_with_the_fix(tmp_path):
+    bare, _ = make_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    (other / "x.txt").write_text("another project\n")
+    git(other, "add", "-A")
+    git(other, "commit", "-q", "-m", "unrelated")
+    git(other, "push", "-q", "--force", str(bare), "main")
+    ok(a, "log", "a's work")
+    before = repo_state(a)
+    done = stm_at(a, "sync")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "no message" not in done.stderr
+    assert "share no history" in done.stderr
+    assert "`git pull --no-rebase --allow-unrelated-histories origin main`" in done.stderr
+    after = repo_state(a)
+    assert {k: v for k, v in after.items() if k != "refs"} == {
+        k: v for k, v in before.items() if k != "refs"
+    }
+
+
+# ---- hooks keep their time -------------------------------------------------------------------
+
+
+FAKE_SSH = """#!/bin/sh
+# ssh HOST COMMAND, as git runs it: a slow link for the fetch, a hang for the push.
+echo $$ >> "{log}"
+case "$*" in
+  *git-upload-pack*) sleep {slow}; exec sh -c "$2" ;;
+  *) exec sleep 600 ;;
+esac
+"""
+
+
+def alive(pid: int) -> bool:
+    """A process that still runs (a zombie waiting to be reaped does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to see processes")
+def test_a_hook_s_sync_has_one_deadline_and_leaves_no_git_child_running(tmp_path):
+    bare, _ = make_remote(tmp_path)
+    a = clone(bare, tmp_path / "a")
+    log = tmp_path / "ssh-pids"
+    ssh = tmp_path / "fake-ssh"
+    ssh.write_text(FAKE_SSH.format(log=log, slow=2))
+    ssh.chmod(0o755)
+    git(a, "remote", "set-url", "origin", f"ssh://example.invalid{bare}")
+    configure(a, sync_on_session_end=True)
+    ok(a, "log", "a's work")
+    remote_before = git(bare, "rev-parse", "main")
+    payload = json.dumps({"hook_event_name": "SessionEnd", "session_id": "s1", "cwd": str(a)})
+    env = {**os.environ, "GIT_SSH_COMMAND": str(ssh), "GIT_SSH_VARIANT": "simple"}
+    env["STM_SYNC_TIMEOUT"] = "8"
+    done = subprocess.run(
+        [sys.executable, str(STM_PY), "capture", "--client", "claude"],
+        cwd=a, input=payload, capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # The fetch took 2 of the 8 s: the push had only the rest, not 8 s of its own.
+    assert "sync not done" in done.stderr and "did not finish within its 8 s" in done.stderr
+    assert "`git push`" in done.stderr, done.stderr
+    pids = [int(line) for line in log.read_text().split()]
+    assert len(pids) == 2  # one connection for the fetch, one for the push
+    assert not [pid for pid in pids if alive(pid)]  # git's ssh child ended with it
+    assert git(bare, "rev-parse", "main") == remote_before
+
+
+def test_each_git_command_is_given_only_what_is_left_of_the_deadline(tmp_path, monkeypatch):
+    given = []
+
+    def fake_run_bounded(argv, *, timeout, **options):
+        given.append(timeout)
+        return 0, b"", b""
+
+    monkeypatch.setattr(stm, "run_bounded", fake_run_bounded)
+    runner = stm.SyncGit(str(tmp_path), 100.0)
+    runner.run("status")
+    runner.deadline -= 60  # 60 s spent meanwhile
+    runner.run("fetch")
+    assert given[0] <= 100 and 39 < given[1] <= 40
+    runner.deadline -= 50  # past it: no git is started at all
+    with pytest.raises(stm.StmError, match=r"did not finish within its 100 s \(`git push`"):
+        runner.run("push")
+    assert len(given) == 2
 
 
 if __name__ == "__main__":
