@@ -898,6 +898,80 @@ def find_secrets(text: str):
             yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
 
 
+# Relevance by words (boot's "Related" block, `search --rank`): BM25 over lowercase words,
+# the standard ranking of search engines, in a few lines of the standard library.
+RECALL_WORD_RE = LazyRegex(r"[^\W_]{2,}")
+RECALL_STOPWORDS_TEXT = (
+    "a an and are as at be but by can do does done for from has have how if in into is it "
+    "its not of on or our so than that the then there these this to up was we were what "
+    "when where which who why will with you your all any each new use used using via "
+    "md py txt json js ts yml yaml toml cfg ini html css sh"
+)
+RECALL_STOPWORDS = frozenset(RECALL_STOPWORDS_TEXT.split())
+BM25_K1 = 1.2  # how fast a repeated word stops adding (the usual value)
+BM25_B = 0.75  # how much a long text is discounted (the usual value)
+LN_2 = 0.6931471805599453
+
+
+def natural_log(x: float) -> float:
+    """ln(x) for x >= 1 without importing math (boot imports nothing it can do without):
+    halve to (1, 2], then the series of atanh, exact to about 1e-12.
+
+    >>> round(natural_log(10.0), 9), natural_log(1.0)
+    (2.302585093, 0.0)
+    """
+    halvings = 0
+    while x > 2.0:
+        x, halvings = x / 2.0, halvings + 1
+    y = (x - 1.0) / (x + 1.0)  # at most 1/3: the series converges fast
+    term, total, n = y, 0.0, 1
+    while abs(term) > 1e-15:
+        total += term / n
+        term, n = term * y * y, n + 2
+    return halvings * LN_2 + 2.0 * total
+
+
+def recall_words(text: str) -> list[str]:
+    """The words relevance is measured in: lowercase letters-and-digits runs of two or
+    more, without the commonest English words and file extensions.
+
+    >>> recall_words("Fix the OAuth login (src/auth_login.py)")
+    ['fix', 'oauth', 'login', 'src', 'auth', 'login']
+    """
+    words = RECALL_WORD_RE.findall(text.lower()) if text else []
+    return [word for word in words if word not in RECALL_STOPWORDS]
+
+
+def bm25_scores(query, documents: list) -> list[float]:
+    """The BM25 score of each document (a list of words) for the `query` words (each
+    counted once), with IDF log(1 + (N - n + 0.5) / (n + 0.5)), which is never negative.
+
+    >>> [round(s, 2) for s in bm25_scores(["oauth"], [["oauth", "login"], ["deploy"]])]
+    [0.61, 0.0]
+    """
+    query = set(query)
+    if not query or not documents:
+        return [0.0] * len(documents)
+    counts = [{} for _ in documents]
+    seen: dict = {}  # word: how many documents hold it
+    for index, words in enumerate(documents):
+        for word in words:
+            if word in query:
+                counts[index][word] = counts[index].get(word, 0) + 1
+        for word in counts[index]:
+            seen[word] = seen.get(word, 0) + 1
+    total = len(documents)
+    average = sum(len(words) for words in documents) / total or 1.0
+    idf = {word: natural_log(1 + (total - n + 0.5) / (n + 0.5)) for word, n in seen.items()}
+    scores = []
+    for words, found in zip(documents, counts):
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(words) / average)
+        scores.append(
+            sum((idf[w] * tf * (BM25_K1 + 1) / (tf + norm) for w, tf in found.items()), 0.0)
+        )
+    return scores
+
+
 # ==== Errors =================================================================
 
 
@@ -6188,6 +6262,8 @@ class BootParts:
         self.capture_first = False  # newer than the agent's own checkpoint: shown first
         self.git = None  # GitState of the project, when it is a git work tree
         self.arrived: list[str] = []  # what the last `stm sync` received, until a boot
+        self.session_state: dict | None = None  # the current session's state, when read
+        self.recall: Recall | None = None  # the "Related" block (see recall_for_boot)
         self._workflow()
         self._arrivals()
         self.refs = self._refs()
@@ -6196,6 +6272,7 @@ class BootParts:
         self._template_notice()
         self._capture()
         self._driver_notice()
+        self.recall = recall_for_boot(self)
 
     @property
     def identity(self) -> str:
@@ -6323,6 +6400,7 @@ class BootParts:
         session_md = os.path.join(ref.path, SESSION_MD)
         with contextlib.suppress(OSError):
             self._conflict_notice(session_md, read_text(session_md, 1 << 20))
+        self.session_state = state
         self.workflow = render_workflow(store, ref, state)
         self._captures(state)
 
@@ -6514,6 +6592,156 @@ class BootParts:
 
 BOOT_OTHER_CAPTURES_MAX = 3  # stm sessions read for captures of sessions side by side
 BOOT_OTHER_CAPTURES_DAYS = 7  # an older capture of another session is not named
+
+
+# Recall by the work at hand (spec/memory-layers.md, boot item 4a): the words of what the
+# agent is doing (a capture's request and plan, the current session's name, pending steps
+# and Resume line, files changed and not committed, a branch other than the default
+# one) rank refs and facts by BM25; the best few are shown, and the refs index follows
+# the same order. No work at hand: nothing is read. Boot's cost stays flat as history
+# grows: logs are counted only in the day files of the last RECALL_LOG_DAYS days (named
+# by date, never listed), and archived sessions are not read (`stm search --rank` is).
+RECALL_ITEMS_MAX = 5
+RECALL_MIN_SCORE = 1.0  # below it a match is one common word: no filler
+RECALL_LOG_DAYS = 14
+RECALL_HINT_WORDS = 6  # words in the `stm search --rank` hint
+RECALL_PATH_WORDS = frozenset(("src", "lib", "test", "tests", "docs", "index", "main", "init"))
+DEFAULT_BRANCHES = frozenset(("main", "master", "trunk", "develop", "dev", "default", "head"))
+
+
+class Recall(Record):
+    """What boot recalls for the work at hand: `items` [(full line, short line)], best
+    first; `log_count` log entries that match; `hint`, the words for `stm search --rank`."""
+
+    __slots__ = ("items", "log_count", "hint")
+
+
+def work_words(parts: BootParts) -> list[str]:
+    """The words of the work at hand, from what boot has read already (no extra file,
+    no extra git command); [] when there is none."""
+    texts = []
+    captured = parts.captured
+    if captured:
+        texts.append(str(captured.get("request") or ""))
+        plan = captured.get("plan") if isinstance(captured.get("plan"), list) else []
+        texts += [str(item.get("text") or "") for item in plan if isinstance(item, dict)]
+    state = parts.session_state
+    if isinstance(state, dict) and not state.get("finished_at"):
+        texts.append(str(state.get("name") or ""))
+        checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+        pending = checkpoint.get("pending_steps")
+        texts += (
+            [step for step in pending if isinstance(step, str)] if isinstance(pending, list) else []
+        )
+        texts.append(str(checkpoint.get("resume_instruction") or ""))
+    git = parts.git
+    if git is not None:
+        # A path's folders and name, not its extension: `src/auth/login.py` is about auth.
+        paths = " ".join(os.path.splitext(path)[0] for path in git.changed)
+        texts.append(" ".join(w for w in recall_words(paths) if w not in RECALL_PATH_WORDS))
+        if git.branch and git.branch.lower() not in DEFAULT_BRANCHES:
+            texts.append(git.branch)
+    return recall_words(" ".join(texts))
+
+
+def recall_candidates(parts: BootParts) -> list[tuple[int, str, str, list[str]]]:
+    """(index of the ref in parts.refs, full line, short line, words) of every ref and of
+    every fact of a fact block (each fact its own item; the block itself is not one)."""
+    found = []
+    for index, ref in enumerate(parts.refs):
+        if ref.head is None:
+            continue  # a link or an unreadable folder: nothing was read
+        path = one_line(path_text(ref.path), 200)
+        if fact_keys_summary(ref.head) is not None:
+            for _, fact, _, _ in parse_fact_block(ref.head)[1]:
+                if fact is not None:
+                    line = (
+                        f"- Fact `{one_line(fact.key, 64)}` ({path}): {one_line(fact.current, 200)}"
+                    )
+                    words = recall_words(f"{fact.key.replace('_', ' ')} {fact.current}")
+                    found.append((index, line, line, words))
+            continue
+        title = one_line(ref.title or "(untitled)", 120)
+        short = f"- {path} — {title}"
+        full = short + (f": {one_line(ref.summary, 160)}" if ref.summary else "")
+        stem = os.path.splitext(ref.path)[0]
+        words = recall_words(f"{stem} {ref.title or ''} {ref.summary or ''}")
+        safe = (full.replace("<!--", "&lt;!--"), short.replace("<!--", "&lt;!--"))
+        found.append((index, *safe, words))
+    return found
+
+
+def recall_for_boot(parts: BootParts) -> Recall | None:
+    """The Related block's content, and the refs index reordered by the same score; None
+    when there is no work at hand or nothing scores RECALL_MIN_SCORE."""
+    query = work_words(parts)
+    if not query:
+        return None
+    candidates = recall_candidates(parts)
+    scores = bm25_scores(query, [words for _, _, _, words in candidates])
+    by_ref: dict = {}
+    for (index, _, _, _), score in zip(candidates, scores):
+        by_ref[index] = max(by_ref.get(index, 0.0), score)
+    if any(by_ref.values()):
+        order = sorted(range(len(parts.refs)), key=lambda i: -by_ref.get(i, 0.0))
+        parts.refs = [parts.refs[i] for i in order]  # stable: ties keep path order
+    ranked = sorted(
+        (pair for pair in zip(scores, range(len(candidates))) if pair[0] >= RECALL_MIN_SCORE),
+        key=lambda pair: -pair[0],
+    )
+    items = [candidates[i][1:3] for _, i in ranked[:RECALL_ITEMS_MAX]]
+    log_count, hint = recall_logs(parts.store, query)
+    if not items and not log_count:
+        return None
+    return Recall(items=items, log_count=log_count, hint=hint)
+
+
+def recall_logs(store: Store, query: list[str]) -> tuple[int, list[str]]:
+    """How many entries of the last RECALL_LOG_DAYS day logs score RECALL_MIN_SCORE for
+    the work (the logs themselves are not shown), and the work's words they hold."""
+    today = int(utc_now() // 86400)
+    entries = []
+    for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
+        path = store.log_path(iso(day * 86400)[:10])
+        if not os.path.lexists(path):
+            continue
+        try:
+            for data, line, _ in iter_log_blocks(path):
+                for kind, *item in parse_log(data, line):
+                    if kind == "entry":
+                        body = b"".join(item[0].raw_body).decode("utf-8", "replace")
+                        entries.append(recall_words(body))
+        except OSError:
+            continue  # unreadable, a link, a FIFO: check reports it
+    scores = bm25_scores(query, entries)
+    matching = [words for words, score in zip(entries, scores) if score >= RECALL_MIN_SCORE]
+    held = {word for words in matching for word in words}
+    # The rarest words first: they are what tells these entries from the others.
+    counts = {word: sum(word in set(words) for words in entries) for word in set(query) & held}
+    hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
+    return len(matching), hint
+
+
+def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:
+    """Boot's "Related" section (after session memory, before the refs index) and its
+    notice when a budget cut it: it goes with the refs index (--no-refs, the cut that
+    leaves the index out); with the index shortened to titles, its items are too."""
+    recall = parts.recall
+    if recall is None:
+        return [], []
+    if cut.refs == "none":
+        if cut.refs_asked_out:
+            return [], []
+        return [], [as_invoked(f"related notes left out to fit {cut.limit}: run `stm boot`")]
+    lines = [full if cut.refs == "full" else short for full, short in recall.items]
+    if recall.log_count:
+        entries = "log entry matches" if recall.log_count == 1 else "log entries match"
+        lines.append(
+            f"- {recall.log_count} {entries} this work in the last {RECALL_LOG_DAYS} days "
+            f'(not loaded): `stm search --rank "{" ".join(recall.hint)}"`'
+        )
+    title = "Related to the work at hand (best first; read a file when you need it)"
+    return [(title, as_invoked("\n".join(lines)))], []
 
 
 def captured_in(store: Store, session_id: str) -> dict | None:
@@ -7252,6 +7480,9 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         if layer.at_boot == "full":
             title = f"{layer.title} ({store.rel(store.layer_path(layer))})"
             sections.append((title, parts.texts[layer.name]))
+    related, said = render_related(parts, cut)
+    sections += related
+    notices += said
     if cut.refs != "none":
         sections.append(
             (
@@ -10506,6 +10737,26 @@ def search_memory(
     layers = (layer,) if layer else search_layers()
     hits = _search_hits(store, matcher, layers, since[:10] if since else None)
     return _budgeted(hits, matcher.budget) if matcher.budget else hits
+
+
+def ranked_search(store: Store, words: str, *, layer: str | None = None, since=None) -> list:
+    """The `search --rank` operation: every line holding one of the `words` (as
+    search_memory finds them), ranked by the BM25 score of its words against them, best
+    first (ties in search order), lines that hold them only inside longer words left
+    out. Each hit also carries its `score`."""
+    query = recall_words(words)
+    if not query:
+        raise usage_error(
+            f"search --rank {words!r}: give words to rank by (letters or digits, 2 or more)"
+        )
+    pattern = "|".join(re.escape(word) for word in dict.fromkeys(query))
+    hits = list(search_memory(store, pattern, layer=layer, since=since, regex=True))
+    scores = bm25_scores(query, [recall_words(hit["text"]) for hit in hits])
+    ranked = sorted(
+        (pair for pair in zip(scores, range(len(hits))) if pair[0] > 0),
+        key=lambda pair: -pair[0],
+    )
+    return [{**hits[i], "score": round(score, 3)} for score, i in ranked]
 
 
 def _budgeted(hits, budget: RegexBudget):
@@ -14297,7 +14548,14 @@ def cmd_refs_list(args) -> int:
 
 def cmd_search(args) -> int:
     store = store_from_args(args)
-    hits = search_memory(store, args.pattern, layer=args.layer, since=args.since, regex=args.regex)
+    if args.rank and args.regex:
+        raise usage_error("--rank takes words, not a regular expression: drop --regex")
+    if args.rank:
+        hits = ranked_search(store, args.pattern, layer=args.layer, since=args.since)
+    else:
+        hits = search_memory(
+            store, args.pattern, layer=args.layer, since=args.since, regex=args.regex
+        )
     found = []
     for hit in hits:
         if args.json:
@@ -14318,6 +14576,12 @@ def options_search(p) -> None:
     p.add_argument("--layer", choices=search_layers(), help="search only this layer")
     p.add_argument("--since", metavar="DATE", help="logs and sessions from DATE (YYYY-MM-DD) on")
     p.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
+    p.add_argument(
+        "--rank",
+        action="store_true",
+        help="PATTERN is words: lines holding any of them, best match first (BM25, as boot's "
+        "Related block ranks)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
