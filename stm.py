@@ -4756,11 +4756,12 @@ SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
 
 def read_hook_record(store: Store) -> dict:
     """The local record of .state/.hooks.json: {"sessions": {client: [entries, newest
-    first]}, "runs": {"client Event": stamp}, "logged": {client session: position}}. A
+    first]}, "runs": {"client Event": stamp}, "logged": {client session: position},
+    "nudge": {client session: what `stm nudge` counted}}. A
     missing, unreadable or corrupt record starts afresh: it only decides what to capture
     next, and a capture is never lost by re-reading."""
     path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}, "logged": {}}
+    record = {"sessions": {}, "runs": {}, "logged": {}, "nudge": {}}
     if links_on_the_way(store.state, path) or not os.path.lexists(path):
         return record
     try:
@@ -5460,6 +5461,12 @@ CONFIG_DEFAULTS = {
     "checkpoint_dir": None,
     "checkpoint_keep": 5,
     "sync_on_session_end": False,  # the capture hook runs `stm sync` at SessionEnd
+    # `stm nudge` (spec/integration.md): one line to the agent when this much work was done
+    # since its last memory write; false: never.
+    "nudge": True,
+    "nudge_plan_items": 1,  # plan items completed
+    "nudge_edits": 12,  # file edits or writes
+    "nudge_failures": 6,  # failing commands
 }
 COMPACT_MARK = "by stm compact:"
 
@@ -5510,6 +5517,15 @@ def checkpoint_config_problems(data: dict) -> list[str]:
         problems.append("checkpoint_every needs checkpoint_dir, the folder checkpoints go to")
     if not isinstance(data.get("sync_on_session_end", False), bool):
         problems.append("sync_on_session_end must be true or false")
+    return problems + nudge_config_problems(data)
+
+
+def nudge_config_problems(data: dict) -> list[str]:
+    problems = [] if isinstance(data.get("nudge", True), bool) else ["nudge must be true or false"]
+    for key in ("nudge_plan_items", "nudge_edits", "nudge_failures"):
+        value = data.get(key, 1)
+        if type(value) is not int or value < 1:
+            problems.append(f"{key} must be a whole number of 1 or more")
     return problems
 
 
@@ -6673,12 +6689,16 @@ def recall_candidates(parts: BootParts) -> list[tuple[int, str, str, list[str]]]
 
 def recall_for_boot(parts: BootParts) -> Recall | None:
     """The Related block's content, and the refs index reordered by the same score; None
-    when there is no work at hand or nothing scores RECALL_MIN_SCORE."""
+    when there is no work at hand or nothing scores RECALL_MIN_SCORE. Refs, facts and
+    recent log entries are scored as one collection, so a word's rarity is measured
+    over everything boot weighs, not over a handful of refs."""
     query = work_words(parts)
     if not query:
         return None
     candidates = recall_candidates(parts)
-    scores = bm25_scores(query, [words for _, _, _, words in candidates])
+    entries = recall_log_entries(parts.store)
+    scores = bm25_scores(query, [words for _, _, _, words in candidates] + entries)
+    scores, log_scores = scores[: len(candidates)], scores[len(candidates) :]
     by_ref: dict = {}
     for (index, _, _, _), score in zip(candidates, scores):
         by_ref[index] = max(by_ref.get(index, 0.0), score)
@@ -6690,15 +6710,20 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
         key=lambda pair: -pair[0],
     )
     items = [candidates[i][1:3] for _, i in ranked[:RECALL_ITEMS_MAX]]
-    log_count, hint = recall_logs(parts.store, query)
-    if not items and not log_count:
+    matching = [words for words, score in zip(entries, log_scores) if score >= RECALL_MIN_SCORE]
+    if not items and not matching:
         return None
-    return Recall(items=items, log_count=log_count, hint=hint)
+    # The hint's words: the work's words these entries hold, the rarest first (they are
+    # what tells these entries from the others).
+    held = {word for words in matching for word in words} & set(query)
+    counts = {word: sum(word in words for words in entries) for word in held}
+    hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
+    return Recall(items=items, log_count=len(matching), hint=hint)
 
 
-def recall_logs(store: Store, query: list[str]) -> tuple[int, list[str]]:
-    """How many entries of the last RECALL_LOG_DAYS day logs score RECALL_MIN_SCORE for
-    the work (the logs themselves are not shown), and the work's words they hold."""
+def recall_log_entries(store: Store) -> list[list[str]]:
+    """The words of each entry of the last RECALL_LOG_DAYS day logs (named by date, never
+    listed: boot's cost does not grow with the log's history)."""
     today = int(utc_now() // 86400)
     entries = []
     for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
@@ -6713,13 +6738,7 @@ def recall_logs(store: Store, query: list[str]) -> tuple[int, list[str]]:
                         entries.append(recall_words(body))
         except OSError:
             continue  # unreadable, a link, a FIFO: check reports it
-    scores = bm25_scores(query, entries)
-    matching = [words for words, score in zip(entries, scores) if score >= RECALL_MIN_SCORE]
-    held = {word for words in matching for word in words}
-    # The rarest words first: they are what tells these entries from the others.
-    counts = {word: sum(word in set(words) for words in entries) for word in set(query) & held}
-    hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
-    return len(matching), hint
+    return entries
 
 
 def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:
@@ -11431,6 +11450,247 @@ def capture_report(result: dict) -> str:
     return "\n\n".join(capture_log_text(c) for c in result["captured"]) + "\n"
 
 
+# `stm nudge` (spec/integration.md, "nudge"): on each prompt and tool call, the transcript's
+# new bytes since the last look are read, and the work since the agent's last memory
+# write is counted (plan items completed, edits, failing commands); past a threshold the
+# agent gets one line naming the command that records where the work stands. What it
+# counted lives in the local hook record, under "nudge".
+NUDGE_EVENTS = ("UserPromptSubmit", "PostToolUse")
+NUDGE_READ_MAX = 4 << 20  # new bytes one look reads at most: past that, the newest
+NUDGE_FIRST_BYTES = 64 * 1024  # a first look reads this much of the tail, counting nothing
+NUDGE_LINE_MAX = 300
+NUDGE_SESSIONS_MAX = 8  # client sessions whose counts the record keeps
+NUDGE_PENDING_MAX = 32  # shell calls waiting for their result, kept between looks
+NUDGE_RUN_STAMP_S = 3600  # a look that read nothing new rewrites the record this seldom
+NUDGE_TEXT_FIELDS = ("client", "transcript", "since", "done_text", "next_text", "request")
+NUDGE_COUNT_FIELDS = ("at", "edits", "failed", "done", "plan_done")
+# A command that writes memory: stm (or stm.py) with log, note, fact set or a session
+# verb that records progress, options allowed between; MCP tools of a server named stm.
+STM_WRITE_RE = LazyRegex(
+    r"(?:^|[\s;&|(`/'\"])stm(?:\.py)?['\"]?(?:\s+-\S+(?:\s+[^-\s]\S*)?)*?\s+"
+    r"(?:log|note|fact\s+set|session\s+(?:checkpoint|new|phase))\b"
+)
+STM_WRITE_TOOL_RE = LazyRegex(
+    r"(?:^|__)stm__(?:log|note|session_checkpoint|session_new|session_phase|compose_handoff)$"
+)
+NO_MATCH_RE = LazyRegex(r"\s*(?:rg|grep|git\s+grep)\b")  # exit 1, no output: no match
+
+
+def is_memory_write(name, command) -> bool:
+    """Whether a tool call writes stm memory: an stm MCP tool that does, or a shell
+    command running a writing stm verb."""
+    if isinstance(name, str) and STM_WRITE_TOOL_RE.search(name):
+        return True
+    return isinstance(command, str) and bool(STM_WRITE_RE.search(command[:4096]))
+
+
+class NudgeReader(TranscriptReader):
+    """TranscriptReader that also counts, since the last memory write, the plan items
+    completed, the edits and the failing commands; `state` is what the last look kept."""
+
+    def __init__(self, state: dict):
+        super().__init__()
+        self.client = state.get("client", "")
+        self.edits, self.failed = state.get("edits", 0), state.get("failed", 0)
+        self.done, self.plan_done = state.get("done", 0), state.get("plan_done", 0)
+        self.done_text, self.next_text = state.get("done_text", ""), state.get("next_text", "")
+        self.request = state.get("request", "")
+        for path in state.get("files", []):
+            self.files[path] = None
+        pending = state.get("pending")
+        if isinstance(pending, dict):
+            self.commands = {k: v for k, v in pending.items() if isinstance(v, str)}
+        self.wrote = False
+
+    def reset(self) -> None:
+        self.edits = self.failed = self.done = 0
+        self.wrote = True
+
+    def touch(self, path) -> None:
+        super().touch(path)
+        self.edits += isinstance(path, str) and bool(path.strip())
+
+    def fail(self, command: str, error: str) -> None:
+        if error or not NO_MATCH_RE.match(command):
+            self.failed += 1
+
+    def claude_tool_use(self, block: dict, sidechain: bool) -> None:
+        name, args = block.get("name"), block.get("input")
+        command = args.get("command") if isinstance(args, dict) and name == "Bash" else None
+        if is_memory_write(name, command):
+            self.reset()
+        elif name == "NotebookEdit":
+            self.edits += 1
+        super().claude_tool_use(block, sidechain)
+
+    def codex_call(self, name, args: dict, call_id) -> None:
+        command = codex_command(args) if name in CODEX_SHELL_TOOLS else None
+        if is_memory_write(name, command):
+            self.reset()
+        super().codex_call(name, args, call_id)
+
+    def set_list_plan(self, items, text_key: str) -> None:
+        super().set_list_plan(items, text_key)
+        if not isinstance(items, list):
+            return
+        completed = [text for text, status in self.plan_list if status == "completed"]
+        if len(completed) > self.plan_done and isinstance(completed[-1], str):
+            self.done += len(completed) - self.plan_done
+            self.done_text = completed[-1]
+        self.plan_done = len(completed)
+        left = [t for t, status in self.plan_list if status in ("in_progress", "pending")]
+        self.next_text = left[0] if left and isinstance(left[0], str) else ""
+
+    def update_task(self, args: dict) -> None:
+        super().update_task(args)
+        number = as_task_number(args.get("taskId"))
+        if args.get("status") == "completed":
+            self.done += 1
+            subject = self.tasks.get(number, [None])[0]
+            self.done_text = subject if isinstance(subject, str) else self.done_text
+
+    def kept(self, at: int, transcript: str) -> dict:
+        """What the next look starts from."""
+        pending = dict(list(self.commands.items())[-NUDGE_PENDING_MAX:])
+        return {
+            "at": at,
+            "client": self.client,
+            "transcript": transcript,
+            "since": iso_now(),
+            "edits": self.edits,
+            "failed": self.failed,
+            "done": self.done,
+            "plan_done": self.plan_done,
+            "done_text": safe_line(self.done_text, PLAN_ITEM_MAX_CHARS),
+            "next_text": safe_line(self.next_text, PLAN_ITEM_MAX_CHARS),
+            "request": safe_line(self.request, PLAN_ITEM_MAX_CHARS),
+            "pending": {k: v[:COMMAND_MAX_CHARS] for k, v in pending.items()},
+            "files": [
+                safe_line(os.path.basename(f), FILE_MAX_CHARS) for f in list(self.files)[-3:]
+            ],
+        }
+
+
+def nudge_state(record: dict, session: str, transcript: str) -> dict:
+    """The counts the record keeps for a client session, every field checked (the
+    record is a file a clone can plant); {} for a new session or another transcript."""
+    value = record["nudge"].get(session)
+    if not isinstance(value, dict) or value.get("transcript") != transcript:
+        return {}
+    state = {k: value[k] for k in NUDGE_TEXT_FIELDS if isinstance(value.get(k), str)}
+    for key in NUDGE_COUNT_FIELDS:
+        number = value.get(key)
+        if type(number) is int and number >= 0:
+            state[key] = number
+    if isinstance(value.get("pending"), dict):
+        state["pending"] = dict(list(value["pending"].items())[:NUDGE_PENDING_MAX])
+    files = value.get("files") if isinstance(value.get("files"), list) else []
+    state["files"] = [f for f in files[:3] if isinstance(f, str)]
+    return state
+
+
+def new_transcript_lines(path: str, at: int | None) -> tuple[int, list[bytes]]:
+    """(where the next look starts, the whole lines written since `at`). A first look
+    (`at` None) reads only the last NUDGE_FIRST_BYTES, for the request and the plan (its
+    work is not counted: it was done before); a file now shorter than `at` is a new one,
+    read from its start. At most NUDGE_READ_MAX bytes, the newest; a last line without
+    its newline waits for the next look."""
+    try:
+        fd = open_regular(path)
+    except (OSError, ValueError):
+        return 0, []  # not written yet: the next look reads it from its start
+    try:
+        size = os.fstat(fd).st_size
+        start = at if at is not None and at <= size else 0
+        most = NUDGE_FIRST_BYTES if at is None else NUDGE_READ_MAX
+        cut = size - start > most
+        if cut:
+            start = size - most
+        data = read_span(fd, start, size - start)
+    finally:
+        os.close(fd)
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].split(b"\n")[:-1]
+    return start + end, lines[1:] if cut else lines
+
+
+def nudge_hook(store: Store, payload: dict, client: str | None = None) -> str | None:
+    """The `nudge` operation: count the work in the transcript's new lines and return the
+    hook's output (the JSON the client reads) when it has outgrown memory, else None."""
+    event = payload_text(payload, "hook_event_name", 60)
+    session, transcript = client_session_id(payload), payload_text(payload, "transcript_path")
+    if event not in NUDGE_EVENTS or not session or not transcript:
+        return None
+    config = load_config(store)
+    if not config["nudge"]:
+        return None
+    client = payload_client(payload, client)
+    with store.state_lock():
+        record = read_hook_record(store)
+        state = nudge_state(record, session, transcript)
+        at, lines = new_transcript_lines(transcript, state.get("at"))
+        reader = NudgeReader(state)
+        entry = recorded_session(record, client, session) or {}
+        if state and entry.get("seen_at", "") > state.get("since", "~"):
+            reader.reset()  # a capture hook recorded this session since the last look
+        for line in lines:
+            parsed = parse_entry(line)
+            if parsed is not None:
+                with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
+                    reader.feed(parsed)
+        if not state:  # a first look: what it read was done before, only its words count
+            reader.edits = reader.failed = reader.done = 0
+        prompt = payload_text(payload, "prompt", TRANSCRIPT_LINE_MAX_BYTES)
+        if event == "UserPromptSubmit" and request_text(prompt):
+            reader.request = request_text(prompt)  # not in the transcript yet, maybe
+        line = nudge_line(store, reader, config)
+        if line:
+            reader.reset()  # then silent until as much work piles up again
+        runs = f"{client} {event}"
+        stale = utc_now() - (parse_iso(str(record["runs"].get(runs, "")), need_zone=True) or 0)
+        if state and at == state.get("at") and not line and stale < NUDGE_RUN_STAMP_S:
+            return None  # nothing new: no write
+        record["runs"][runs] = iso_now()
+        kept = {k: v for k, v in record["nudge"].items() if k != session and isinstance(v, dict)}
+        kept = sorted(kept.items(), key=lambda kv: str(kv[1].get("since", "")))
+        record["nudge"] = dict(kept[-(NUDGE_SESSIONS_MAX - 1) :])
+        record["nudge"][session] = reader.kept(at, transcript)
+        write_hook_record(store, record)
+    if not line:
+        return None
+    output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": line}}
+    return json.dumps(output, ensure_ascii=False)
+
+
+def nudge_line(store: Store, reader: NudgeReader, config: dict) -> str | None:
+    """The one line for the agent, or None while the work is under every threshold."""
+    if reader.done >= config["nudge_plan_items"]:
+        why = f"{plural(reader.done, 'plan item')} completed"
+    elif reader.edits >= config["nudge_edits"]:
+        why = f"{plural(reader.edits, 'edit')}"
+    elif reader.failed >= config["nudge_failures"]:
+        why = f"{plural(reader.failed, 'failing command')}"
+    else:
+        return None
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    stm = hook_shell_command(root)
+    files = [os.path.basename(path) for path in list(reader.files)[-3:]]
+    done = reader.done_text or (f"edited {', '.join(files)}" if files else "the work so far")
+    after = reader.next_text or reader.request or "go on from here"
+    checkpoint = current_id_quietly(store) is not None
+    head = f"stm memory: {why} since memory was last written; record where the work stands: "
+    for limit in (120, 60, 30, 15):
+        d, r = safe_line(done, limit), safe_line(after, limit)
+        if checkpoint:
+            words = ("session", "checkpoint", "--done", d, "--resume", r)
+        else:  # no session to checkpoint: a log entry records it as well
+            words = ("log", f"done: {d}; next: {r}")
+        line = f"{head}`{stm} {shell_command(*words)}`"
+        if len(line) <= NUDGE_LINE_MAX:
+            return line
+    return line[:NUDGE_LINE_MAX]
+
+
 # ==== Operations: integrations and setup =====================================
 
 
@@ -11488,7 +11748,7 @@ HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
 # `python3 -m stm` or a stm.py with boot or capture.
 STM_HOOK_COMMAND_RE = LazyRegex(
     r"^(?:[A-Z_]+=\S+\s+)*(?:stm|python3?(?:\s+-\S+)*\s+(?:-m\s+stm|\S*stm\.py['\"]?))"
-    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture)(?:\s[^;&|`]*)?$"
+    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture|nudge)(?:\s[^;&|`]*)?$"
 )
 
 
@@ -11532,6 +11792,8 @@ HOOK_CLIENTS_TABLE = (
             ("SessionStart", CLAUDE_MATCHER, ("--boot", "--max-chars", str(HOOK_MAX_CHARS))),
             ("PreCompact", None, ()),
             ("SessionEnd", None, ()),
+            ("UserPromptSubmit", None, ("nudge",)),
+            ("PostToolUse", None, ("nudge",)),
         ),
     ),
     HookClient(
@@ -11543,6 +11805,8 @@ HOOK_CLIENTS_TABLE = (
             ("SessionStart", None, ("--boot", "--max-tokens", str(CODEX_HOOK_MAX_TOKENS))),
             ("PreCompact", None, ()),
             ("Stop", None, ()),
+            ("UserPromptSubmit", None, ("nudge",)),
+            ("PostToolUse", None, ("nudge",)),
         ),
     ),
 )
@@ -11568,7 +11832,11 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
     says so elsewhere)."""
     import shutil
 
-    words = ("capture", "--client", client.name, *arguments)
+    # A row's arguments name its verb first when it is not capture (the nudge hooks).
+    verb, arguments = (
+        (arguments[0], arguments[1:]) if arguments[:1] == ("nudge",) else ("capture", arguments)
+    )
+    words = (verb, "--client", client.name, *arguments)
     rel = stm_in_project(root)
     if rel is not None or not shutil.which("stm"):
         if rel is None:  # neither in the project nor installed: this machine only
@@ -11613,10 +11881,11 @@ def is_stm_hook(hook, command: str) -> bool:
     if not isinstance(text, str):
         return False
     # The loader form whatever path it names: a stm.py moved since is still stm's hook.
-    if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
-        return True
-    if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
-        return True
+    for verb in ("capture", "nudge"):
+        if text == command or (HOOK_LOADER_MARK in text and f" {verb} --client " in text):
+            return True
+        if text.startswith(f"if command -v stm >/dev/null 2>&1; then stm {verb} --client "):
+            return True
     return bool(STM_HOOK_COMMAND_RE.match(text))
 
 
@@ -14643,6 +14912,32 @@ def options_capture(p) -> None:
     )
 
 
+def cmd_nudge(args) -> int:
+    """A hook's entry point (UserPromptSubmit, PostToolUse): exit 0 and nothing printed on
+    every input; one line of JSON for the client when the work has outgrown memory."""
+    try:
+        # sys.stdin is None when the process was started with it closed.
+        data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
+        payload = read_hook_payload(data)
+        store = store_from_args(args)
+        # The agent waits for its hook on every tool call: better no nudge than a stall.
+        store.settings.cap_lock_timeout(HOOK_LOCK_TIMEOUT_S)
+        output = nudge_hook(store, payload, client=args.client)
+        if output:
+            sys.stdout.write(output + "\n")
+    except Exception:  # a nudge is never worth breaking the agent, nor talking about
+        pass
+    return EXIT_OK
+
+
+def options_nudge(p) -> None:
+    p.add_argument(
+        "--client",
+        choices=HOOK_CLIENTS,
+        help="the agent client running the hook (default: worked out from the payload)",
+    )
+
+
 def hook_boot(args, store) -> None:
     """The SessionStart hook's output: boot, its hints in the agent's shell form."""
     try:
@@ -14716,9 +15011,12 @@ def install_hooks(client, path, shown, backup, wanted, installed, data, raw) -> 
             rollback.add(restorer(backup))
             atomic_write(backup, raw)  # one backup, replaced by the next install
         write_settings(path, data)
-    events = ", ".join(wanted)
+    nudges = [event for event, (_, command) in wanted.items() if " nudge --client " in command]
+    events = ", ".join(event for event in wanted if event not in nudges)
     start = wanted["SessionStart"][1]
     out(f"installed: {shown} runs `{start}` at SessionStart, and captures on {events}")
+    if nudges:
+        out(f"and nudges the agent to record its work on {', '.join(nudges)} (`stm nudge`)")
     if raw is not None:
         out(f"the previous settings are kept in {os.path.relpath(backup)}")
     if client.name == "codex":
@@ -15256,6 +15554,7 @@ MCP_SEARCH_OUTPUT = {
                     "line": {"type": "integer"},
                     "text": _STR,
                     "layer": _STR,
+                    "score": {"type": "number"},  # with rank: the BM25 score
                 },
                 "required": ["path", "line", "text", "layer"],
             },
@@ -15294,13 +15593,13 @@ def mcp_tool_note(store: Store, args: dict):
 
 def mcp_tool_search(store: Store, args: dict):
     limit = args.get("limit", 50)
-    hits = search_memory(
-        store,
-        args["query"],
-        layer=args.get("layer"),
-        since=args.get("since"),
-        regex=args.get("regex", False),
-    )
+    if args.get("rank") and args.get("regex"):
+        raise usage_error("rank takes words, not a regular expression: drop regex")
+    where = {"layer": args.get("layer"), "since": args.get("since")}
+    if args.get("rank"):
+        hits = ranked_search(store, args["query"], **where)
+    else:
+        hits = search_memory(store, args["query"], regex=args.get("regex", False), **where)
     matches = []
     for hit in hits:
         # A match past the limit is what says there are more: `truncated` is never a guess,
@@ -15440,6 +15739,7 @@ MCP_TOOLS = (
             "layer": {"type": "string", "enum": list(search_layers())},
             "since": _STR,
             "regex": _BOOL,
+            "rank": _BOOL,
             "limit": _INT,
         },
         mcp_tool_search,
@@ -16088,6 +16388,13 @@ COMMANDS = (
         "record what an agent session did, from its client's hook payload (exit 0 always)",
         "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
         options_capture,
+    ),
+    Command(
+        "nudge",
+        cmd_nudge,
+        "tell the agent, once, when its work has outgrown memory (a hook; exit 0 always)",
+        "stm nudge --client claude   (a PostToolUse hook: the payload on stdin)",
+        options_nudge,
     ),
     Command(
         "merge-file",
