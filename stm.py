@@ -11515,19 +11515,19 @@ class NudgeReader(TranscriptReader):
             self.failed += 1
 
     def claude_tool_use(self, block: dict, sidechain: bool) -> None:
-        name, args = block.get("name"), block.get("input")
-        command = args.get("command") if isinstance(args, dict) and name == "Bash" else None
+        name, given = block.get("name"), block.get("input")
+        command = given.get("command") if isinstance(given, dict) and name == "Bash" else None
         if is_memory_write(name, command):
             self.reset()
         elif name == "NotebookEdit":
             self.edits += 1
         super().claude_tool_use(block, sidechain)
 
-    def codex_call(self, name, args: dict, call_id) -> None:
-        command = codex_command(args) if name in CODEX_SHELL_TOOLS else None
+    def codex_call(self, name, arguments: dict, call_id) -> None:
+        command = codex_command(arguments) if name in CODEX_SHELL_TOOLS else None
         if is_memory_write(name, command):
             self.reset()
-        super().codex_call(name, args, call_id)
+        super().codex_call(name, arguments, call_id)
 
     def set_list_plan(self, items, text_key: str) -> None:
         super().set_list_plan(items, text_key)
@@ -11541,10 +11541,10 @@ class NudgeReader(TranscriptReader):
         left = [t for t, status in self.plan_list if status in ("in_progress", "pending")]
         self.next_text = left[0] if left and isinstance(left[0], str) else ""
 
-    def update_task(self, args: dict) -> None:
-        super().update_task(args)
-        number = as_task_number(args.get("taskId"))
-        if args.get("status") == "completed":
+    def update_task(self, arguments: dict) -> None:
+        super().update_task(arguments)
+        number = as_task_number(arguments.get("taskId"))
+        if arguments.get("status") == "completed":
             self.done += 1
             subject = self.tasks.get(number, [None])[0]
             self.done_text = subject if isinstance(subject, str) else self.done_text
@@ -12021,6 +12021,8 @@ def hook_run_notices(store: Store | None, client: HookClient, installed) -> list
     """Installed hooks that never ran here, or not for HOOK_STALE_DAYS: a notice (the
     likely cause and fix), never a failure."""
     runs = hook_runs(store, client.name)
+    if store is not None and not load_config(store)["nudge"]:  # switched off: runs never
+        installed = [event for event in installed if event not in NUDGE_EVENTS]
     notices = []
     for event in installed:
         stamp = parse_iso(str(runs.get(event, "")), need_zone=True)

@@ -531,3 +531,27 @@ def test_the_installed_nudge_hook_runs(store, run):
     )
     assert result.returncode == 0
     assert "12 edits" in check_hook_output(result.stdout, "PostToolUse")
+
+
+def test_check_names_a_nudge_hook_that_never_ran_unless_nudge_is_off(store, run):
+    assert run("setup", "claude", "--install").code == 0
+
+    def never_ran():
+        found = json.loads(run("check", "--json").out)["findings"]
+        return {f["message"].split(" hook ")[0] for f in found if f["rule"] == "hook-not-run"}
+
+    assert "the Claude Code PostToolUse" in never_ran()
+    (store / ".stacks" / "config.json").write_text(json.dumps({"nudge": False}))
+    assert not {"the Claude Code PostToolUse", "the Claude Code UserPromptSubmit"} & never_ran()
+    assert "the Claude Code PreCompact" in never_ran()
+
+
+def test_work_before_the_first_look_is_not_counted(working, run):
+    """A session resumed with hours of edits behind it: the first look reads the tail for
+    the request, and counts from there."""
+    agent = Agent(working, run)
+    for n in range(30):
+        agent.append(agent.lines.call(f"old{n}", "Write", file_path=f"{working}/o{n}.py"))
+    assert agent.hook("UserPromptSubmit") == ""
+    assert [agent.edit(f"{n}.py") for n in range(11)] == [""] * 11
+    assert "12 edits" in check_hook_output(agent.edit(), "PostToolUse")
