@@ -6755,9 +6755,13 @@ def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:
     lines = [full if cut.refs == "full" else short for full, short in recall.items]
     if recall.log_count:
         entries = "log entry matches" if recall.log_count == 1 else "log entries match"
+        words = " ".join(recall.hint)
+        how = f'`stm search --rank "{words}"`'
+        if "search" in (_HINT_VOICE["tools"] or {}):  # several words are one argument
+            how = f'the `search` tool with query: "{words}", rank: true'
         lines.append(
             f"- {recall.log_count} {entries} this work in the last {RECALL_LOG_DAYS} days "
-            f'(not loaded): `stm search --rank "{" ".join(recall.hint)}"`'
+            f"(not loaded): {how}"
         )
     title = "Related to the work at hand (best first; read a file when you need it)"
     return [(title, as_invoked("\n".join(lines)))], []

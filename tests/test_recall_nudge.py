@@ -158,6 +158,8 @@ def test_mcp_boot_brings_the_same_related_block_and_search_ranks(topics, run):
         related = related_block(text)
         assert related is not None
         assert related.splitlines()[2].startswith("- refs/oauth.md")
+        # The logs' hint in the reader's own terms: a tool call, not a shell command.
+        assert 'the `search` tool with query: "' in related and ", rank: true" in related
         result = client.tool_result("search", {"query": "oauth login", "rank": True})
         matches = result["structuredContent"]["matches"]
         scores = [m["score"] for m in matches]
