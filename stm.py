@@ -9011,6 +9011,13 @@ def boot_json(parts: BootParts, text: str) -> dict:
             "waiting": parts.waiting,
             "notices": parts.notices,
             "refs": [{"path": r.path, "title": r.title, "summary": r.summary} for r in parts.refs],
+            "related": None
+            if parts.recall is None
+            else {
+                "items": [full[2:] for full, _ in parts.recall.items],
+                "log_entries": parts.recall.log_count,
+                "words": parts.recall.hint,
+            },
         },
     }
 

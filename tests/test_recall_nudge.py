@@ -75,6 +75,9 @@ def test_boot_brings_the_refs_and_facts_of_the_work_first(topics, run):
     assert [line.split(" ")[1] for line in index[2:]] == sorted(
         line.split(" ")[1] for line in index[2:]
     )
+    related_json = json.loads(run("boot", "--json").out)["sections"]["related"]
+    assert related_json["items"][0].startswith("refs/oauth.md — OAuth login")
+    assert related_json["log_entries"] == 0 and related_json["words"] == []
     # Related sits after session memory and before the refs index.
     assert (
         boot.index("## Session memory")
@@ -87,6 +90,7 @@ def test_boot_shows_no_related_block_when_the_work_matches_nothing(topics, run):
     run("session", "new", "--name", "zebra enclosure inventory")
     boot = run("boot").out
     assert related_block(boot) is None
+    assert json.loads(run("boot", "--json").out)["sections"]["related"] is None
     assert [line.split(" ")[1] for line in index_lines(boot)] == sorted(
         f"refs/{name}.md" for name in [*TOPICS, "facts"]
     )
