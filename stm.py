@@ -6279,7 +6279,9 @@ class BootParts:
         self.git = None  # GitState of the project, when it is a git work tree
         self.arrived: list[str] = []  # what the last `stm sync` received, until a boot
         self.session_state: dict | None = None  # the current session's state, when read
-        self.recall: Recall | None = None  # the "Related" block (see recall_for_boot)
+        # The "Related" block: boot_memory fills it (recall_for_boot); status, check and
+        # `refs list` measure or list boot without it, and read no log for it.
+        self.recall: Recall | None = None
         self._workflow()
         self._arrivals()
         self.refs = self._refs()
@@ -6288,7 +6290,6 @@ class BootParts:
         self._template_notice()
         self._capture()
         self._driver_notice()
-        self.recall = recall_for_boot(self)
 
     @property
     def identity(self) -> str:
@@ -7725,6 +7726,7 @@ def boot_memory(store: Store, deliver=None, **options) -> tuple[str, list[str], 
     The mark is recorded after `deliver(parts, text)` returns, when given (a front end
     that prints passes its printer: only a boot that reached the agent counts)."""
     parts = BootParts(store)
+    parts.recall = recall_for_boot(parts)
     text, warnings = boot_document(parts, **options)
     if deliver is not None:
         deliver(parts, text)

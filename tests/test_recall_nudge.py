@@ -138,6 +138,7 @@ def test_related_goes_with_the_refs_index_under_a_budget(topics, run):
     assert related_block(run("boot").out) is not None
     assert related_block(run("boot", "--no-refs").out) is None  # asked: no notice either
     parts = stm.BootParts(stm.open_store(stacks=str(topics / ".stacks")))
+    parts.recall = stm.recall_for_boot(parts)
     cut = stm.BootCut()
     cut.refs, cut.limit = "titles", "--max-chars 900"
     ((title, text),) = stm.render_related(parts, cut)[0]
