@@ -12103,7 +12103,7 @@ def nudge_hook(store: Store, payload: dict, client: str | None = None) -> str | 
     if not line:
         return None
     output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": line}}
-    return json.dumps(output, ensure_ascii=False)
+    return json.dumps(output)  # ASCII: whatever encoding the hook's stdout has
 
 
 def nudge_line(store: Store, reader: NudgeReader, config: dict) -> str | None:
