@@ -966,6 +966,7 @@ SECRET_NAME_STOP = frozenset((
     "callback", "handler", "factory", "response", "request", "event", "events", "status",
     "state", "used", "rotated", "last", "index", "idx", "pos", "start", "end", "offset",
     "stream", "style", "color", "widget", "button", "input", "output", "placeholder",
+    "config", "data", "info", "settings", "options", "list", "map", "dict", "args", "params",
 ))
 # fmt: on
 SECRET_NAME_KEYS = ("apikey", "accesskey", "privatekey", "accountkey", "secretkey", "signingkey")
@@ -984,7 +985,10 @@ SECRET_CODE_VALUE_RE = LazyRegex(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[A-Za-z_]+")
 SECRET_DOTTED_RE = LazyRegex(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # A value made of words (letters in lower case, Capitalized, CamelCase or UPPER; no digit,
 # no symbol): "next_token", "NextToken", "development key" — a name or prose, not a key.
-SECRET_WORDS_RE = LazyRegex(r"(?:(?:[A-Z]?[a-z]+)+|[A-Z]+)(?:[-_. ]+(?:(?:[A-Z]?[a-z]+)+|[A-Z]+))*")
+SECRET_WORDS_RE = LazyRegex(
+    r"(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+)"
+    r"(?:[-_. ]+(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+))*"
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -995,6 +999,8 @@ def is_secret_name(name: str) -> bool:
     words = [w.lower() for w in SECRET_WORD_RE.findall(name.rsplit(".", 1)[-1])]
     if not words or words[-1] in SECRET_NAME_STOP or "".join(words) in ("pwd", "oldpwd"):
         return False
+    if "public" in words:
+        return False  # publicKeyToken: published, not secret
     for word in words:
         if "passw" in word or word in ("pass", "pwd", "passphrase", "credential", "credentials"):
             return True
@@ -1018,6 +1024,8 @@ def is_secret_value(value: str, *, loose: bool = False, name: str = "") -> bool:
         return False
     if SECRET_WORDS_RE.fullmatch(text) or (text.isdigit() and len(text) < 8):
         return False
+    if any(c.isspace() for c in text.strip()):
+        return False  # prose ("RFC 2518", "template data / text"), not a key
     # Code names its value; an upper-case variable (an environment's) is given one.
     if not quoted and SECRET_DOTTED_RE.fullmatch(text):
         return False
