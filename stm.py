@@ -1322,6 +1322,80 @@ def find_secrets(text: str, *, allow_marked: bool = True):
         yield kind, line, f"{excerpt}…" if shown < end else excerpt
 
 
+# Relevance by words (boot's "Related" block, `search --rank`): BM25 over lowercase words,
+# the standard ranking of search engines, in a few lines of the standard library.
+RECALL_WORD_RE = LazyRegex(r"[^\W_]{2,}")
+RECALL_STOPWORDS_TEXT = (
+    "a an and are as at be but by can do does done for from has have how if in into is it "
+    "its not of on or our so than that the then there these this to up was we were what "
+    "when where which who why will with you your all any each new use used using via "
+    "md py txt json js ts yml yaml toml cfg ini html css sh"
+)
+RECALL_STOPWORDS = frozenset(RECALL_STOPWORDS_TEXT.split())
+BM25_K1 = 1.2  # how fast a repeated word stops adding (the usual value)
+BM25_B = 0.75  # how much a long text is discounted (the usual value)
+LN_2 = 0.6931471805599453
+
+
+def natural_log(x: float) -> float:
+    """ln(x) for x >= 1 without importing math (boot imports nothing it can do without):
+    halve to (1, 2], then the series of atanh, exact to about 1e-12.
+
+    >>> round(natural_log(10.0), 9), natural_log(1.0)
+    (2.302585093, 0.0)
+    """
+    halvings = 0
+    while x > 2.0:
+        x, halvings = x / 2.0, halvings + 1
+    y = (x - 1.0) / (x + 1.0)  # at most 1/3: the series converges fast
+    term, total, n = y, 0.0, 1
+    while abs(term) > 1e-15:
+        total += term / n
+        term, n = term * y * y, n + 2
+    return halvings * LN_2 + 2.0 * total
+
+
+def recall_words(text: str) -> list[str]:
+    """The words relevance is measured in: lowercase letters-and-digits runs of two or
+    more, without the commonest English words and file extensions.
+
+    >>> recall_words("Fix the OAuth login (src/auth_login.py)")
+    ['fix', 'oauth', 'login', 'src', 'auth', 'login']
+    """
+    words = RECALL_WORD_RE.findall(text.lower()) if text else []
+    return [word for word in words if word not in RECALL_STOPWORDS]
+
+
+def bm25_scores(query, documents: list) -> list[float]:
+    """The BM25 score of each document (a list of words) for the `query` words (each
+    counted once), with IDF log(1 + (N - n + 0.5) / (n + 0.5)), which is never negative.
+
+    >>> [round(s, 2) for s in bm25_scores(["oauth"], [["oauth", "login"], ["deploy"]])]
+    [0.61, 0.0]
+    """
+    query = set(query)
+    if not query or not documents:
+        return [0.0] * len(documents)
+    counts = [{} for _ in documents]
+    seen: dict = {}  # word: how many documents hold it
+    for index, words in enumerate(documents):
+        for word in words:
+            if word in query:
+                counts[index][word] = counts[index].get(word, 0) + 1
+        for word in counts[index]:
+            seen[word] = seen.get(word, 0) + 1
+    total = len(documents)
+    average = sum(len(words) for words in documents) / total or 1.0
+    idf = {word: natural_log(1 + (total - n + 0.5) / (n + 0.5)) for word, n in seen.items()}
+    scores = []
+    for words, found in zip(documents, counts):
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(words) / average)
+        scores.append(
+            sum((idf[w] * tf * (BM25_K1 + 1) / (tf + norm) for w, tf in found.items()), 0.0)
+        )
+    return scores
+
+
 # ==== Errors =================================================================
 
 
@@ -5412,11 +5486,12 @@ SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
 
 def read_hook_record(store: Store) -> dict:
     """The local record of .state/.hooks.json: {"sessions": {client: [entries, newest
-    first]}, "runs": {"client Event": stamp}, "logged": {client session: position}}. A
+    first]}, "runs": {"client Event": stamp}, "logged": {client session: position},
+    "nudge": {client session: what `stm nudge` counted}}. A
     missing, unreadable or corrupt record starts afresh: it only decides what to capture
     next, and a capture is never lost by re-reading."""
     path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}, "logged": {}}
+    record = {"sessions": {}, "runs": {}, "logged": {}, "nudge": {}}
     if links_on_the_way(store.state, path) or not os.path.lexists(path):
         return record
     try:
@@ -6116,6 +6191,12 @@ CONFIG_DEFAULTS = {
     "checkpoint_dir": None,
     "checkpoint_keep": 5,
     "sync_on_session_end": False,  # the capture hook runs `stm sync` at SessionEnd
+    # `stm nudge` (spec/integration.md): one line to the agent when this much work was done
+    # since its last memory write; false: never.
+    "nudge": True,
+    "nudge_plan_items": 1,  # plan items completed
+    "nudge_edits": 12,  # file edits or writes
+    "nudge_failures": 6,  # failing commands
 }
 COMPACT_MARK = "by stm compact:"
 
@@ -6166,6 +6247,15 @@ def checkpoint_config_problems(data: dict) -> list[str]:
         problems.append("checkpoint_every needs checkpoint_dir, the folder checkpoints go to")
     if not isinstance(data.get("sync_on_session_end", False), bool):
         problems.append("sync_on_session_end must be true or false")
+    return problems + nudge_config_problems(data)
+
+
+def nudge_config_problems(data: dict) -> list[str]:
+    problems = [] if isinstance(data.get("nudge", True), bool) else ["nudge must be true or false"]
+    for key in ("nudge_plan_items", "nudge_edits", "nudge_failures"):
+        value = data.get(key, 1)
+        if type(value) is not int or value < 1:
+            problems.append(f"{key} must be a whole number of 1 or more")
     return problems
 
 
@@ -6918,6 +7008,10 @@ class BootParts:
         self.capture_first = False  # newer than the agent's own checkpoint: shown first
         self.git = None  # GitState of the project, when it is a git work tree
         self.arrived: list[str] = []  # what the last `stm sync` received, until a boot
+        self.session_state: dict | None = None  # the current session's state, when read
+        # The "Related" block: boot_memory fills it (recall_for_boot); status, check and
+        # `refs list` measure or list boot without it, and read no log for it.
+        self.recall: Recall | None = None
         self._workflow()
         self._arrivals()
         self.refs = self._refs()
@@ -7053,6 +7147,7 @@ class BootParts:
         session_md = os.path.join(ref.path, SESSION_MD)
         with contextlib.suppress(OSError):
             self._conflict_notice(session_md, read_text(session_md, 1 << 20))
+        self.session_state = state
         self.workflow = render_workflow(store, ref, state)
         self._captures(state)
 
@@ -7249,6 +7344,163 @@ class BootParts:
 
 BOOT_OTHER_CAPTURES_MAX = 3  # stm sessions read for captures of sessions side by side
 BOOT_OTHER_CAPTURES_DAYS = 7  # an older capture of another session is not named
+
+
+# Recall by the work at hand (spec/memory-layers.md, boot item 4a): the words of what the
+# agent is doing (a capture's request and plan, the current session's name, pending steps
+# and Resume line, files changed and not committed, a branch other than the default
+# one) rank refs and facts by BM25; the best few are shown, and the refs index follows
+# the same order. No work at hand: nothing is read. Boot's cost stays flat as history
+# grows: logs are counted only in the day files of the last RECALL_LOG_DAYS days (named
+# by date, never listed), and archived sessions are not read (`stm search --rank` is).
+RECALL_ITEMS_MAX = 5
+RECALL_MIN_SCORE = 1.0  # below it a match is one common word: no filler
+RECALL_LOG_DAYS = 14
+RECALL_HINT_WORDS = 6  # words in the `stm search --rank` hint
+RECALL_PATH_WORDS = frozenset(("src", "lib", "test", "tests", "docs", "index", "main", "init"))
+DEFAULT_BRANCHES = frozenset(("main", "master", "trunk", "develop", "dev", "default", "head"))
+
+
+class Recall(Record):
+    """What boot recalls for the work at hand: `items` [(full line, short line)], best
+    first; `log_count` log entries that match; `hint`, the words for `stm search --rank`."""
+
+    __slots__ = ("items", "log_count", "hint")
+
+
+def work_words(parts: BootParts) -> list[str]:
+    """The words of the work at hand, from what boot has read already (no extra file,
+    no extra git command); [] when there is none."""
+    texts = []
+    captured = parts.captured
+    if captured:
+        texts.append(str(captured.get("request") or ""))
+        plan = captured.get("plan") if isinstance(captured.get("plan"), list) else []
+        texts += [str(item.get("text") or "") for item in plan if isinstance(item, dict)]
+    state = parts.session_state
+    if isinstance(state, dict) and not state.get("finished_at"):
+        texts.append(str(state.get("name") or ""))
+        checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+        pending = checkpoint.get("pending_steps")
+        texts += (
+            [step for step in pending if isinstance(step, str)] if isinstance(pending, list) else []
+        )
+        texts.append(str(checkpoint.get("resume_instruction") or ""))
+    git = parts.git
+    if git is not None:
+        # A path's folders and name, not its extension: `src/auth/login.py` is about auth.
+        paths = " ".join(os.path.splitext(path)[0] for path in git.changed)
+        texts.append(" ".join(w for w in recall_words(paths) if w not in RECALL_PATH_WORDS))
+        if git.branch and git.branch.lower() not in DEFAULT_BRANCHES:
+            texts.append(git.branch)
+    return recall_words(" ".join(texts))
+
+
+def recall_candidates(parts: BootParts) -> list[tuple[int, str, str, list[str]]]:
+    """(index of the ref in parts.refs, full line, short line, words) of every ref and of
+    every fact of a fact block (each fact its own item; the block itself is not one)."""
+    found = []
+    for index, ref in enumerate(parts.refs):
+        if ref.head is None:
+            continue  # a link or an unreadable folder: nothing was read
+        path = one_line(path_text(ref.path), 200)
+        if fact_keys_summary(ref.head) is not None:
+            for _, fact, _, _ in parse_fact_block(ref.head)[1]:
+                if fact is not None:
+                    line = (
+                        f"- Fact `{one_line(fact.key, 64)}` ({path}): {one_line(fact.current, 200)}"
+                    )
+                    words = recall_words(f"{fact.key.replace('_', ' ')} {fact.current}")
+                    found.append((index, line, line, words))
+            continue
+        title = one_line(ref.title or "(untitled)", 120)
+        short = f"- {path} — {title}"
+        full = short + (f": {one_line(ref.summary, 160)}" if ref.summary else "")
+        stem = os.path.splitext(ref.path)[0]
+        words = recall_words(f"{stem} {ref.title or ''} {ref.summary or ''}")
+        safe = (full.replace("<!--", "&lt;!--"), short.replace("<!--", "&lt;!--"))
+        found.append((index, *safe, words))
+    return found
+
+
+def recall_for_boot(parts: BootParts) -> Recall | None:
+    """The Related block's content, and the refs index reordered by the same score; None
+    when there is no work at hand or nothing scores RECALL_MIN_SCORE. Refs, facts and
+    recent log entries are scored as one collection, so a word's rarity is measured
+    over everything boot weighs, not over a handful of refs."""
+    query = work_words(parts)
+    if not query:
+        return None
+    candidates = recall_candidates(parts)
+    entries = recall_log_entries(parts.store)
+    scores = bm25_scores(query, [words for _, _, _, words in candidates] + entries)
+    scores, log_scores = scores[: len(candidates)], scores[len(candidates) :]
+    by_ref: dict = {}
+    for (index, _, _, _), score in zip(candidates, scores):
+        by_ref[index] = max(by_ref.get(index, 0.0), score)
+    if any(by_ref.values()):
+        order = sorted(range(len(parts.refs)), key=lambda i: -by_ref.get(i, 0.0))
+        parts.refs = [parts.refs[i] for i in order]  # stable: ties keep path order
+    ranked = sorted(
+        (pair for pair in zip(scores, range(len(candidates))) if pair[0] >= RECALL_MIN_SCORE),
+        key=lambda pair: -pair[0],
+    )
+    items = [candidates[i][1:3] for _, i in ranked[:RECALL_ITEMS_MAX]]
+    matching = [words for words, score in zip(entries, log_scores) if score >= RECALL_MIN_SCORE]
+    if not items and not matching:
+        return None
+    # The hint's words: the work's words these entries hold, the rarest first (they are
+    # what tells these entries from the others).
+    held = {word for words in matching for word in words} & set(query)
+    counts = {word: sum(word in words for words in entries) for word in held}
+    hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
+    return Recall(items=items, log_count=len(matching), hint=hint)
+
+
+def recall_log_entries(store: Store) -> list[list[str]]:
+    """The words of each entry of the last RECALL_LOG_DAYS day logs (named by date, never
+    listed: boot's cost does not grow with the log's history)."""
+    today = int(utc_now() // 86400)
+    entries = []
+    for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
+        path = store.log_path(iso(day * 86400)[:10])
+        if not os.path.lexists(path):
+            continue
+        try:
+            for data, line, _ in iter_log_blocks(path):
+                for kind, *item in parse_log(data, line):
+                    if kind == "entry":
+                        body = b"".join(item[0].raw_body).decode("utf-8", "replace")
+                        entries.append(recall_words(body))
+        except OSError:
+            continue  # unreadable, a link, a FIFO: check reports it
+    return entries
+
+
+def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:
+    """Boot's "Related" section (after session memory, before the refs index) and its
+    notice when a budget cut it: it goes with the refs index (--no-refs, the cut that
+    leaves the index out); with the index shortened to titles, its items are too."""
+    recall = parts.recall
+    if recall is None:
+        return [], []
+    if cut.refs == "none":
+        if cut.refs_asked_out:
+            return [], []
+        return [], [as_invoked(f"related notes left out to fit {cut.limit}: run `stm boot`")]
+    lines = [full if cut.refs == "full" else short for full, short in recall.items]
+    if recall.log_count:
+        entries = "log entry matches" if recall.log_count == 1 else "log entries match"
+        words = " ".join(recall.hint)
+        how = f'`stm search --rank "{words}"`'
+        if "search" in (_HINT_VOICE["tools"] or {}):  # several words are one argument
+            how = f'the `search` tool with query: "{words}", rank: true'
+        lines.append(
+            f"- {recall.log_count} {entries} this work in the last {RECALL_LOG_DAYS} days "
+            f"(not loaded): {how}"
+        )
+    title = "Related to the work at hand (best first; read a file when you need it)"
+    return [(title, as_invoked("\n".join(lines)))], []
 
 
 def captured_in(store: Store, session_id: str) -> dict | None:
@@ -8056,6 +8308,9 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         if layer.at_boot == "full":
             title = f"{layer.title} ({store.rel(store.layer_path(layer))})"
             sections.append((title, parts.texts[layer.name]))
+    related, said = render_related(parts, cut)
+    sections += related
+    notices += said
     if cut.refs != "none":
         sections.append(
             (
@@ -8275,6 +8530,7 @@ def boot_memory(store: Store, deliver=None, **options) -> tuple[str, list[str], 
     The mark is recorded after `deliver(parts, text)` returns, when given (a front end
     that prints passes its printer: only a boot that reached the agent counts)."""
     parts = BootParts(store)
+    parts.recall = recall_for_boot(parts)
     text, warnings = boot_document(parts, **options)
     if deliver is not None:
         deliver(parts, text)
@@ -9790,6 +10046,13 @@ def boot_json(parts: BootParts, text: str) -> dict:
             "waiting": parts.waiting,
             "notices": parts.notices,
             "refs": [{"path": r.path, "title": r.title, "summary": r.summary} for r in parts.refs],
+            "related": None
+            if parts.recall is None
+            else {
+                "items": [full[2:] for full, _ in parts.recall.items],
+                "log_entries": parts.recall.log_count,
+                "words": parts.recall.hint,
+            },
         },
     }
 
@@ -11547,6 +11810,26 @@ def search_memory(
     return _budgeted(hits, matcher.budget) if matcher.budget else hits
 
 
+def ranked_search(store: Store, words: str, *, layer: str | None = None, since=None) -> list:
+    """The `search --rank` operation: every line holding one of the `words` (as
+    search_memory finds them), ranked by the BM25 score of its words against them, best
+    first (ties in search order), lines that hold them only inside longer words left
+    out. Each hit also carries its `score`."""
+    query = recall_words(words)
+    if not query:
+        raise usage_error(
+            f"search --rank {words!r}: give words to rank by (letters or digits, 2 or more)"
+        )
+    pattern = "|".join(re.escape(word) for word in dict.fromkeys(query))
+    hits = list(search_memory(store, pattern, layer=layer, since=since, regex=True))
+    scores = bm25_scores(query, [recall_words(hit["text"]) for hit in hits])
+    ranked = sorted(
+        (pair for pair in zip(scores, range(len(hits))) if pair[0] > 0),
+        key=lambda pair: -pair[0],
+    )
+    return [{**hits[i], "score": round(score, 3)} for score, i in ranked]
+
+
 def _budgeted(hits, budget: RegexBudget):
     """`hits` with the regex budget's timer running while they are produced; the timer
     is put back when the search ends, fails, or its reader stops early."""
@@ -12286,6 +12569,247 @@ def capture_report(result: dict) -> str:
     return "\n\n".join(capture_log_text(c) for c in result["captured"]) + "\n"
 
 
+# `stm nudge` (spec/integration.md, "nudge"): on each prompt and tool call, the transcript's
+# new bytes since the last look are read, and the work since the agent's last memory
+# write is counted (plan items completed, edits, failing commands); past a threshold the
+# agent gets one line naming the command that records where the work stands. What it
+# counted lives in the local hook record, under "nudge".
+NUDGE_EVENTS = ("UserPromptSubmit", "PostToolUse")
+NUDGE_READ_MAX = 4 << 20  # new bytes one look reads at most: past that, the newest
+NUDGE_FIRST_BYTES = 64 * 1024  # a first look reads this much of the tail, counting nothing
+NUDGE_LINE_MAX = 300
+NUDGE_SESSIONS_MAX = 8  # client sessions whose counts the record keeps
+NUDGE_PENDING_MAX = 32  # shell calls waiting for their result, kept between looks
+NUDGE_RUN_STAMP_S = 3600  # a look that read nothing new rewrites the record this seldom
+NUDGE_TEXT_FIELDS = ("client", "transcript", "since", "done_text", "next_text", "request")
+NUDGE_COUNT_FIELDS = ("at", "edits", "failed", "done", "plan_done")
+# A command that writes memory: stm (or stm.py) with log, note, fact set or a session
+# verb that records progress, options allowed between; MCP tools of a server named stm.
+STM_WRITE_RE = LazyRegex(
+    r"(?:^|[\s;&|(`/'\"])stm(?:\.py)?['\"]?(?:\s+-\S+(?:\s+[^-\s]\S*)?)*?\s+"
+    r"(?:log|note|fact\s+set|session\s+(?:checkpoint|new|phase))\b"
+)
+STM_WRITE_TOOL_RE = LazyRegex(
+    r"(?:^|__)stm__(?:log|note|session_checkpoint|session_new|session_phase|compose_handoff)$"
+)
+NO_MATCH_RE = LazyRegex(r"\s*(?:rg|grep|git\s+grep)\b")  # exit 1, no output: no match
+
+
+def is_memory_write(name, command) -> bool:
+    """Whether a tool call writes stm memory: an stm MCP tool that does, or a shell
+    command running a writing stm verb."""
+    if isinstance(name, str) and STM_WRITE_TOOL_RE.search(name):
+        return True
+    return isinstance(command, str) and bool(STM_WRITE_RE.search(command[:4096]))
+
+
+class NudgeReader(TranscriptReader):
+    """TranscriptReader that also counts, since the last memory write, the plan items
+    completed, the edits and the failing commands; `state` is what the last look kept."""
+
+    def __init__(self, state: dict):
+        super().__init__()
+        self.client = state.get("client", "")
+        self.edits, self.failed = state.get("edits", 0), state.get("failed", 0)
+        self.done, self.plan_done = state.get("done", 0), state.get("plan_done", 0)
+        self.done_text, self.next_text = state.get("done_text", ""), state.get("next_text", "")
+        self.request = state.get("request", "")
+        for path in state.get("files", []):
+            self.files[path] = None
+        pending = state.get("pending")
+        if isinstance(pending, dict):
+            self.commands = {k: v for k, v in pending.items() if isinstance(v, str)}
+        self.wrote = False
+
+    def reset(self) -> None:
+        self.edits = self.failed = self.done = 0
+        self.wrote = True
+
+    def touch(self, path) -> None:
+        super().touch(path)
+        self.edits += isinstance(path, str) and bool(path.strip())
+
+    def fail(self, command: str, error: str) -> None:
+        if error or not NO_MATCH_RE.match(command):
+            self.failed += 1
+
+    def claude_tool_use(self, block: dict, sidechain: bool) -> None:
+        name, given = block.get("name"), block.get("input")
+        command = given.get("command") if isinstance(given, dict) and name == "Bash" else None
+        if is_memory_write(name, command):
+            self.reset()
+        elif name == "NotebookEdit":
+            self.edits += 1
+        super().claude_tool_use(block, sidechain)
+
+    def codex_call(self, name, arguments: dict, call_id) -> None:
+        command = codex_command(arguments) if name in CODEX_SHELL_TOOLS else None
+        if is_memory_write(name, command):
+            self.reset()
+        super().codex_call(name, arguments, call_id)
+
+    def set_list_plan(self, items, text_key: str) -> None:
+        super().set_list_plan(items, text_key)
+        if not isinstance(items, list):
+            return
+        completed = [text for text, status in self.plan_list if status == "completed"]
+        if len(completed) > self.plan_done and isinstance(completed[-1], str):
+            self.done += len(completed) - self.plan_done
+            self.done_text = completed[-1]
+        self.plan_done = len(completed)
+        left = [t for t, status in self.plan_list if status in ("in_progress", "pending")]
+        self.next_text = left[0] if left and isinstance(left[0], str) else ""
+
+    def update_task(self, arguments: dict) -> None:
+        super().update_task(arguments)
+        number = as_task_number(arguments.get("taskId"))
+        if arguments.get("status") == "completed":
+            self.done += 1
+            subject = self.tasks.get(number, [None])[0]
+            self.done_text = subject if isinstance(subject, str) else self.done_text
+
+    def kept(self, at: int, transcript: str) -> dict:
+        """What the next look starts from."""
+        pending = dict(list(self.commands.items())[-NUDGE_PENDING_MAX:])
+        return {
+            "at": at,
+            "client": self.client,
+            "transcript": transcript,
+            "since": iso_now(),
+            "edits": self.edits,
+            "failed": self.failed,
+            "done": self.done,
+            "plan_done": self.plan_done,
+            "done_text": safe_line(self.done_text, PLAN_ITEM_MAX_CHARS),
+            "next_text": safe_line(self.next_text, PLAN_ITEM_MAX_CHARS),
+            "request": safe_line(self.request, PLAN_ITEM_MAX_CHARS),
+            "pending": {k: v[:COMMAND_MAX_CHARS] for k, v in pending.items()},
+            "files": [
+                safe_line(os.path.basename(f), FILE_MAX_CHARS) for f in list(self.files)[-3:]
+            ],
+        }
+
+
+def nudge_state(record: dict, session: str, transcript: str) -> dict:
+    """The counts the record keeps for a client session, every field checked (the
+    record is a file a clone can plant); {} for a new session or another transcript."""
+    value = record["nudge"].get(session)
+    if not isinstance(value, dict) or value.get("transcript") != transcript:
+        return {}
+    state = {k: value[k] for k in NUDGE_TEXT_FIELDS if isinstance(value.get(k), str)}
+    for key in NUDGE_COUNT_FIELDS:
+        number = value.get(key)
+        if type(number) is int and number >= 0:
+            state[key] = number
+    if isinstance(value.get("pending"), dict):
+        state["pending"] = dict(list(value["pending"].items())[:NUDGE_PENDING_MAX])
+    files = value.get("files") if isinstance(value.get("files"), list) else []
+    state["files"] = [f for f in files[:3] if isinstance(f, str)]
+    return state
+
+
+def new_transcript_lines(path: str, at: int | None) -> tuple[int, list[bytes]]:
+    """(where the next look starts, the whole lines written since `at`). A first look
+    (`at` None) reads only the last NUDGE_FIRST_BYTES, for the request and the plan (its
+    work is not counted: it was done before); a file now shorter than `at` is a new one,
+    read from its start. At most NUDGE_READ_MAX bytes, the newest; a last line without
+    its newline waits for the next look."""
+    try:
+        fd = open_regular(path)
+    except (OSError, ValueError):
+        return 0, []  # not written yet: the next look reads it from its start
+    try:
+        size = os.fstat(fd).st_size
+        start = at if at is not None and at <= size else 0
+        most = NUDGE_FIRST_BYTES if at is None else NUDGE_READ_MAX
+        cut = size - start > most
+        if cut:
+            start = size - most
+        data = read_span(fd, start, size - start)
+    finally:
+        os.close(fd)
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].split(b"\n")[:-1]
+    return start + end, lines[1:] if cut else lines
+
+
+def nudge_hook(store: Store, payload: dict, client: str | None = None) -> str | None:
+    """The `nudge` operation: count the work in the transcript's new lines and return the
+    hook's output (the JSON the client reads) when it has outgrown memory, else None."""
+    event = payload_text(payload, "hook_event_name", 60)
+    session, transcript = client_session_id(payload), payload_text(payload, "transcript_path")
+    if event not in NUDGE_EVENTS or not session or not transcript:
+        return None
+    config = load_config(store)
+    if not config["nudge"]:
+        return None
+    client = payload_client(payload, client)
+    with store.state_lock():
+        record = read_hook_record(store)
+        state = nudge_state(record, session, transcript)
+        at, lines = new_transcript_lines(transcript, state.get("at"))
+        reader = NudgeReader(state)
+        entry = recorded_session(record, client, session) or {}
+        if state and entry.get("seen_at", "") > state.get("since", "~"):
+            reader.reset()  # a capture hook recorded this session since the last look
+        for line in lines:
+            parsed = parse_entry(line)
+            if parsed is not None:
+                with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
+                    reader.feed(parsed)
+        if not state:  # a first look: what it read was done before, only its words count
+            reader.edits = reader.failed = reader.done = 0
+        prompt = payload_text(payload, "prompt", TRANSCRIPT_LINE_MAX_BYTES)
+        if event == "UserPromptSubmit" and request_text(prompt):
+            reader.request = request_text(prompt)  # not in the transcript yet, maybe
+        line = nudge_line(store, reader, config)
+        if line:
+            reader.reset()  # then silent until as much work piles up again
+        runs = f"{client} {event}"
+        stale = utc_now() - (parse_iso(str(record["runs"].get(runs, "")), need_zone=True) or 0)
+        if state and at == state.get("at") and not line and stale < NUDGE_RUN_STAMP_S:
+            return None  # nothing new: no write
+        record["runs"][runs] = iso_now()
+        kept = {k: v for k, v in record["nudge"].items() if k != session and isinstance(v, dict)}
+        kept = sorted(kept.items(), key=lambda kv: str(kv[1].get("since", "")))
+        record["nudge"] = dict(kept[-(NUDGE_SESSIONS_MAX - 1) :])
+        record["nudge"][session] = reader.kept(at, transcript)
+        write_hook_record(store, record)
+    if not line:
+        return None
+    output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": line}}
+    return json.dumps(output)  # ASCII: whatever encoding the hook's stdout has
+
+
+def nudge_line(store: Store, reader: NudgeReader, config: dict) -> str | None:
+    """The one line for the agent, or None while the work is under every threshold."""
+    if reader.done >= config["nudge_plan_items"]:
+        why = f"{plural(reader.done, 'plan item')} completed"
+    elif reader.edits >= config["nudge_edits"]:
+        why = f"{plural(reader.edits, 'edit')}"
+    elif reader.failed >= config["nudge_failures"]:
+        why = f"{plural(reader.failed, 'failing command')}"
+    else:
+        return None
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    stm = hook_shell_command(root)
+    files = [os.path.basename(path) for path in list(reader.files)[-3:]]
+    done = reader.done_text or (f"edited {', '.join(files)}" if files else "the work so far")
+    after = reader.next_text or reader.request or "go on from here"
+    checkpoint = current_id_quietly(store) is not None
+    head = f"stm memory: {why} since memory was last written; record where the work stands: "
+    for limit in (120, 60, 30, 15):
+        d, r = safe_line(done, limit), safe_line(after, limit)
+        if checkpoint:
+            words = ("session", "checkpoint", "--done", d, "--resume", r)
+        else:  # no session to checkpoint: a log entry records it as well
+            words = ("log", f"done: {d}; next: {r}")
+        line = f"{head}`{stm} {shell_command(*words)}`"
+        if len(line) <= NUDGE_LINE_MAX:
+            return line
+    return line[:NUDGE_LINE_MAX]
+
+
 # ==== Operations: integrations and setup =====================================
 
 
@@ -12343,7 +12867,7 @@ HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
 # `python3 -m stm` or a stm.py with boot or capture.
 STM_HOOK_COMMAND_RE = LazyRegex(
     r"^(?:[A-Z_]+=\S+\s+)*(?:stm|python3?(?:\s+-\S+)*\s+(?:-m\s+stm|\S*stm\.py['\"]?))"
-    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture)(?:\s[^;&|`]*)?$"
+    r"\s+(?:[^;&|`$]*\s)?(?:boot|capture|nudge)(?:\s[^;&|`]*)?$"
 )
 
 
@@ -12387,6 +12911,8 @@ HOOK_CLIENTS_TABLE = (
             ("SessionStart", CLAUDE_MATCHER, ("--boot", "--max-chars", str(HOOK_MAX_CHARS))),
             ("PreCompact", None, ()),
             ("SessionEnd", None, ()),
+            ("UserPromptSubmit", None, ("nudge",)),
+            ("PostToolUse", None, ("nudge",)),
         ),
     ),
     HookClient(
@@ -12398,6 +12924,8 @@ HOOK_CLIENTS_TABLE = (
             ("SessionStart", None, ("--boot", "--max-tokens", str(CODEX_HOOK_MAX_TOKENS))),
             ("PreCompact", None, ()),
             ("Stop", None, ()),
+            ("UserPromptSubmit", None, ("nudge",)),
+            ("PostToolUse", None, ("nudge",)),
         ),
     ),
 )
@@ -12423,7 +12951,11 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
     says so elsewhere)."""
     import shutil
 
-    words = ("capture", "--client", client.name, *arguments)
+    # A row's arguments name its verb first when it is not capture (the nudge hooks).
+    verb, arguments = (
+        (arguments[0], arguments[1:]) if arguments[:1] == ("nudge",) else ("capture", arguments)
+    )
+    words = (verb, "--client", client.name, *arguments)
     rel = stm_in_project(root)
     if rel is not None or not shutil.which("stm"):
         if rel is None:  # neither in the project nor installed: this machine only
@@ -12468,10 +13000,11 @@ def is_stm_hook(hook, command: str) -> bool:
     if not isinstance(text, str):
         return False
     # The loader form whatever path it names: a stm.py moved since is still stm's hook.
-    if text == command or (HOOK_LOADER_MARK in text and " capture --client " in text):
-        return True
-    if text.startswith("if command -v stm >/dev/null 2>&1; then stm capture --client "):
-        return True
+    for verb in ("capture", "nudge"):
+        if text == command or (HOOK_LOADER_MARK in text and f" {verb} --client " in text):
+            return True
+        if text.startswith(f"if command -v stm >/dev/null 2>&1; then stm {verb} --client "):
+            return True
     return bool(STM_HOOK_COMMAND_RE.match(text))
 
 
@@ -12607,6 +13140,8 @@ def hook_run_notices(store: Store | None, client: HookClient, installed) -> list
     """Installed hooks that never ran here, or not for HOOK_STALE_DAYS: a notice (the
     likely cause and fix), never a failure."""
     runs = hook_runs(store, client.name)
+    if store is not None and not load_config(store)["nudge"]:  # switched off: runs never
+        installed = [event for event in installed if event not in NUDGE_EVENTS]
     notices = []
     for event in installed:
         stamp = parse_iso(str(runs.get(event, "")), need_zone=True)
@@ -15460,7 +15995,14 @@ def cmd_refs_list(args) -> int:
 
 def cmd_search(args) -> int:
     store = store_from_args(args)
-    hits = search_memory(store, args.pattern, layer=args.layer, since=args.since, regex=args.regex)
+    if args.rank and args.regex:
+        raise usage_error("--rank takes words, not a regular expression: drop --regex")
+    if args.rank:
+        hits = ranked_search(store, args.pattern, layer=args.layer, since=args.since)
+    else:
+        hits = search_memory(
+            store, args.pattern, layer=args.layer, since=args.since, regex=args.regex
+        )
     found = []
     for hit in hits:
         if args.json:
@@ -15481,6 +16023,12 @@ def options_search(p) -> None:
     p.add_argument("--layer", choices=search_layers(), help="search only this layer")
     p.add_argument("--since", metavar="DATE", help="logs and sessions from DATE (YYYY-MM-DD) on")
     p.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
+    p.add_argument(
+        "--rank",
+        action="store_true",
+        help="PATTERN is words: lines holding any of them, best match first (BM25, as boot's "
+        "Related block ranks)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -15539,6 +16087,32 @@ def options_capture(p) -> None:
     p.add_argument("--max-chars", type=int, metavar="N", help="with --boot: as boot's")
     p.add_argument(
         "--print", action="store_true", help="show what would be recorded; change nothing"
+    )
+
+
+def cmd_nudge(args) -> int:
+    """A hook's entry point (UserPromptSubmit, PostToolUse): exit 0 and nothing printed on
+    every input; one line of JSON for the client when the work has outgrown memory."""
+    try:
+        # sys.stdin is None when the process was started with it closed.
+        data = sys.stdin.buffer.read(HOOK_PAYLOAD_MAX + 1) if sys.stdin else b""
+        payload = read_hook_payload(data)
+        store = store_from_args(args)
+        # The agent waits for its hook on every tool call: better no nudge than a stall.
+        store.settings.cap_lock_timeout(HOOK_LOCK_TIMEOUT_S)
+        output = nudge_hook(store, payload, client=args.client)
+        if output:
+            sys.stdout.write(output + "\n")
+    except Exception:  # a nudge is never worth breaking the agent, nor talking about
+        pass
+    return EXIT_OK
+
+
+def options_nudge(p) -> None:
+    p.add_argument(
+        "--client",
+        choices=HOOK_CLIENTS,
+        help="the agent client running the hook (default: worked out from the payload)",
     )
 
 
@@ -15615,9 +16189,12 @@ def install_hooks(client, path, shown, backup, wanted, installed, data, raw) -> 
             rollback.add(restorer(backup))
             atomic_write(backup, raw)  # one backup, replaced by the next install
         write_settings(path, data)
-    events = ", ".join(wanted)
+    nudges = [event for event, (_, command) in wanted.items() if " nudge --client " in command]
+    events = ", ".join(event for event in wanted if event not in nudges)
     start = wanted["SessionStart"][1]
     out(f"installed: {shown} runs `{start}` at SessionStart, and captures on {events}")
+    if nudges:
+        out(f"and nudges the agent to record its work on {', '.join(nudges)} (`stm nudge`)")
     if raw is not None:
         out(f"the previous settings are kept in {os.path.relpath(backup)}")
     if client.name == "codex":
@@ -16160,6 +16737,7 @@ MCP_SEARCH_OUTPUT = {
                     "line": {"type": "integer"},
                     "text": _STR,
                     "layer": _STR,
+                    "score": {"type": "number"},  # with rank: the BM25 score
                 },
                 "required": ["path", "line", "text", "layer"],
             },
@@ -16198,13 +16776,13 @@ def mcp_tool_note(store: Store, args: dict):
 
 def mcp_tool_search(store: Store, args: dict):
     limit = args.get("limit", 50)
-    hits = search_memory(
-        store,
-        args["query"],
-        layer=args.get("layer"),
-        since=args.get("since"),
-        regex=args.get("regex", False),
-    )
+    if args.get("rank") and args.get("regex"):
+        raise usage_error("rank takes words, not a regular expression: drop regex")
+    where = {"layer": args.get("layer"), "since": args.get("since")}
+    if args.get("rank"):
+        hits = ranked_search(store, args["query"], **where)
+    else:
+        hits = search_memory(store, args["query"], regex=args.get("regex", False), **where)
     matches = []
     for hit in hits:
         # A match past the limit is what says there are more: `truncated` is never a guess,
@@ -16344,6 +16922,7 @@ MCP_TOOLS = (
             "layer": {"type": "string", "enum": list(search_layers())},
             "since": _STR,
             "regex": _BOOL,
+            "rank": _BOOL,
             "limit": _INT,
         },
         mcp_tool_search,
@@ -16992,6 +17571,13 @@ COMMANDS = (
         "record what an agent session did, from its client's hook payload (exit 0 always)",
         "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
         options_capture,
+    ),
+    Command(
+        "nudge",
+        cmd_nudge,
+        "tell the agent, once, when its work has outgrown memory (a hook; exit 0 always)",
+        "stm nudge --client claude   (a PostToolUse hook: the payload on stdin)",
+        options_nudge,
     ),
     Command(
         "merge-file",

@@ -485,7 +485,27 @@ def capture_results(work: str, small: str, env: dict, runs: int) -> dict:
     rows["session_start_hook_s"] = summary(times)
     boot_captured = [run_once([*MODULE, "boot"], small, env)[0] for _ in range(runs)]
     rows["boot_with_capture_s"] = summary(boot_captured)
+    rows.update(nudge_results(transcript, small, env, runs * 3))
     return rows
+
+
+def nudge_results(transcript: str, small: str, env: dict, runs: int) -> dict:
+    """The nudge hook as `setup claude` installs it (the loader, cached bytecode), with
+    nothing to say, on the 100 MB transcript: every prompt and tool call pays this. Each
+    run appends one line (a new position to read and record), alternating with the bare
+    interpreter start it is measured against (spec/integration.md: at most 1.2x)."""
+    nudge = [sys.executable, "-I", "-S", "-c", stm.HOOK_LOADER, STM_PY, "nudge"]
+    nudge += ["--client", "claude"]
+    payload = hook_payload("PostToolUse", transcript, small)
+    run_hook(nudge, small, env, payload)  # the first look: the position is recorded
+    times, bare = [], []
+    for n in range(runs):
+        with open(transcript, "a", encoding="utf-8") as out:
+            out.write(claude_line("assistant", [{"type": "text", "text": f"look {n}"}], n, small))
+        times.append(run_hook(nudge, small, env, payload))
+        bare.append(run_once([sys.executable, "-c", "pass"], small, env)[0])
+    ratio = summary(times)["median"] / summary(bare)["median"]
+    return {"nudge_s": summary(times), "nudge_baseline_s": summary(bare), "nudge_ratio": ratio}
 
 
 # ---- hostile sizes -----------------------------------------------------------------------
@@ -957,6 +977,9 @@ def targets(results: dict) -> list[dict]:
         target("capture, 100 MB transcript", capture["capture_s"]["median"], 0.5, "s")
         hook = capture["session_start_hook_s"]["median"]
         target("SessionStart hook (capture + boot), 100 MB transcript", hook, 1.0, "s")
+        if "nudge_ratio" in capture:
+            label = "nudge hook, nothing to say, 100 MB transcript / python3 -c pass"
+            target(label, capture["nudge_ratio"], 1.2, "x")
     for row in results.get("hostile", []):
         target(row["case"], row["s"]["median"], HOSTILE_LIMITS[row["case"]], "s")
     cost = results.get("cost")
@@ -1030,6 +1053,8 @@ def markdown(results: dict) -> str:
             ("session_start_hook_s", "SessionStart hook: recover the last session, then boot"),
             ("boot_without_capture_s", "`boot` (small store, no capture)"),
             ("boot_with_capture_s", "`boot` (small store, with the Last session block)"),
+            ("nudge_s", "`nudge` hook (PostToolUse) with nothing to say, as installed"),
+            ("nudge_baseline_s", "`python3 -c pass`, alternating with it"),
         ):
             lines.append(f"| {label} | {capture[key]['median'] * 1000:.0f} ms |")
     if results.get("hostile"):
@@ -1233,7 +1258,7 @@ def main(argv=None) -> int:
             + ", ".join(
                 f"{k} {v['median'] * 1000:.0f} ms"
                 for k, v in results["capture"].items()
-                if isinstance(v, dict)
+                if isinstance(v, dict) and "median" in v
             ),
             file=sys.stderr,
         )

@@ -61,6 +61,7 @@ def payload(event: str, session: str, transcript, cwd, **extra) -> str:
     return json.dumps(data)
 
 
+NUDGE_EVENTS = stm.NUDGE_EVENTS  # installed with the capture hooks
 SID = "2fc9b73b-1111-4000-8000-000000000001"
 
 
@@ -501,7 +502,8 @@ def test_claude_hooks_recover_a_killed_session_at_the_next_start(copied, run):
     folder = project.parent / "transcripts"
     assert run("setup", "claude", "--install").code == 0
     hooks = installed(project, "claude")
-    assert set(hooks) == {"SessionStart", "PreCompact", "SessionEnd"}
+    # and the nudge on every prompt and tool call (test_recall_nudge.py)
+    assert set(hooks) == {"SessionStart", "PreCompact", "SessionEnd", *NUDGE_EVENTS}
     transcript = folder / f"{SID}.jsonl"
     start = payload("SessionStart", SID, transcript, project, source="startup")
     first = hook(hooks["SessionStart"], project, start)
@@ -565,7 +567,7 @@ def test_codex_hooks_capture_update_plan_and_check_notices_a_hook_that_never_ran
     result = run("setup", "codex", "--install")
     assert result.code == 0 and "/hooks" in result.out  # the trust step is named
     hooks = installed(project, "codex")
-    assert set(hooks) == {"SessionStart", "PreCompact", "Stop"}
+    assert set(hooks) == {"SessionStart", "PreCompact", "Stop", *NUDGE_EVENTS}
     found = json.loads(run("check", "--json").out)
     notices = [f for f in found["findings"] if f["rule"] == "hook-not-run"]
     assert notices and all(f["severity"] == "notice" for f in notices)
@@ -614,7 +616,8 @@ def test_a_committed_stm_boot_hook_is_upgraded_by_install(copied, run):
     assert result.code == 0 and "already installed" not in result.out
     hooks = installed(project, "claude")
     assert "stm.py capture --client claude --boot" in hooks["SessionStart"]
-    assert [len(v) for v in json.loads(settings.read_text())["hooks"].values()] == [1, 1, 1]
+    # one stm hook per event: the upgraded SessionStart, and the others added once
+    assert [len(v) for v in json.loads(settings.read_text())["hooks"].values()] == [1] * 5
     assert run("setup", "claude", "--check").code == 0
     assert run("setup", "claude", "--remove").code == 0
 

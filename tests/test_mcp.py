@@ -51,7 +51,7 @@ TOOL_ARGS = {
     "boot": (set(), {"max_tokens", "max_chars"}),
     "log": ({"text"}, set()),
     "note": ({"section", "text"}, {"replace", "create"}),
-    "search": ({"query"}, {"layer", "since", "regex", "limit"}),
+    "search": ({"query"}, {"layer", "since", "regex", "rank", "limit"}),
     "status": (set(), set()),
     "read_ref": ({"path"}, set()),
     "session_new": ({"name"}, {"phases"}),
