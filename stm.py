@@ -6663,7 +6663,10 @@ def label_conflict_markers(text: str) -> str:
 # MEMORY.md's last commit at boot, the whole history in check) and `git grep` only for
 # symbols and targets. Nothing is cached, so nothing can drift.
 
-CODE_URL_RE = LazyRegex(r"[A-Za-z][\w+.-]*://\S*|\bwww\.\S*|\S+@\S+\.\S+")
+# Each alternative starts where a word does: linear on a long line of one word.
+CODE_URL_RE = LazyRegex(
+    r"(?<![\w+.-])[A-Za-z][\w+.-]*://\S*|\bwww\.\S*|(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+"
+)
 CODE_PATH_RE = LazyRegex(
     r"(?<![\w@$%~./\\:-])(?:\./)?((?:\.?[\w@+-][\w.@+-]*/)+(?:[\w@+-][\w.@+-]*)?"
     r"|[\w-][\w.-]*\.[A-Za-z]\w{0,9})(?::(\d+))?"
@@ -13658,14 +13661,15 @@ def uncommented_lines(lines: list[str]) -> list[str]:
 
 
 def stale_reference_sessions(store: Store) -> list:
-    """(id, folder, state) of the current session and those waiting, as boot reads them."""
+    """(id, folder, state) of the sessions boot shows: the current one, else those
+    waiting (read as boot reads them, so check reads no other state file twice)."""
     rows = []
     with contextlib.suppress(StmError, OSError):
         ref = current_session(store)
         if ref is not None and not ref.archived:
-            rows.append((ref.id, ref.path, load_state(ref)))
-    with contextlib.suppress(StmError, OSError):
-        rows += [row for row in waiting_rows(store) if row[0] not in {r[0] for r in rows}]
+            rows = [(ref.id, ref.path, load_state(ref))]
+        else:
+            rows = waiting_rows(store)
     return [row for row in rows if not row[2].get("finished_at")]
 
 
