@@ -6746,16 +6746,18 @@ def code_exclude_specs(exclude) -> list[str]:
     return ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
 
 
-def code_renames(root: str, exclude, *, since_rev: str | None, full: bool) -> list:
-    """The deletions and renames git recorded outside memory, oldest first, each
+def code_renames(root: str, *, since_rev: str | None, full: bool) -> list:
+    """The deletions and renames git recorded, oldest first, each
     (status "D" or "R", old path, new path or "", short hash, epoch time): the whole
     history (`full`), else the commits after `since_rev` (at most CODE_RENAME_SCAN_MAX)."""
     span = [] if full else [f"-n{CODE_RENAME_SCAN_MAX}"]
     if not full and since_rev:
         span.append(f"{since_rev}..HEAD")
+    # No pathspec: limiting the walk to paths costs git a tree filter on every commit,
+    # and memory's own renames never match a reference (those name code, not memory).
     output = git_output(
         root, "log", "-M", "--diff-filter=DR", "--name-status", "-z", "--relative",
-        "--format=%x01%h %ct", *span, *code_exclude_specs(exclude),
+        "--format=%x01%h %ct", *span,
     )  # fmt: skip
     events = []
     for chunk in reversed((output or "").split("\x01")[1:]):
@@ -6870,7 +6872,7 @@ class CodeTruth:
     def events(self) -> list:
         if self._events is None:
             since = None if self.full else self.base() or None
-            self._events = code_renames(self.root, self.exclude, since_rev=since, full=self.full)
+            self._events = code_renames(self.root, since_rev=since, full=self.full)
         return self._events
 
     def grep(self, names, rev: str | None = None) -> set | None:
