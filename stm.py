@@ -6878,10 +6878,9 @@ class CodeTruth:
     def grep(self, names, rev: str | None = None) -> set | None:
         """(path, name) for each of `names` written as a word in the work tree's files
         (or in commit `rev`'s tree) outside memory; None when git cannot tell."""
-        names = sorted(names)[:CODE_GREP_NAMES_MAX]
         if not names:
             return set()
-        patterns = [word for name in names for word in ("-e", name)]
+        patterns = [word for name in sorted(names) for word in ("-e", name)]
         where = [rev] if rev else ["--untracked"]
         done = git_status_output(
             self.root, "grep", "-I", "-o", "-w", "-F", "-z", *patterns, *where,
@@ -6905,8 +6904,12 @@ class CodeTruth:
             fate = path_fate(ref[1], self.events(), self.exists)
             if fate is not None:
                 fates[ref] = fate
-        symbols = [r for r in refs if r[0] == "symbol"]
-        targets = [r for r in refs if r[0] == "target" and not self.target_defined(r)]
+        # Bounded: the first names (in order) are looked up, the rest never said stale.
+        names = set(sorted({r[1] for r in refs if r[0] != "path"})[:CODE_GREP_NAMES_MAX])
+        symbols = [r for r in refs if r[0] == "symbol" and r[1] in names]
+        targets = [
+            r for r in refs if r[0] == "target" and r[1] in names and not self.target_defined(r)
+        ]
         if symbols:
             now = self.grep({r[1] for r in symbols})
             named = {word for _, word in now or ()}

@@ -371,3 +371,52 @@ def test_false_positives_on_ordinary_notes(project, run, monkeypatch):
     _, found = check_findings(run)
     assert stale(found) == []
     assert "(stale:" not in ok(run("boot")).out and "(moved:" not in ok(run("boot")).out
+
+
+def test_path_fate_follows_chains_to_where_they_end():
+    events = [
+        ("R", "a.py", "b.py", "c1", 1),
+        ("R", "b.py", "c/d.py", "c2", 2),
+        ("R", "x.py", "y.py", "c3", 3),
+        ("D", "y.py", "", "c4", 4),
+        ("R", "p.py", "q.py", "c5", 5),
+        ("R", "q.py", "p.py", "c6", 6),
+    ]
+    exists = {"c/d.py"}.__contains__
+    assert stm.path_fate("a.py", events, exists) == ("moved", "c/d.py", "c2", 2)
+    assert stm.path_fate("x.py", events, exists) == ("deleted", "y.py", "c4", 4)
+    assert stm.path_fate("never.py", events, exists) is None
+    assert stm.path_fate("p.py", events, exists) is None  # a cycle ends, it never loops
+    message = stm.code_fate_message(("path", "x.py", "x.py", ""), ("deleted", "y.py", "c4", 4))
+    assert message == "names `x.py`, which became `y.py`, deleted in c4 (1970-01-01)"
+
+
+def test_a_symbol_named_with_its_file_is_looked_up_in_that_file(project, run, monkeypatch):
+    use_private_git(monkeypatch, project.parent)
+    git(project, "init", "-q")
+    (project / "a.py").write_text("def load():\n    pass\n")
+    (project / "b.py").write_text("def other():\n    pass\n")
+    commit(project, "code")
+    ok(run("init"))
+    notes = {"in_a": "`load()` in a.py reads it", "in_b": "`other()` in `b.py` too"}
+    (project / ".stacks" / "MEMORY.md").write_text(memory_with(notes))
+    commit(project, "memory")
+    (project / "a.py").write_text("pass\n")  # load() moves to b.py: no longer in a.py
+    (project / "b.py").write_text("def other():\n    pass\n\n\ndef load():\n    pass\n")
+    commit(project, "move load")
+    _, found = check_findings(run)
+    assert [f["message"] for f in stale(found)] == [
+        "names `load()`, which is no longer defined in a.py"
+    ]
+    assert "`load()` in a.py reads it (stale: load() no longer in a.py)" in ok(run("boot")).out
+
+
+def test_no_commit_yet_or_no_history_boots_and_checks_quietly(project, run, monkeypatch):
+    use_private_git(monkeypatch, project.parent)
+    git(project, "init", "-q")
+    ok(run("init"))
+    (project / ".stacks" / "MEMORY.md").write_text(memory_with(NOTES))
+    text = ok(run("boot")).out
+    assert "(stale:" not in text and "(moved:" not in text
+    code, found = check_findings(run)
+    assert stale(found) == []
