@@ -199,7 +199,7 @@ def test_boot_marks_each_misleading_line_in_place(refactor, project, run):
         assert "(moved:" not in shown(key) and "(stale:" not in shown(key), key
     notices = boot_section(text, "Notices")
     assert notices.count("moved or is gone") == 1
-    assert "- 6 lines below name code that moved or is gone" in notices
+    assert "- 6 lines of memory name code that moved or is gone" in notices
     assert "check` lists each with its commit" in notices
 
 
@@ -420,3 +420,44 @@ def test_no_commit_yet_or_no_history_boots_and_checks_quietly(project, run, monk
     assert "(stale:" not in text and "(moved:" not in text
     code, found = check_findings(run)
     assert stale(found) == []
+
+
+def stale_calls(calls: list) -> list[str]:
+    """The git commands the stale-reference check runs, by kind."""
+    kinds = []
+    for argv in calls:
+        if "grep" in argv:
+            kinds.append("grep")
+        elif "-M" in argv:
+            kinds.append("rename scan")
+        elif "-1" in argv and "--format=%H" in argv:
+            kinds.append("memory's commit")
+    return kinds
+
+
+def test_git_runs_a_bounded_number_of_times_on_a_large_memory(project, run, monkeypatch):
+    """10,000 notes naming 300 symbols, paths that exist, moved, deleted or never were,
+    and targets: boot and check each run the same four git commands at most."""
+    use_private_git(monkeypatch, project.parent)
+    git(project, "init", "-q")
+    (project / "src").mkdir()
+    for n in range(20):
+        (project / "src" / f"m{n}.py").write_text(f"def f{n}():\n    pass\n")
+    (project / "Makefile").write_text("build:\n\ttrue\n")
+    commit(project, "code")
+    ok(run("init"))
+    kinds = ("src/m{n}.py", "src/gone{n}.py", "`f{n}()`", "`sym{n}()`", "`make t{n}`", "x")
+    notes = {-1: "The first module is src/m1.py"}
+    notes.update({n: f"note {n} " + kinds[n % 6].format(n=n % 300) for n in range(10_000)})
+    (project / ".stacks" / "MEMORY.md").write_text(memory_with(notes))
+    commit(project, "memory")
+    git(project, "mv", "src/m1.py", "src/n1.py")
+    commit(project, "rename")
+    calls = count_git(monkeypatch)
+    text = ok(run("boot", "--max-chars", "9500")).out
+    assert len(text) <= 9500 and "(moved: now src/n1.py)" in text
+    assert sorted(stale_calls(calls)) == ["grep", "grep", "memory's commit", "rename scan"]
+    calls.clear()
+    _, found = check_findings(run)
+    assert any("it is `src/n1.py` now" in f["message"] for f in stale(found))
+    assert sorted(stale_calls(calls)) == ["grep", "grep", "memory's commit", "rename scan"]
