@@ -6759,9 +6759,10 @@ def code_exclude_specs(exclude) -> list[str]:
 
 
 def code_renames(root: str, *, since_rev: str | None, full: bool) -> list:
-    """The deletions and renames git recorded, oldest first, each
-    (status "D" or "R", old path, new path or "", short hash, epoch time): the whole
-    history (`full`), else the commits after `since_rev` (at most CODE_RENAME_SCAN_MAX)."""
+    """The deletions and renames git recorded, oldest first, each (status "D" or "R",
+    old path, new path or "", short hash, epoch time): the whole history (`full`), else
+    the commits after `since_rev` (at most CODE_RENAME_SCAN_MAX); then those of the work
+    tree not committed yet (`git mv` staged, a file removed), with hash "" and time now."""
     span = [] if full else [f"-n{CODE_RENAME_SCAN_MAX}"]
     if not full and since_rev:
         span.append(f"{since_rev}..HEAD")
@@ -6775,24 +6776,23 @@ def code_renames(root: str, *, since_rev: str | None, full: bool) -> list:
     for chunk in reversed((output or "").split("\x01")[1:]):
         head, _, rest = chunk.partition("\0")
         commit, _, when = head.partition(" ")
-        fields = rest.lstrip("\n").split("\0")
-        at = 0
-        while at < len(fields) and fields[at]:
-            status = fields[at][:1]
-            if status == "R" and at + 2 < len(fields):
-                events.append(("R", fields[at + 1], fields[at + 2], commit, int(when or 0)))
-                at += 3
-            else:
-                events.append(
-                    (
-                        "D",
-                        fields[at + 1] if at + 1 < len(fields) else "",
-                        "",
-                        commit,
-                        int(when or 0),
-                    )
-                )
-                at += 2
+        events += name_status_events(rest.lstrip("\n"), commit, int(when) if when.isdigit() else 0)
+    output = git_output(
+        root, "diff", "-M", "--diff-filter=DR", "--name-status", "-z", "--relative", "HEAD"
+    )
+    return events + name_status_events(output or "", "", int(utc_now()))
+
+
+def name_status_events(output: str, commit: str, when: int) -> list:
+    """The (status, old, new, commit, time) records of `--name-status -z` output."""
+    fields, events, at = output.split("\0"), [], 0
+    while at + 1 < len(fields) and fields[at]:
+        if fields[at][:1] == "R" and at + 2 < len(fields):
+            events.append(("R", fields[at + 1], fields[at + 2], commit, when))
+            at += 3
+        else:
+            events.append(("D", fields[at + 1], "", commit, when))
+            at += 2
     return events
 
 
@@ -6960,9 +6960,11 @@ class CodeTruth:
 
 def code_fate_mark(ref: tuple, fate: tuple, now: float) -> str:
     """Boot's short mark for a reference that no longer holds."""
-    kind, new, _, when = fate
+    kind, new, commit, when = fate
     if kind == "moved":
         return f"(moved: now {new})"
+    if kind == "deleted" and not commit:
+        return f"(stale: {new} deleted, not committed yet)"
     if kind == "deleted":
         return f"(stale: {new} deleted {age_words(now - (when or now))} ago)"
     if kind == "undefined":
@@ -6975,11 +6977,14 @@ def code_fate_message(ref: tuple, fate: tuple) -> str:
     """check's words for a reference that no longer holds, with the commit and its date."""
     kind, new, commit, when = fate
     day = iso(when)[:10] if when else ""
+    # A rename or deletion in the work tree, not committed yet, has no commit to name.
+    where = f"in {commit}, {day}" if commit else "in the work tree, not committed yet"
     if kind == "moved":
-        return f"names `{ref[1]}`, which moved: it is `{new}` now (renamed in {commit}, {day})"
+        return f"names `{ref[1]}`, which moved: it is `{new}` now (renamed {where})"
     if kind == "deleted":
         became = f", which became `{new}`" if new != ref[1] else ""
-        return f"names `{ref[1]}`{became}, deleted in {commit} ({day})"
+        where = f"in {commit} ({day})" if commit else "in the work tree (not committed yet)"
+        return f"names `{ref[1]}`{became}, deleted {where}"
     if kind == "undefined":
         where = f"in {ref[3]}" if ref[3] else "anywhere in the code"
         return f"names `{ref[2]}`, which is no longer defined {where}"

@@ -297,8 +297,7 @@ def test_boot_runs_nothing_extra_without_git_or_references(project, run, monkeyp
     (project / ".stacks" / "MEMORY.md").write_text(memory_with({"x": "`missing_one()`"}))
     calls.clear()
     ok(run("boot"))
-    extra = [c for c in calls if "grep" in c or "-M" in c or "-1" in c]
-    assert [c[c.index("grep")] if "grep" in c else "log" for c in extra] == ["grep", "log", "grep"]
+    assert stale_calls(calls) == ["grep", "memory's commit", "grep"]
 
 
 def test_find_code_refs_reads_what_notes_name():
@@ -428,6 +427,8 @@ def stale_calls(calls: list) -> list[str]:
     for argv in calls:
         if "grep" in argv:
             kinds.append("grep")
+        elif "diff" in argv and "-M" in argv:
+            kinds.append("work tree")
         elif "-M" in argv:
             kinds.append("rename scan")
         elif "-1" in argv and "--format=%H" in argv:
@@ -437,7 +438,7 @@ def stale_calls(calls: list) -> list[str]:
 
 def test_git_runs_a_bounded_number_of_times_on_a_large_memory(project, run, monkeypatch):
     """10,000 notes naming 300 symbols, paths that exist, moved, deleted or never were,
-    and targets: boot and check each run the same four git commands at most."""
+    and targets: boot and check each run the same five git commands at most."""
     use_private_git(monkeypatch, project.parent)
     git(project, "init", "-q")
     (project / "src").mkdir()
@@ -456,8 +457,27 @@ def test_git_runs_a_bounded_number_of_times_on_a_large_memory(project, run, monk
     calls = count_git(monkeypatch)
     text = ok(run("boot", "--max-chars", "9500")).out
     assert len(text) <= 9500 and "(moved: now src/n1.py)" in text
-    assert sorted(stale_calls(calls)) == ["grep", "grep", "memory's commit", "rename scan"]
+    assert sorted(stale_calls(calls)) == [
+        "grep", "grep", "memory's commit", "rename scan", "work tree",
+    ]  # fmt: skip
     calls.clear()
     _, found = check_findings(run)
     assert any("it is `src/n1.py` now" in f["message"] for f in stale(found))
-    assert sorted(stale_calls(calls)) == ["grep", "grep", "memory's commit", "rename scan"]
+    assert sorted(stale_calls(calls)) == [
+        "grep", "grep", "memory's commit", "rename scan", "work tree",
+    ]  # fmt: skip
+
+
+def test_a_rename_or_deletion_not_committed_yet_is_said_so(refactor, project, run):
+    git(project, "mv", "src/lex.py", "src/tokens.py")  # staged, not committed
+    (project / "b.py").unlink()  # removed from the work tree only
+    _, found = check_findings(run)
+    said = {f["message"] for f in stale(found)}
+    assert (
+        "names `src/lexer.py`, which moved: it is `src/tokens.py` now (renamed in the "
+        "work tree, not committed yet)" in said
+    )
+    assert "names `b.py`, deleted in the work tree (not committed yet)" in said
+    text = ok(run("boot")).out
+    assert "- Tokens come from src/lexer.py (moved: now src/tokens.py)" in text
+    assert "(stale: b.py deleted, not committed yet)" in text
