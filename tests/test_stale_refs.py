@@ -481,3 +481,21 @@ def test_a_rename_or_deletion_not_committed_yet_is_said_so(refactor, project, ru
     text = ok(run("boot")).out
     assert "- Tokens come from src/lexer.py (moved: now src/tokens.py)" in text
     assert "(stale: b.py deleted, not committed yet)" in text
+
+
+def test_fix_keeps_crlf_and_leaves_a_conflicted_file_alone(refactor, project, run):
+    memory = project / ".stacks" / "MEMORY.md"
+    memory.write_bytes(memory.read_bytes().replace(b"\n", b"\r\n"))
+    result = run("check", "--fix", "--json")
+    fixed = json.loads(result.out)["fixed"]
+    assert {f["rule"] for f in fixed} == {"stale-reference"} and len(fixed) == 3
+    assert all(f["applied"] and f["path"] == ".stacks/MEMORY.md" for f in fixed)
+    data = memory.read_bytes()
+    assert b"src/parse/core.py" in data and b"\n" not in data.replace(b"\r\n", b"")
+    # Conflict markers: a person merges first; --fix writes nothing into the file.
+    text = memory.read_text().replace("src/parse/core.py", "src/parser.py")
+    text += "<<<<<<< ours\nsrc/lexer.py\n=======\nsrc/lex.py\n>>>>>>> theirs\n"
+    memory.write_text(text)
+    before = memory.read_bytes()
+    run("check", "--fix")
+    assert memory.read_bytes() == before
