@@ -7667,6 +7667,381 @@ def label_conflict_markers(text: str) -> str:
     return "\n".join(out)
 
 
+# References to the code (spec/memory-layers.md, "Stale references"): the paths,
+# `name()` symbols and `make`/npm targets memory names, held against the work tree and
+# git's history, so that boot marks a note that now misleads and check lists it. A
+# token counts only when it exists now or existed in git's history outside memory:
+# prose, URLs, library names and paths that never existed are never flagged. Cheap
+# enough for every boot: nothing runs outside a git work tree or without a reference; a
+# path that exists costs one stat; git runs once to list renames and deletions (since
+# MEMORY.md's last commit at boot, the whole history in check) and `git grep` only for
+# symbols and targets. Nothing is cached, so nothing can drift.
+
+# Each alternative starts where a word does: linear on a long line of one word.
+CODE_URL_RE = LazyRegex(
+    r"(?<![\w+.-])[A-Za-z][\w+.-]*://\S*|\bwww\.\S*|(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+"
+)
+CODE_PATH_RE = LazyRegex(
+    r"(?<![\w@$%~./\\:-])(?:\./)?((?:\.?[\w@+-][\w.@+-]*/)+(?:[\w@+-][\w.@+-]*)?"
+    r"|[\w-][\w.-]*\.[A-Za-z]\w{0,9})(?::(\d+))?"
+)
+CODE_DOT_RE = LazyRegex(r"[\w-]\.[A-Za-z]")
+CODE_WORD_END = ".,;:!?)]}>'\"`"  # what ends a sentence or a quote, not a name
+CODE_SPAN_RE = LazyRegex(r"`([^`\n]+)`(?:\s+(?:in|from|of)\s+`?([\w@+./-]+)`?)?")
+CODE_SYMBOL_RE = LazyRegex(r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\(\)")
+CODE_COMMAND_RE = LazyRegex(r"(make|npm run|pnpm run|yarn run|yarn)\s+([A-Za-z0-9_][\w:.-]*)")
+CODE_WORD_RE = LazyRegex(r"[A-Za-z_]\w*")
+MAKE_TARGET_RE = LazyRegex(
+    r"^([A-Za-z0-9_][\w.-]*(?:[ \t]+[A-Za-z0-9_][\w.-]*)*)[ \t]*::?(?!=)", re.M
+)
+MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+CODE_REFS_LINE_MAX = 2000  # characters of one line read for references
+CODE_RENAME_SCAN_MAX = 2000  # commits boot's rename scan reads at most
+CODE_GREP_NAMES_MAX = 200  # symbols and targets looked up in one `git grep`
+
+
+def code_path(token: str) -> str | None:
+    """A path token as memory wrote it, normalised (no `./`, trailing `/` or `.`), or None
+    when it cannot name a file of the work tree (`..`, `.git`, an empty part)."""
+    token = token.rstrip(".").rstrip("/")
+    parts = token.split("/")
+    if not token or any(p in ("", ".", "..") for p in parts) or parts[0].lower() == ".git":
+        return None
+    return token
+
+
+def find_code_refs(line: str) -> list[tuple[str, str, str, str]]:
+    """The references to code in one line, each (kind, name, shown, file): kind "path"
+    (name: the path), "symbol" (name: the word before `()`, written in backticks; file:
+    the path the note names with it, else ""), "target" (name: the target; file: the tool,
+    `make` or `npm`). Candidates only: whether each names something real is for git."""
+    line = line[:CODE_REFS_LINE_MAX]
+    # Most lines name nothing, and say so to tests that run at C speed: no `/`, no
+    # backquote, and no `.` between two letters (`e.g`, `b.py`; a sentence's end is not).
+    if "/" not in line and "`" not in line and ("." not in line or not CODE_DOT_RE.search(line)):
+        return []
+    if "://" in line or "@" in line or "www." in line:
+        line = CODE_URL_RE.sub(" ", line)
+    found = []
+    # Word by word, and only the words with a `/` or an inner `.`: the path pattern runs
+    # on a few short strings, not on the whole of 10,000 notes at every boot.
+    for word in line.split():
+        if "/" in word or "." in word.rstrip(CODE_WORD_END):
+            for match in CODE_PATH_RE.finditer(word):
+                path = code_path(match.group(1))
+                if path:
+                    found.append(("path", path, path, ""))
+    if "`" in line:
+        for match in CODE_SPAN_RE.finditer(line):
+            span, where = match.group(1).strip(), code_path(match.group(2) or "")
+            symbol = CODE_SYMBOL_RE.fullmatch(span)
+            command = CODE_COMMAND_RE.match(span)
+            if symbol:
+                found.append(("symbol", symbol.group(1), span, where or ""))
+            elif command:
+                tool = "make" if command.group(1) == "make" else "npm"
+                shown = f"{command.group(1)} {command.group(2)}"
+                found.append(("target", command.group(2), shown, tool))
+    return list(dict.fromkeys(found))
+
+
+def make_targets(root: str) -> set | None:
+    """The targets the project's Makefile defines now (None: it has none)."""
+    for name in MAKEFILES:
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            with contextlib.suppress(OSError):
+                text = read_text(path, 1 << 20)
+                return {t for m in MAKE_TARGET_RE.finditer(text) for t in m.group(1).split()}
+    return None
+
+
+def npm_scripts(root: str) -> set | None:
+    """The scripts package.json defines now (None: it has none)."""
+    path = os.path.join(root, "package.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        scripts = json.loads(read_text(path, 1 << 20)).get("scripts")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return set(scripts) if isinstance(scripts, dict) else None
+
+
+def code_exclude_specs(exclude) -> list[str]:
+    return ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
+
+
+def code_renames(root: str, *, since_rev: str | None, full: bool) -> list:
+    """The deletions and renames git recorded, oldest first, each (status "D" or "R",
+    old path, new path or "", short hash, epoch time): the whole history (`full`), else
+    the commits after `since_rev` (at most CODE_RENAME_SCAN_MAX); then those of the work
+    tree not committed yet (`git mv` staged, a file removed), with hash "" and time now."""
+    span = [] if full else [f"-n{CODE_RENAME_SCAN_MAX}"]
+    if not full and since_rev:
+        span.append(f"{since_rev}..HEAD")
+    # No pathspec: limiting the walk to paths costs git a tree filter on every commit,
+    # and memory's own renames never match a reference (those name code, not memory).
+    output = git_output(
+        root, "log", "-M", "--diff-filter=DR", "--name-status", "-z", "--relative",
+        "--format=%x01%h %ct", *span,
+    )  # fmt: skip
+    events = []
+    for chunk in reversed((output or "").split("\x01")[1:]):
+        head, _, rest = chunk.partition("\0")
+        commit, _, when = head.partition(" ")
+        events += name_status_events(rest.lstrip("\n"), commit, int(when) if when.isdigit() else 0)
+    output = git_output(
+        root, "diff", "-M", "--diff-filter=DR", "--name-status", "-z", "--relative", "HEAD"
+    )
+    return events + name_status_events(output or "", "", int(utc_now()))
+
+
+def name_status_events(output: str, commit: str, when: int) -> list:
+    """The (status, old, new, commit, time) records of `--name-status -z` output."""
+    fields, events, at = output.split("\0"), [], 0
+    while at + 1 < len(fields) and fields[at]:
+        if fields[at][:1] == "R" and at + 2 < len(fields):
+            events.append(("R", fields[at + 1], fields[at + 2], commit, when))
+            at += 3
+        else:
+            events.append(("D", fields[at + 1], "", commit, when))
+            at += 2
+    return events
+
+
+def path_fate(path: str, events: list, exists) -> tuple | None:
+    """What became of `path`, which is not in the work tree: ("moved", the path it has
+    now, commit, time), following renames, or ("deleted", the path git deleted, commit,
+    time); None when git recorded neither (it never existed: a plan, a word) or the trail
+    ends at a path that is gone without a deletion."""
+    seen, name = set(), path
+    while name not in seen:
+        seen.add(name)
+        event = last_fate(name, events)
+        if event is None:
+            return None
+        status, old, new, commit, when = event
+        if status == "D":
+            return ("deleted", old, commit, when)
+        if exists(new):
+            return ("moved", new, commit, when)
+        name = new
+    return None
+
+
+def last_fate(name: str, events: list) -> tuple | None:
+    """The last deletion or rename of `name`; for a folder, of its files: the folder most
+    of them were renamed into (as one rename), else its last deletion."""
+    exact = [e for e in events if e[1] == name]
+    if exact:
+        return exact[-1]
+    moved: dict = {}
+    deleted = None
+    for event in events:
+        status, old, new, _, _ = event
+        if not old.startswith(name + "/"):
+            continue
+        rest = old[len(name) + 1 :]
+        if status == "R" and new.endswith("/" + rest):
+            folder = new[: -len(rest) - 1]
+            count = moved.get(folder, (0,))[0]
+            moved[folder] = (count + 1, ("R", name, folder, *event[3:]))
+        elif status == "D":
+            deleted = ("D", name, "", *event[3:])
+    if moved:
+        return max(moved.values(), key=lambda pair: pair[0])[1]
+    return deleted
+
+
+def git_status_output(root: str, *args: str) -> tuple[int, str] | None:
+    """(exit status, output) of a read-only git command run as git_output runs it (no
+    prompt, no optional lock, bounded in time); None when git could not run. For the
+    commands whose "nothing found" is an exit status of 1 (`git grep`)."""
+    import subprocess
+
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
+    quiet = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false")
+    try:
+        done = git(
+            root, *quiet, *args, env=env, stdin=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S,
+            encoding="utf-8", errors="replace",
+        )  # fmt: skip
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return done.returncode, done.stdout
+
+
+class CodeTruth:
+    """What became of the things memory names, in the git work tree at `root`: each git
+    command runs at most once, and only when a reference needs it. `full` (check): the
+    renames and deletions of the whole history; else (boot) those of the commits after
+    `memory`'s last commit (MEMORY.md, relative to `root`). A symbol or target counts
+    when it is written in the tree of that commit (the code as memory last knew it)."""
+
+    def __init__(self, root: str, exclude, memory: str, *, full: bool):
+        self.root, self.exclude, self.memory, self.full = root, list(exclude), memory, full
+        self._base: str | None = None
+        self._events: list | None = None
+        self._targets: dict = {}  # tool: the targets defined now (read once)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(os.path.join(self.root, *path.split("/")))
+
+    def base(self) -> str:
+        """MEMORY.md's last commit ("" when it has none)."""
+        if self._base is None:
+            found = git_output(self.root, "log", "-1", "--format=%H", "--", self.memory)
+            self._base = (found or "").strip()
+        return self._base
+
+    def events(self) -> list:
+        if self._events is None:
+            since = None if self.full else self.base() or None
+            self._events = code_renames(self.root, since_rev=since, full=self.full)
+        return self._events
+
+    def grep(self, names, rev: str | None = None) -> set | None:
+        """(path, name) for each of `names` written as a word in the work tree's files
+        (or in commit `rev`'s tree) outside memory; None when git cannot tell."""
+        if not names:
+            return set()
+        patterns = [word for name in sorted(names) for word in ("-e", name)]
+        where = [rev] if rev else ["--untracked"]
+        done = git_status_output(
+            self.root, "grep", "-I", "-o", "-w", "-F", "-z", *patterns, *where,
+            *code_exclude_specs(self.exclude),
+        )  # fmt: skip
+        if done is None or done[0] not in (0, 1):
+            return None
+        found = set()
+        for line in done[1].split("\n"):
+            path, _, word = line.partition("\0")
+            found.add((path[len(rev) + 1 :] if rev else path, word))
+        return found
+
+    def fates(self, refs) -> dict:
+        """{reference: fate} for each reference that no longer holds: ("moved", new,
+        commit, time), ("deleted", path, commit, time), ("undefined", "", "", None) for a
+        symbol, ("gone", "", "", None) for a target."""
+        fates = {}
+        missing = {r for r in refs if r[0] == "path" and not self.exists(r[1])}
+        for ref in sorted(missing):
+            fate = path_fate(ref[1], self.events(), self.exists)
+            if fate is not None:
+                fates[ref] = fate
+        # Bounded: the first names (in order) are looked up, the rest never said stale.
+        names = set(sorted({r[1] for r in refs if r[0] != "path"})[:CODE_GREP_NAMES_MAX])
+        symbols = [r for r in refs if r[0] == "symbol" and r[1] in names]
+        targets = [
+            r for r in refs if r[0] == "target" and r[1] in names and not self.target_defined(r)
+        ]
+        if symbols:
+            now = self.grep({r[1] for r in symbols})
+            named = {word for _, word in now or ()}
+            # git could not tell (a timeout): nothing is said, rather than something wrong
+            symbols = [r for r in symbols if now is not None and not self.in_code(r, now, named)]
+        gone = symbols + targets
+        then = self.grep({r[1] for r in gone}, self.base()) if gone and self.base() else None
+        if then:
+            for ref in gone:
+                if ref[0] == "symbol":
+                    where = [p for p, word in then if word == ref[1]]
+                    if ref[3] and self.exists(ref[3]):
+                        where = [p for p in where if p == ref[3]]
+                    if where:
+                        fates[ref] = ("undefined", "", "", None)
+                    continue
+                files = MAKEFILES if ref[3] == "make" else ("package.json",)
+                if any(p in files and word == ref[1] for p, word in then):
+                    fates[ref] = ("gone", "", "", None)
+        return fates
+
+    def in_code(self, ref, found: set, named: set) -> bool:
+        """Whether a symbol is written in the code now: in the file the note names with
+        it when that file exists, else anywhere."""
+        if ref[3] and self.exists(ref[3]):
+            return (ref[3], ref[1]) in found
+        return ref[1] in named
+
+    def target_defined(self, ref) -> bool:
+        if ref[3] not in self._targets:
+            read = make_targets if ref[3] == "make" else npm_scripts
+            self._targets[ref[3]] = read(self.root)
+        defined = self._targets[ref[3]]
+        return defined is not None and ref[1] in defined
+
+
+def code_fate_mark(ref: tuple, fate: tuple, now: float) -> str:
+    """Boot's short mark for a reference that no longer holds."""
+    kind, new, commit, when = fate
+    if kind == "moved":
+        return f"(moved: now {new})"
+    if kind == "deleted" and not commit:
+        return f"(stale: {new} deleted, not committed yet)"
+    if kind == "deleted":
+        return f"(stale: {new} deleted {age_words(now - (when or now))} ago)"
+    if kind == "undefined":
+        where = f"in {ref[3]}" if ref[3] else "defined"
+        return f"(stale: {ref[2]} no longer {where})"
+    return f"(stale: {ref[2]}: {'target' if ref[3] == 'make' else 'script'} gone)"
+
+
+def code_fate_message(ref: tuple, fate: tuple) -> str:
+    """check's words for a reference that no longer holds, with the commit and its date."""
+    kind, new, commit, when = fate
+    day = iso(when)[:10] if when else ""
+    # A rename or deletion in the work tree, not committed yet, has no commit to name.
+    where = f"in {commit}, {day}" if commit else "in the work tree, not committed yet"
+    if kind == "moved":
+        return f"names `{ref[1]}`, which moved: it is `{new}` now (renamed {where})"
+    if kind == "deleted":
+        became = f", which became `{new}`" if new != ref[1] else ""
+        where = f"in {commit} ({day})" if commit else "in the work tree (not committed yet)"
+        return f"names `{ref[1]}`{became}, deleted {where}"
+    if kind == "undefined":
+        where = f"in {ref[3]}" if ref[3] else "anywhere in the code"
+        return f"names `{ref[2]}`, which is no longer defined {where}"
+    what = "Makefile target" if ref[3] == "make" else "package.json script"
+    return f"names `{ref[2]}`, but the {what} `{ref[1]}` is gone"
+
+
+# A line that says the thing went ("src/old.py was removed") is history, and true.
+CODE_HISTORY_WORDS = (
+    *("deleted", "removed", "renamed", "moved", "dropped", "replaced", "retired"),
+    *("formerly", "no longer", "used to"),
+)
+CODE_HISTORY_RE = LazyRegex(r"\b(" + "|".join(CODE_HISTORY_WORDS) + r")\b")
+
+
+def tells_of_history(line: str) -> bool:
+    """Whether a line says something was deleted or moved (substring tests first: a
+    case-blind regex over every line would cost boot more than the references do)."""
+    low = line.lower()
+    return any(word in low for word in CODE_HISTORY_WORDS) and bool(CODE_HISTORY_RE.search(low))
+
+
+def memory_code_refs(lines, exclude) -> list:
+    """[(index, [references])] of `lines`, leaving out what names memory itself and the
+    lines that tell of a deletion or a move (history, not a claim about the code now)."""
+    found = []
+    for index, line in enumerate(lines):
+        refs = [
+            r
+            for r in find_code_refs(line)
+            if r[0] != "path" or not any(r[1] == f or r[1].startswith(f + "/") for f in exclude)
+        ]
+        if refs and not tells_of_history(line):
+            found.append((index, refs))
+    return found
+
+
+def replace_code_path(line: str, old: str, new: str) -> str:
+    """`line` with each whole-token `old` path (also as `./old` or `old:42`) made `new`."""
+    pattern = r"(?<![\w@$%~./\\:-])(\./)?" + re.escape(old) + r"(?![\w@+-]|/?[\w@+-]|\.\w)"
+    return re.sub(pattern, lambda m: (m.group(1) or "") + new, line)
+
+
 BOOT_LOG_DAYS_MAX = 62  # how far back boot counts entries: "62+" past that
 
 
@@ -8449,6 +8824,7 @@ def boot_document(
 ) -> tuple[str, list[str]]:
     """The `boot` operation: the boot text within the budget, and warnings for stderr.
     With no limit everything is printed (over BOOT_BUDGET_TOKENS: a warning)."""
+    mark_stale_references(parts)
     warnings = list(parts.problems)
     cut = BootCut()
     cut.refs = "none" if no_refs else "full"
@@ -8506,6 +8882,67 @@ def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str
     if cut.identity:
         said.append("identity cut")
     return [f"boot: {what} to fit {cut.limit}" for what in said]
+
+
+def mark_stale_references(parts: BootParts) -> None:
+    """Boot's marks (spec/memory-layers.md, "Stale references"): a line of identity,
+    session memory or a workflow's pending steps and resume line that names code which
+    moved or is gone carries a short mark in place, and one notice counts them with the
+    command that lists them. Runs once for a BootParts, before any render (the cuts then
+    measure the marked text); outside a git work tree, or with no reference, nothing
+    runs."""
+    if getattr(parts, "stale_marked", False):
+        return
+    parts.stale_marked = True
+    store = parts.store
+    root = os.path.dirname(os.path.abspath(store.stacks))
+    if not inside_git_work_tree(root):
+        return
+    exclude = memory_folders(store)
+    texts = {name: parts.texts[name] for name in ("identity", "session") if name in parts.raw}
+    workflows = {"workflow": parts.workflow, "waiting_workflow": parts.waiting_workflow}
+    found = {}
+    for name, text in texts.items():
+        found[name] = memory_code_refs(text.split("\n"), exclude)
+    for name, text in workflows.items():
+        if text:
+            lines = text.split("\n")
+            found[name] = [
+                (i, refs)
+                for i, refs in memory_code_refs(lines, exclude)
+                if WORKFLOW_STEP_RE.match(lines[i])
+            ]
+    every = {ref for rows in found.values() for _, refs in rows for ref in refs}
+    if not every:
+        return
+    memory = os.path.relpath(store.memory_path, root).replace(os.sep, "/")
+    fates = CodeTruth(root, exclude, memory, full=False).fates(every)
+    if not fates:
+        return
+    now, marked = utc_now(), 0
+    for name, rows in found.items():
+        text = texts.get(name) if name in texts else workflows[name]
+        lines = text.split("\n")
+        for index, refs in rows:
+            marks = [code_fate_mark(ref, fates[ref], now) for ref in refs if ref in fates]
+            if marks:
+                lines[index] += " " + " ".join(dict.fromkeys(marks))
+                marked += 1
+        text = "\n".join(lines)
+        if name in texts:
+            parts.texts[name] = text
+            parts._parsed.pop(name, None)
+        else:
+            setattr(parts, name, text)
+    if marked:
+        parts.notices.append(
+            f"{plural(marked, 'line')} of memory {'names' if marked == 1 else 'name'} code that "
+            "moved or is gone since it was written (marked `moved:` or `stale:`): "
+            "`stm check` lists each with its commit; `stm check --fix` writes the new paths"
+        )
+
+
+WORKFLOW_STEP_RE = LazyRegex(r"- Resume: |  \d+\. ")
 
 
 def mark_boot(store: Store) -> None:
@@ -13659,12 +14096,13 @@ def installed_hook_notices(store: Store) -> list[str]:
 class Finding:
     """One problem `check` found: severity, rule id, where, what, and the fix."""
 
-    __slots__ = ("severity", "rule", "path", "line", "message", "fix", "target")
+    __slots__ = ("severity", "rule", "path", "line", "message", "fix", "target", "data")
     FIELDS = ("severity", "rule", "path", "line", "message", "fix")
 
-    def __init__(self, severity, rule, path, message, fix, line=None, target=None):
+    def __init__(self, severity, rule, path, message, fix, line=None, target=None, data=None):
         self.severity, self.rule, self.path, self.line = severity, rule, path, line
         self.message, self.fix, self.target = message, fix, target
+        self.data = data  # what the rule's fixer needs, beyond the path (None: nothing)
 
     def location(self) -> str:
         where = path_text(self.path)
@@ -13710,12 +14148,13 @@ class Checker:
         )
         return True
 
-    def report(self, rule: str, path: str, message: str, fix=None, line=None) -> None:
+    def report(self, rule: str, path: str, message: str, fix=None, line=None, data=None) -> None:
         """Record a finding of `rule` (a RULES id: its severity and default fix)."""
         registered = RULES[rule]
         rel = self.store.rel(path)
         fix = fix or registered.fix
-        self.findings.append(Finding(registered.severity, rule, rel, message, fix, line, path))
+        finding = Finding(registered.severity, rule, rel, message, fix, line, path, data)
+        self.findings.append(finding)
 
     def run(self) -> list[Finding]:
         self.check_layers()
@@ -13738,7 +14177,52 @@ class Checker:
             self.check_state()
         self.check_git_files()
         self.check_hooks()
+        if self.only is None:  # the staged check's cost follows the commit: no history scan
+            self.check_stale_references()
         return self.findings
+
+    def check_stale_references(self) -> None:
+        """Notes naming code that moved or is gone (stale-reference): AGENT.md, MEMORY.md
+        and refs line by line (code fences too, HTML comments not), and the pending steps
+        and resume lines of the current and waiting sessions. Logs are history: never."""
+        store = self.store
+        root = os.path.dirname(os.path.abspath(store.stacks))
+        if not inside_git_work_tree(root):
+            return
+        exclude = memory_folders(store)
+        sources = []  # (path, line number or None, what the line is, references)
+        files = [store.agent_path, store.memory_path]
+        files += [p for p in iter_ref_files(store.refs_dir) if not os.path.islink(p)]
+        for path in files:
+            try:
+                lines = read_text(path).replace("\r\n", "\n").split("\n")
+            except OSError:
+                continue  # layer-missing or layer-symlink says why
+            lines = uncommented_lines(lines)
+            for index, refs in memory_code_refs(lines, exclude):
+                sources.append((path, index + 1, "", refs))
+        for _, folder, state in stale_reference_sessions(store):
+            for what, text in checkpoint_texts(state):
+                for _, refs in memory_code_refs([text], exclude):
+                    sources.append((os.path.join(folder, STATE_FILE), None, what, refs))
+        every = {ref for *_, refs in sources for ref in refs}
+        if not every:
+            return
+        memory = os.path.relpath(store.memory_path, root).replace(os.sep, "/")
+        fates = CodeTruth(root, exclude, memory, full=True).fates(every)
+        for path, line, what, refs in sources:
+            for ref in refs:
+                if ref not in fates:
+                    continue
+                fate = fates[ref]
+                message = code_fate_message(ref, fates[ref])
+                fix, data = "update the note, or remove it", None
+                if what:
+                    message = f"{what}: {message}"
+                    fix = "checkpoint the session with the new text (`stm session checkpoint`)"
+                elif fate[0] == "moved":
+                    fix, data = FIX_RUN + " to write the new path", (ref[1], fate[1])
+                self.report("stale-reference", path, message, fix, line, data)
 
     def only_under(self, root: str) -> list[list[str]]:
         """The `only` paths inside `root`, each as its path components below it."""
@@ -14868,6 +15352,76 @@ def fix_handoff_receipt(store: Store, finding: Finding, dry_run: bool) -> str | 
     return "logged the handoff's receipt"
 
 
+def uncommented_lines(lines: list[str]) -> list[str]:
+    """`lines` with their HTML comments blanked, line for line (a finding's line number
+    stays the file's); a fence's lines are code and stay whole."""
+    if not any("<!--" in line for line in lines):
+        return lines
+    out, run = [], []
+
+    def flush():
+        text = COMMENT_RE.sub(lambda m: "\n" * m.group(0).count("\n"), "\n".join(run))
+        return text.split("\n") if run else []
+
+    for line, kind in zip(lines, md_line_kinds(lines)):
+        if MD_FENCE_OPEN <= kind <= MD_FENCE:
+            out += flush() + [line]
+            run = []
+        else:
+            run.append(line)
+    return out + flush()
+
+
+def stale_reference_sessions(store: Store) -> list:
+    """(id, folder, state) of the sessions boot shows: the current one, else those
+    waiting (read as boot reads them, so check reads no other state file twice)."""
+    rows = []
+    with contextlib.suppress(StmError, OSError):
+        ref = current_session(store)
+        if ref is not None and not ref.archived:
+            rows = [(ref.id, ref.path, load_state(ref))]
+        else:
+            rows = waiting_rows(store)
+    return [row for row in rows if not row[2].get("finished_at")]
+
+
+def checkpoint_texts(state: dict) -> list[tuple[str, str]]:
+    """(what, text) of a session's pending steps and resume line."""
+    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+    steps = checkpoint.get("pending_steps")
+    texts = (
+        [(f"pending step {n}", s) for n, s in enumerate(steps, 1)]
+        if isinstance(steps, list)
+        else []
+    )
+    texts.append(("the resume line", checkpoint.get("resume_instruction")))
+    return [(what, text) for what, text in texts if isinstance(text, str)]
+
+
+def fix_stale_reference(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """A moved path in AGENT.md, MEMORY.md or a ref: the line is rewritten with the path
+    it has now. Nothing else is ever rewritten or deleted."""
+    if not finding.data or not finding.line:
+        return None
+    old, new = finding.data
+    try:
+        original = read_text_to_edit(finding.target, finding.path)
+    except StmError:
+        return None  # not UTF-8: a person converts it first
+    if md_has_conflict_markers(original):
+        return None  # a conflicted file is the user's to merge first
+    lines = original.replace("\r\n", "\n").split("\n")
+    if finding.line > len(lines):
+        return None
+    line = replace_code_path(lines[finding.line - 1], old, new)
+    if line == lines[finding.line - 1]:
+        return None  # changed since check read it
+    if not dry_run:
+        lines[finding.line - 1] = line
+        atomic_write(finding.target, in_line_ends_of(original, "\n".join(lines)).encode("utf-8"))
+    return f"replaced `{old}` with `{new}`"
+
+
 class Rule:
     """One check rule: id, severity, the fix advice it gives, and the function that
     `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
@@ -14941,6 +15495,12 @@ RULES = {
         Rule("git-unmerged", "warning", "`git add` the file, then finish the merge"),
         Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
         Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
+        Rule(
+            "stale-reference",
+            "warning",
+            "update the note; " + FIX_RUN + " writes a moved path's new one",
+            fix_stale_reference,
+        ),
         # .state/ (spec/state-layout.md)
         Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
         Rule("session-id", "error", "move it out of .state/sessions/"),
@@ -15331,7 +15891,8 @@ def options_check(p) -> None:
     p.add_argument(
         "--fix",
         action="store_true",
-        help="repair what is safe: torn tails, temp files, lost events, headings, git rules",
+        help="repair what is safe: torn tails, temp files, lost events, headings, git rules, "
+        "moved paths in notes",
     )
     p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
     p.add_argument("--json", action="store_true", help="print findings as JSON")

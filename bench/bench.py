@@ -813,6 +813,112 @@ def cost_results(work: str, small: str, large: str, ids: dict, env: dict, runs: 
     }
 
 
+# ---- stale references: boot with the check against boot without it ----------------------
+
+STALE_NOTES, STALE_REFS, STALE_FILES = 1000, 100, 300
+
+
+def stale_ref_text(n: int) -> str:
+    """The n-th of the references the memory holds: mostly paths that exist (a stat
+    each), then moved and deleted paths (the rename scan), symbols (git grep) and Make
+    targets, some of them gone."""
+    kind = n % 10
+    if kind < 6:
+        k = 20 + n * 7 % (STALE_FILES - 20)  # none the refactor touches
+        return f"src/pkg{k % 10}/mod{k}.py"
+    if kind == 6:
+        return f"see `src/pkg{n % 10}/mod{n % 10}.py:42`"  # renamed in the refactor
+    if kind == 7:
+        return f"docs/old{n % 10}.md"  # deleted in the refactor
+    if kind == 8:
+        return f"`func_{n % 20}()`"  # defined, or removed (n % 20 < 5)
+    return f"`make t{n % 10}`"  # a target, or one gone (n % 10 >= 5)
+
+
+def build_code_repo(root: str, env: dict, references: bool) -> None:
+    """A git work tree of 300 Python files whose memory (1,000 notes, 100 of them naming
+    code; without `references` the same notes with plain words instead) was written
+    before a refactor that renamed, deleted and removed; then 50 ordinary commits."""
+    rng = random.Random(7)
+    genv = dict(
+        env,
+        GIT_AUTHOR_NAME="bench",
+        GIT_AUTHOR_EMAIL="bench@example.com",
+        GIT_COMMITTER_NAME="bench",
+        GIT_COMMITTER_EMAIL="bench@example.com",
+    )
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=root, env=genv, check=True, capture_output=True)
+
+    for i in range(STALE_FILES):
+        write(
+            os.path.join(root, "src", f"pkg{i % 10}", f"mod{i}.py"), f"def func_{i}():\n    pass\n"
+        )
+    for i in range(10):
+        write(os.path.join(root, "docs", f"old{i}.md"), f"# Old {i}\n")
+    write(os.path.join(root, "Makefile"), "".join(f"t{i}:\n\ttrue\n" for i in range(10)))
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "code")
+    subprocess.run([*MODULE, "init"], cwd=root, env=env, check=True, capture_output=True)
+    bullets = []
+    for n in range(STALE_NOTES):
+        words = prose(rng, 60)
+        if n % (STALE_NOTES // STALE_REFS) == 0:
+            ref = stale_ref_text(n // (STALE_NOTES // STALE_REFS))
+            words += " " + (ref if references else "x" * len(ref))
+        bullets.append(f"- {words}")
+    sections = ("Status", "Observations", "Open Questions", "Next Steps")
+    quarter = STALE_NOTES // len(sections)
+    write(
+        os.path.join(root, ".stacks", "MEMORY.md"),
+        "# Session Memory\n\n"
+        + "".join(
+            f"## {h}\n\n" + "\n".join(bullets[k * quarter : (k + 1) * quarter]) + "\n\n"
+            for k, h in enumerate(sections)
+        )
+        + f"## Last Updated\n\n{stm.iso(time.time())}\n",
+    )
+    git("add", "-A")
+    git("commit", "-q", "-m", "memory")
+    for i in range(10):
+        git("mv", f"src/pkg{i}/mod{i}.py", f"src/pkg{i}/renamed{i}.py")
+        git("rm", "-q", f"docs/old{i}.md")
+    for i in range(5):
+        write(os.path.join(root, "src", f"pkg{i % 10}", f"mod{i + 10}.py"), "pass\n")
+    for i in range(5):
+        path = os.path.join(root, "src", f"pkg{i}", f"renamed{i}.py")
+        write(path, "pass\n")
+    write(os.path.join(root, "Makefile"), "".join(f"t{i}:\n\ttrue\n" for i in range(5)))
+    git("add", "-A")
+    git("commit", "-q", "-m", "refactor")
+    for n in range(50):
+        write(os.path.join(root, "src", "pkg9", f"mod{99 + 10 * (n % 20)}.py"), f"X = {n}\n")
+        git("commit", "-q", "-am", f"work {n}")
+
+
+def stale_results(work: str, env: dict, runs: int) -> dict:
+    """`boot` with the stale-reference check (100 references among 1,000 notes) against
+    `boot` of the same memory with plain words in their place, pair by pair."""
+    with_refs, without = os.path.join(work, "refs-with"), os.path.join(work, "refs-without")
+    build_code_repo(with_refs, env, True)
+    build_code_repo(without, env, False)
+    a_t, b_t = [], []
+    for n in range(runs + 1):
+        a, b = (
+            run_once([*MODULE, "boot"], with_refs, env),
+            run_once([*MODULE, "boot"], without, env),
+        )
+        if a[2] or b[2]:
+            raise RuntimeError("boot failed in the stale-reference bench")
+        if n:
+            a_t.append(a[0])
+            b_t.append(b[0])
+    ratio = statistics.median(x / y for x, y in zip(a_t, b_t))
+    return {"with_s": summary(a_t), "without_s": summary(b_t), "ratio": ratio}
+
+
 # ---- floors: what the same reading costs a program with no rules ---------------------------
 
 # Where a target is missed, the report says why by measuring the floor: a bare program,
@@ -995,6 +1101,14 @@ def targets(results: dict) -> list[dict]:
             target(f"MCP search (5,000 entries), {query}", mine, REFERENCE_SEARCH_MS[query], "ms")
         staged = cost["check_staged"]["large_over_small"]
         target("check --staged: large / small", staged, 1.2, "x")
+    stale = results.get("stale_refs")
+    if stale:
+        target(
+            "boot with the stale-reference check / without (1,000 notes, 100 references)",
+            stale["ratio"],
+            1.15,
+            "x",
+        )
     return found
 
 
@@ -1260,6 +1374,14 @@ def main(argv=None) -> int:
                 for k, v in results["capture"].items()
                 if isinstance(v, dict) and "median" in v
             ),
+            file=sys.stderr,
+        )
+        results["stale_refs"] = stale_results(work, env, max(3, runs // 3))
+        stale = results["stale_refs"]
+        print(
+            f"  stale references: boot {stale['with_s']['median'] * 1000:.0f} ms with the "
+            f"check, {stale['without_s']['median'] * 1000:.0f} ms without "
+            f"({stale['ratio']:.2f}x pair by pair)",
             file=sys.stderr,
         )
         results["floors"] = floor_results(work, env, max(3, runs // 3))
