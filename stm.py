@@ -10911,24 +10911,40 @@ def capture_target(
     if (
         ref is not None
         and not ref.archived
+        and takes_a_capture(ref)
         and (pinned or not live_capture_beside(ref, session, hooks, written))
     ):
         return ref, False
     # Newest first, and bounded as boot's scan is: a hook stays quick however many exist.
     for sid, path in reversed(iter_active_sessions(store)[-BOOT_SCAN_SESSIONS_MAX:]):
         with contextlib.suppress(StmError):
-            state = load_state(SessionRef(sid, path, False))
-            captured = state.get("captured")
+            captured = load_state(SessionRef(sid, path, False)).get("captured")
             # Back to where this client session's captures went before: one stm session per
             # client session, not one per hook run.
-            if isinstance(captured, dict) and captured.get("client_session") == session:
-                return SessionRef(sid, path, False), False
+            held = SessionRef(sid, path, False)
+            if (
+                isinstance(captured, dict)
+                and captured.get("client_session") == session
+                and takes_a_capture(held)
+            ):
+                return held, False
     # With STM_SESSION set, this environment does not follow the pointer: not ours to move;
     # nor does a capture moved off the pointer's session by one still live there.
     switch = ref is None and not store.settings.session
     name = f"{client} {session_label(session) or 'session'}"
     ref, _ = new_session(store, name=name, switch=switch)
     return ref, True
+
+
+def takes_a_capture(ref: SessionRef) -> bool:
+    """Whether an update can write this session: one whose state.json has a field an
+    update refuses (a hand-edited `captured` with an invalid plan status) would stop
+    every capture sent to it, so captures go to another session instead."""
+    try:
+        state = load_state(ref)
+    except StmError:
+        return False
+    return not any(rule != "state-phase" for rule, _ in state_problems(state, ref.id))
 
 
 def live_capture_beside(ref: SessionRef, session: str, hooks, written) -> bool:
@@ -11027,7 +11043,7 @@ def record_capture(
     if ours and captured["event"] == "Stop" and not log:
         same = same or capture_content(previous) == capture_content(captured)
     if logged.get(captured["client_session"]) == captured["position"]:
-        log = False
+        log, captured["logged"] = False, captured["position"]  # state.json is told too
     was_logged = previous.get("logged") and previous.get("logged") == previous.get("position")
     if log and ours and was_logged and same_log_body(previous, captured):
         # The transcript grew by lines that are not work (a client's summary) since this
@@ -11038,9 +11054,9 @@ def record_capture(
             captured["logged"] = captured["position"]  # so the local record knows it too
         return ref, False
     if log:
-        # The log entry first: a capture killed between the two writes logs twice at
-        # worst, never not at all.
-        append_log(store, capture_log_text(captured))
+        # The log entry first, its position recorded with it: a capture whose state write
+        # then fails (or is killed) is never logged again by a later hook.
+        log_capture_once(store, captured)
         captured["logged"] = captured["position"]
     elif same or previous.get("logged") == captured["position"]:
         # The position already logged stays on record, so no later hook logs it again.
@@ -11063,6 +11079,26 @@ def record_capture(
     return ref, changed
 
 
+def log_capture_once(store: Store, captured: dict) -> bool:
+    """Append a capture's log entry unless the local record says its position is logged
+    already, read again under both locks: two starts at once (after a kill) may both
+    recover one session, and only the first logs it. The position is recorded in the
+    same locked step, undone with the entry if it cannot be written. Returns whether the
+    entry was appended."""
+    message = checked_log_message(capture_log_text(captured))
+    session, position = captured["client_session"], captured["position"]
+    with store.stacks_lock(), store.state_lock():
+        record = read_hook_record(store)
+        if record["logged"].get(session) == position:
+            return False
+        kept = {k: v for k, v in record["logged"].items() if k != session}
+        record["logged"] = dict(list({**kept, session: position}.items())[-HOOK_LOGGED_MAX:])
+        with Rollback() as rollback:
+            rollback.add(append_log_entry(store, message))
+            write_hook_record(store, record)
+    return True
+
+
 def with_session_started(record: dict, client: str, session: str, now: str) -> dict:
     """The local record with `session` first among its client's, started `now`."""
     entries = hook_sessions(record, client)
@@ -11079,7 +11115,7 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     client = payload_client(payload, client)
     root = os.path.dirname(os.path.abspath(store.stacks))
     result = {"event": event, "client": client, "captured": [], "sessions": []}
-    result.update(skipped=[], logged={}, to={})
+    result.update(skipped=[], failed=[], logged={}, to={})
     written: dict = {}  # stm session: the client session captured into it by this run
     record = read_hook_record(store)
     git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
@@ -11109,9 +11145,22 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
         result["captured"].append(captured)
         if not dry_run:
             logged = record.get("logged") if isinstance(record.get("logged"), dict) else {}
-            ref, changed = record_capture(
-                store, captured, log=log, logged=logged, hooks=record, written=written
-            )
+            try:
+                ref, changed = record_capture(
+                    store, captured, log=log, logged=logged, hooks=record, written=written
+                )
+            except Exception as exc:
+                if not captured.get("logged"):
+                    raise
+                # Logged, and its position recorded: not "nothing captured", which it is not.
+                result["logged"][session] = captured["logged"]
+                reason = exc.line() if isinstance(exc, StmError) else str(exc)
+                reason = getattr(exc, "strerror", None) or reason
+                result["failed"].append(
+                    f"session {session_label(session)} logged, but not recorded in a "
+                    f"session's state: {reason}"
+                )
+                continue
             written[ref.id], result["to"][session] = session, ref.id
             if changed:
                 result["sessions"].append(ref.id)
@@ -14340,6 +14389,8 @@ def cmd_capture(args) -> int:
         result = capture_hook(store, payload, client=args.client, dry_run=args.print)
         for reason in result["skipped"]:
             print(f"stm capture: skipped {path_text(reason)}", file=sys.stderr)
+        for reason in result["failed"]:
+            print(f"stm capture: {escape_controls(reason)}", file=sys.stderr)
         if args.print:
             sys.stdout.write(capture_report(result))
     except Exception as exc:  # a hook never breaks the agent: a bug too is one line
