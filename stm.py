@@ -487,6 +487,16 @@ def iso_now() -> str:
     return iso(utc_now())
 
 
+STORED_TIME_MAX = 253402300799.0  # 9999-12-31T23:59:59Z: later has no 4-digit year
+
+
+def stored_iso(ts: float | None) -> str:
+    """A time read from outside (a transcript) as stm stores it, or "" for one outside
+    1970-01-01 … 9999-12-31 UTC, which `iso` would write as `0-01-01…` or `10000-…`: such
+    a time is refused, never clamped into a plausible one."""
+    return iso(ts) if ts is not None and 0 <= ts <= STORED_TIME_MAX else ""
+
+
 def parse_iso(text: str, need_zone: bool = False, date_only_ok: bool = False) -> float | None:
     """Parse an ISO-8601 date-time into epoch seconds; None when it is not one.
 
@@ -3725,7 +3735,9 @@ CLAUDE_ENTRY_TYPES = ("user", "assistant", "system", "summary", "attachment", "p
 # looks for, but the key is the body below it, up to the END line.
 SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
 
-PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
+# `<private>`, `<private >`, `<private class=x>` and `<private/>` (which, never closed,
+# hides the rest) all open a private span, as a person who wrote them meant.
+PRIVATE_RE = LazyRegex(r"<private(?:\s[^<>]{0,4096})?/?>.*?(?:</private\s*>|\Z)", re.I | re.S)
 # Control characters and the ones that reorder text on screen (Trojan Source).
 UNSHOWN_RE = LazyRegex(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 WRAPPER_OPEN_RE = LazyRegex(r"<([A-Za-z][\w-]{0,63})(?:\s[^<>]{0,4096})?/?>")
@@ -4261,7 +4273,7 @@ class TranscriptReader:
             ],
             # Size and last entry together: a grown file, or a new last entry, is new work.
             position="" if size is None else f"{size}:{safe_line(self.last_id, ID_MAX_CHARS)}",
-            ended_at=iso(ended) if ended is not None else "",
+            ended_at=stored_iso(ended),
             compacted=self.compacted,
         )
 
@@ -4450,6 +4462,13 @@ def transcript_names_folder(path: str, places: set) -> bool:
     """Whether an entry near either end of the transcript at `path` names one of `places`
     as its working folder (Claude Code: every entry's `cwd`; Codex: the payload of
     session_meta and turn_context)."""
+    return transcript_folder(path, places) is True
+
+
+def transcript_folder(path: str, places: set) -> bool | None:
+    """True when an entry near either end of the transcript names one of `places` as its
+    working folder, False when entries name only other folders (another project's
+    transcript), None when none names a folder or it cannot be read."""
     try:
         fd = open_regular(path)
         try:
@@ -4460,16 +4479,19 @@ def transcript_names_folder(path: str, places: set) -> bool:
         finally:
             os.close(fd)
     except (OSError, ValueError):
-        return False
+        return None
+    verdict = None
     for line in lines:
         entry = parse_entry(line)
         payload = entry.get("payload") if entry is not None else None
         where = entry.get("cwd") if entry is not None else None
         if isinstance(payload, dict) and not isinstance(where, str):
             where = payload.get("cwd")
-        if isinstance(where, str) and where and inside_places(os.path.normpath(where), places):
-            return True
-    return False
+        if isinstance(where, str) and where:
+            if inside_places(os.path.normpath(where), places):
+                return True
+            verdict = False
+    return verdict
 
 
 def inside_places(folder: str, places: set) -> bool:
@@ -10716,7 +10738,9 @@ def payload_client(payload: dict, given: str | None) -> str:
     return "agent"
 
 
-def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str) -> list:
+def capture_jobs(
+    record: dict, payload: dict, client: str, event: str, root: str, skipped: list
+) -> list:
     """What to capture for this hook: (client session, transcript path, log it?, bytes of
     its tail to read) rows.
 
@@ -10730,6 +10754,12 @@ def capture_jobs(record: dict, payload: dict, client: str, event: str, root: str
     session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
     entries = hook_sessions(record, client)
+    if transcript and names_another_project(transcript, root, payload):
+        skipped.append(
+            f"transcript {transcript}: not captured here: its entries name another folder "
+            "than this project as their working folder"
+        )
+        transcript = ""
     if not transcript and session:
         known = next((e.get("transcript", "") for e in entries if e["id"] == session), "")
         transcript = known if is_project_transcript(known, root, payload) else ""
@@ -10800,11 +10830,24 @@ def is_project_transcript(path, root: str, payload: dict) -> bool:
     it must never make stm read, and store, another file."""
     if not isinstance(path, str) or not path.endswith(".jsonl"):
         return False
+    return transcript_names_folder(path, project_places(root, payload))
+
+
+def project_places(root: str, payload: dict) -> set:
+    """The names of this project's folder, and of the folder the client says it is in
+    when that is inside the project: where a transcript of this project works."""
     places = same_folder_names(root)
     here = payload_text(payload, "cwd")
     if here and os.path.normpath(here).startswith(os.path.normpath(root) + os.sep):
         places |= same_folder_names(here)
-    return transcript_names_folder(path, places)
+    return places
+
+
+def names_another_project(path: str, root: str, payload: dict) -> bool:
+    """Whether the payload's own transcript names only folders outside this project as
+    its working folder: another project's session, which is not captured here (a
+    transcript naming no folder at all is read: nothing says it is another's)."""
+    return transcript_folder(path, project_places(root, payload)) is False
 
 
 # What one capture keeps, so state.json stays far under its 10 KB warning and boot's
@@ -11119,13 +11162,13 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     written: dict = {}  # stm session: the client session captured into it by this run
     record = read_hook_record(store)
     git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
-    jobs = capture_jobs(record, payload, client, event, root)
+    jobs = capture_jobs(record, payload, client, event, root, result["skipped"])
     starting = client_session_id(payload) if event == "SessionStart" else ""
     if starting and payload_text(payload, "source", 40) != "compact":
         # A resumed session begins a stretch of work now: sessions that stopped before it
         # are not live beside it (note_hook_run records the same once the captures are in).
         record = with_session_started(record, client, starting, iso_now())
-    if not jobs and event != "SessionStart":
+    if not jobs and event != "SessionStart" and not result["skipped"]:
         result["skipped"].append("the payload names no transcript (transcript_path)")
     for session, path, log, tail in jobs:
         try:

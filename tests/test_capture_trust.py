@@ -139,3 +139,70 @@ def test_an_invalid_capture_in_the_current_session_never_blocks_new_ones(agent, 
         assert start(run, project, folder, sid(3)).code == 0
     assert log_text(project).count("parser.py half done") == 1
     assert log_text(project).count("lexer.py half done") == 1
+
+
+# ---- smaller items -----------------------------------------------------------------------------
+
+
+def stored_text(project) -> str:
+    texts = [log_text(project)]
+    for folder in (project / ".state" / "sessions").glob("*-*"):
+        texts += [(folder / n).read_text() for n in ("state.json", "history.jsonl")]
+    return "".join(texts)
+
+
+@pytest.mark.parametrize(
+    "tag", ["<private >", "<private class=x>", "<private/>", "<PRIVATE\tclass='y' >"]
+)
+def test_private_tags_with_spaces_attributes_or_a_slash_hide_their_text(agent, run, tag):
+    project, folder = agent
+    c = Claude(str(project), sid(1))
+    lines = [c.user(f"deploy it {tag}my home address</private> please"), c.say("done")]
+    transcript = write_jsonl(folder / f"{sid(1)}.jsonl", lines)
+    assert run("capture", stdin=payload("PreCompact", sid(1), transcript, project)).code == 0
+    stored = stored_text(project)
+    assert "deploy it" in stored and "home address" not in stored
+
+
+def test_a_private_like_tag_of_another_name_hides_nothing(agent, run):
+    project, folder = agent
+    c = Claude(str(project), sid(1))
+    lines = [c.user("read <privateer>the pirate book</privateer> please"), c.say("done")]
+    transcript = write_jsonl(folder / f"{sid(1)}.jsonl", lines)
+    assert run("capture", stdin=payload("PreCompact", sid(1), transcript, project)).code == 0
+    assert "the pirate book" in stored_text(project)
+
+
+@pytest.mark.parametrize(
+    "stamp", ["0000-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:30:00-01:00"]
+)
+def test_a_transcript_time_outside_four_digit_years_is_not_stored(agent, run, stamp):
+    project, folder = agent
+    c = Claude(str(project), sid(1))
+    lines = [c.user("write lexer.py"), c.say("lexer.py half done")]
+    for line in lines:
+        line["timestamp"] = stamp
+    transcript = write_jsonl(folder / f"{sid(1)}.jsonl", lines)
+    assert run("capture", stdin=payload("PreCompact", sid(1), transcript, project)).code == 0
+    [path] = state_files(project)
+    captured = json.loads(path.read_text())["captured"]
+    assert "ended_at" not in captured  # refused, not clamped
+    assert stm.stored_iso(stm.parse_iso("9999-12-31T23:59:59Z")) == "9999-12-31T23:59:59Z"
+    assert "10000-" not in stored_text(project) and '"0-01-01' not in stored_text(project)
+    assert run("check").code == 0
+
+
+def test_a_payload_naming_another_projects_transcript_is_not_captured_here(
+    agent, run, tmp_path_factory
+):
+    project, folder = agent
+    other = tmp_path_factory.mktemp("projB")
+    transcript = work(other, folder, sid(1), "secret_plan.py")
+    for event in ("PreCompact", "SessionEnd", "Stop"):
+        result = run("capture", stdin=payload(event, sid(1), transcript, project))
+        assert result.code == 0 and "not captured here" in result.err
+    assert "secret_plan" not in stored_text(project) and state_files(project) == []
+    # Its own project's transcript, and one naming no folder, are captured as before.
+    mine = work(project, folder, sid(2), "lexer.py")
+    assert run("capture", stdin=payload("PreCompact", sid(2), mine, project)).code == 0
+    assert "lexer.py half done" in log_text(project)
