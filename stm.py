@@ -1717,7 +1717,40 @@ class Store:
         return self.layer(LOGS_DIR, f"{day}.md")
 
     def stacks_lock(self) -> FileLock:
+        self.refuse_linked_roots()
         return FileLock(self.layer(LOCK_NAME), self.settings.lock_timeout)
+
+    # The roots themselves
+    def linked_roots(self) -> list[tuple[str, str]]:
+        """(root, why) for each of the two roots that is a symbolic link. Memory lives in
+        the project's own folders: a cloned `.stacks` linking to `../projB/.stacks` would
+        have every command read and write another project's memory."""
+        found = []
+        for path in (self.stacks, self.state):
+            if os.path.islink(path):
+                try:
+                    target = os.readlink(path)
+                except OSError:
+                    target = "?"
+                found.append((path, f"is a symbolic link (to {target})"))
+        return found
+
+    def root_problem(self) -> str | None:
+        """One line naming a linked root and the fix, or None."""
+        for path, why in self.linked_roots():
+            return (
+                f"{path} {why}: stm reads and writes memory only in the project's own "
+                "folder, never through a link that can lead to another project's; replace "
+                "the link with a real folder (or pass --dir/--state-dir with the folder it "
+                "points to, if that memory is meant)"
+            )
+        return None
+
+    def refuse_linked_roots(self) -> None:
+        """Every write takes a lock first: refused here, nothing is written."""
+        problem = self.root_problem()
+        if problem:
+            raise StmError(problem)
 
     # State tree
     @property
@@ -1733,8 +1766,9 @@ class Store:
         return os.path.join(self.state, POINTER_FILE)
 
     def state_lock(self) -> FileLock:
+        self.refuse_linked_roots()
         # The state tree is created on demand: the lock file must have a folder to live in.
-        if not os.path.isdir(self.state):  # a symlinked state root is allowed (spec)
+        if not os.path.isdir(self.state):
             make_dir(self.state)
         return FileLock(os.path.join(self.state, LOCK_NAME), self.settings.lock_timeout)
 
@@ -6191,6 +6225,14 @@ CODEX_HOOK_MAX_TOKENS = 2400  # under Codex's ~2,500-token cut of hook context
 class BootParts:
     """What boot shows, read once; rendered at different levels of detail."""
 
+    @classmethod
+    def refused(cls, store: Store, notice: str) -> BootParts:
+        """The parts of a boot that shows nothing but `notice`: a root is a link."""
+        parts = cls.__new__(cls)
+        parts.store, parts.problems, parts.notices = store, [notice], [notice]
+        parts.texts, parts.workflow, parts.waiting, parts.refs = {}, None, [], []
+        return parts
+
     def __init__(self, store: Store):
         self.store = store
         self.problems: list[str] = []  # for stderr
@@ -7528,6 +7570,14 @@ def boot_memory(store: Store, deliver=None, **options) -> tuple[str, list[str], 
     warnings, the parts it was made from, and the boot mark that `digest` counts from.
     The mark is recorded after `deliver(parts, text)` returns, when given (a front end
     that prints passes its printer: only a boot that reached the agent counts)."""
+    problem = store.root_problem()
+    if problem:
+        # Not another project's memory, and no boot mark written through the link.
+        parts = BootParts.refused(store, problem)
+        text = f"# stm memory boot · generated {iso_now()}\n\n## Notices\n\n- {problem}\n"
+        if deliver is not None:
+            deliver(parts, text)
+        return text, [problem], parts
     parts = BootParts(store)
     text, warnings = boot_document(parts, **options)
     if deliver is not None:
@@ -11861,6 +11911,7 @@ def read_import_entries(store: Store, source: str):
 
 
 def apply_import(store: Store, plan: list) -> None:
+    store.refuse_linked_roots()  # before make_dir, which would say less
     make_dir(store.stacks)
     with store.stacks_lock(), store.state_lock(), Rollback() as rollback:
         for action, _, target, data in plan:
@@ -12184,6 +12235,11 @@ class Checker:
         self.findings.append(Finding(registered.severity, rule, rel, message, fix, line, path))
 
     def run(self) -> list[Finding]:
+        for path, why in self.store.linked_roots():
+            # Nothing behind it is read: it may be another project's memory.
+            self.report("root-symlink", path, f"{why}; nothing behind it is read or written")
+        if self.findings:
+            return self.findings
         self.check_layers()
         self.check_refs()
         if self.only is None:
@@ -13332,6 +13388,12 @@ RULES = {
     for rule in (
         # .stacks/ (spec/memory-layers.md)
         Rule("layer-missing", "error", "run `stm init`"),
+        Rule(
+            "root-symlink",
+            "error",
+            "replace the link with the project's own folder (`rm` the link, then `git checkout` "
+            "the folder or `stm init`), or pass --dir/--state-dir with the folder it points to",
+        ),
         Rule("layer-symlink", "error", "replace it with a real file or folder"),
         Rule("identity-template", "warning", "write who the agent is into it"),
         Rule("session-template", "warning", "write where work stands into it"),
@@ -13488,7 +13550,9 @@ def check_store(
     sessions to read, instead of all of them."""
     findings = Checker(store, only).run()
     fixed = []
-    if fix or dry_run:
+    if fix and not dry_run:
+        store.refuse_linked_roots()  # a repair would write into another project's memory
+    if (fix or dry_run) and not store.linked_roots():
         fixed = fix_findings(store, findings, dry_run=dry_run)
         if fixed and not dry_run:
             findings = Checker(store, only).run()
@@ -14462,7 +14526,10 @@ def cmd_capture(args) -> int:
     try:
         payload = read_hook_payload(data)
         event = payload_text(payload, "hook_event_name", 60) or event
-        store = store_from_args(args)
+        found = store_from_args(args)
+        # A linked root: nothing captured, nothing recorded, one line (boot says why too).
+        found.refuse_linked_roots()
+        store = found
         # The agent waits for its hook: better no capture than a stalled start.
         store.settings.cap_lock_timeout(HOOK_LOCK_TIMEOUT_S)
         result = capture_hook(store, payload, client=args.client, dry_run=args.print)

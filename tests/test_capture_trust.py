@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import STM_PY
+from conftest import STM_PY, snapshot
 from helpers import PROC_ENV, git, log_text
 from mcp_client import McpClient
 from transcripts import Claude, write_jsonl
@@ -288,3 +289,82 @@ def test_a_capture_made_here_is_not_marked_as_arrived(agent, run):
     # The same capture with the local record gone (a fresh clone has none): marked.
     (project / ".state" / ".hooks.json").unlink()
     assert "- Arrived with git; not made here: " in run("boot").out
+
+
+# ---- the roots are what they seem ------------------------------------------------------------
+
+
+@pytest.fixture
+def linked(tmp_path_factory, run, monkeypatch):
+    """projB, a real project with memory and a session, and projA beside it whose cloned
+    `.stacks` and `.state` are links to projB's: (projA, projB)."""
+    base = tmp_path_factory.mktemp("siblings")
+    b, a = base / "projB", base / "projA"
+    for folder in (b, a):
+        folder.mkdir()
+    monkeypatch.chdir(b)
+    assert run("init").code == 0
+    assert run("note", "Status", "projB's own status").code == 0
+    assert run("session", "new", "--name", "projB work").code == 0
+    assert run("export", "-o", str(base / "b.zip")).code == 0
+    (a / ".stacks").symlink_to("../projB/.stacks")
+    (a / ".state").symlink_to("../projB/.state")
+    monkeypatch.chdir(a)
+    return a, b
+
+
+WRITING_COMMANDS = [
+    ["note", "Status", "pwned"],
+    ["note", "Status", "--replace", "pwned"],
+    ["log", "pwned"],
+    ["fact", "set", "db", "pwned"],
+    ["session", "new", "--name", "pwned"],
+    ["session", "checkpoint", "--note", "pwned"],
+    ["session", "phase", "pwned"],
+    ["session", "archive"],
+    ["compact"],
+    ["check", "--fix"],
+    ["import", "--force", "ZIP"],
+]
+
+
+@pytest.mark.parametrize("which", [".stacks", ".state", "both"])
+def test_a_linked_root_is_refused_by_every_writing_command(linked, run, which):
+    a, b = linked
+    if which != "both":  # the other root is the project's own (a copy of projB's)
+        other = ".state" if which == ".stacks" else ".stacks"
+        (a / other).unlink()
+        shutil.copytree(b / other, a / other)
+    before, own = snapshot(b), snapshot(a)
+    for argv in WRITING_COMMANDS:
+        argv = [str(b.parent / "b.zip") if x == "ZIP" else x for x in argv]
+        result = run(*argv)
+        assert result.code == 1, (argv, result)
+        [line] = result.err.splitlines()
+        assert "is a symbolic link (to ../projB/" in line and "replace the link" in line
+        assert snapshot(b) == before, argv
+    assert snapshot(a) == own
+    boot = run("boot")
+    assert boot.code == 0 and "is a symbolic link (to ../projB/" in boot.out
+    assert "projB's own status" not in boot.out and "projB work" not in boot.out
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert [(f["rule"], f["severity"]) for f in found][:1] == [("root-symlink", "error")]
+    assert run("check").code == 1
+    assert snapshot(b) == before
+
+
+def test_capture_hooks_write_nothing_through_a_linked_root(linked, run, tmp_path_factory):
+    a, b = linked
+    folder = tmp_path_factory.mktemp("client-transcripts")
+    transcript = work(a, folder, sid(1), "lexer.py")
+    before = snapshot(b)
+    for event in ("PreCompact", "SessionEnd", "Stop"):
+        result = run("capture", "--client", "claude", stdin=payload(event, sid(1), transcript, a))
+        assert result.code == 0
+        [line] = result.err.splitlines()
+        assert line.startswith("stm capture: nothing captured: ") and "symbolic link" in line
+    body = payload("SessionStart", sid(2), folder / f"{sid(2)}.jsonl", a, source="startup")
+    result = run("capture", "--client", "claude", "--boot", stdin=body)
+    assert result.code == 0 and "is a symbolic link (to ../projB/" in result.out
+    assert "projB's own status" not in result.out
+    assert snapshot(b) == before
