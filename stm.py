@@ -9156,12 +9156,15 @@ def archive_session(
     history/YYYY-MM/ in one rename, clearing the pointer if it pointed there. Returns
     (archived ref, state, moved); moved is False when it was archived already."""
     ref = require_session(store, token)
-    if ref.archived:
-        return ref, load_state(ref), False
     with store.state_lock(), Rollback() as rollback:
         # Found again under the lock: another process may have archived it while we waited.
         ref = locate_session(store, ref.id) or ref
         if ref.archived:
+            # An archive killed before its pointer write left the pointer naming it: a rerun
+            # finishes the job.
+            with contextlib.suppress(StmError):
+                if read_pointer(store) == ref.id:
+                    write_pointer(store, None)
             return ref, load_state(ref), False
         state = load_state(ref)
         refuse_invalid_state(ref, state)
@@ -12926,6 +12929,15 @@ class Checker:
         for key, value in sorted(context.items()):
             # A path already wrong as text is reported by state_problems: said once, not twice.
             if context_path_problem(value) is None and not context_file_inside(ref, value):
+                link = first_link_below(path, os.path.join(path, *value.split("/")))
+                if link is not None:  # reported where it is, not on state.json
+                    self.report(
+                        "session-symlink",
+                        link,
+                        f"context {key!r} ({one_line(value, 80)}) passes through this symbolic "
+                        "link; boot does not show it",
+                    )
+                    continue
                 self.report(
                     "state-field",
                     os.path.join(path, STATE_FILE),
@@ -13328,6 +13340,21 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
     return said
 
 
+def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Clear a pointer naming an archived session (an archive killed before its pointer
+    write): the session is done, and nothing else reads the pointer as it stands."""
+    try:
+        active = read_pointer(store)
+        ref = locate_session(store, active) if active and is_session_id(active) else None
+    except StmError:
+        return None  # not this case: a person picks the session
+    if ref is None or not ref.archived:
+        return None
+    if not dry_run:
+        write_pointer(store, None)
+    return f"cleared: {active} is archived"
+
+
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Finish an archive that was marked but not moved: one rename into history/."""
     folder = finding.target
@@ -13443,7 +13470,12 @@ RULES = {
         Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
         Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
         # .state/ (spec/state-layout.md)
-        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
+        Rule(
+            "pointer-invalid",
+            "error",
+            "run `stm session switch ID` or `stm session new`",
+            fix_pointer_archived,
+        ),
         Rule("session-id", "error", "move it out of .state/sessions/"),
         Rule("session-symlink", "error", "replace it with a real file or folder"),
         Rule("state-invalid", "error", FIX_GIT),

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from conftest import STM_PY, snapshot
-from helpers import PROC_ENV, git, log_text
+from helpers import PROC_ENV, git, killed_stm, log_text
 from mcp_client import McpClient
 from transcripts import Claude, write_jsonl
 
@@ -368,3 +368,44 @@ def test_capture_hooks_write_nothing_through_a_linked_root(linked, run, tmp_path
     assert result.code == 0 and "is a symbolic link (to ../projB/" in result.out
     assert "projB's own status" not in result.out
     assert snapshot(b) == before
+
+
+# ---- kill points of archive and import; a linked context file ---------------------------------
+
+
+def pointer(project) -> str | None:
+    return json.loads((project / ".state" / "current-session.json").read_text())["active_session"]
+
+
+@pytest.mark.parametrize("finish", [["check", "--fix"], ["session", "archive", "SID"]])
+def test_archive_killed_before_its_pointer_write_is_finished(store, run, aux, finish):
+    """Killed at its second atomic write (the pointer; the first is state.json): the
+    session is archived, the pointer still names it; check reports it, and check --fix
+    (or the archive run again) clears it."""
+    sid = run("session", "new", "--name", "done soon").out.strip()
+    killed = killed_stm(store, aux, "write-2", "session", "archive")
+    assert killed.returncode == 137, killed.stderr
+    assert (store / ".state" / "history" / sid[:7] / sid).is_dir() and pointer(store) == sid
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert [f["rule"] for f in found if f["severity"] == "error"] == ["pointer-invalid"]
+    result = run(*[sid if x == "SID" else x for x in finish])
+    assert result.code == 0, result
+    assert pointer(store) is None
+    assert run("check").code == 0
+    assert run("check", "--fix").code == 0 and pointer(store) is None  # nothing more to do
+
+
+def test_a_linked_context_file_is_reported_on_its_own_path(store, run, aux):
+    sid = run("session", "new").out.strip()
+    [folder] = [p.parent for p in state_files(store)]
+    (aux / "outside.md").write_text("# elsewhere\n")
+    (folder / "context" / "spec.md").symlink_to(aux / "outside.md")
+    state = json.loads((folder / "state.json").read_text())
+    state["context"] = {"spec": "context/spec.md"}
+    (folder / "state.json").write_text(json.dumps(state))
+    found = json.loads(run("check", "--json").out)["findings"]
+    rel = f".state/sessions/{sid}/context/spec.md"
+    [finding] = [f for f in found if "spec" in f["message"]]
+    assert (finding["path"], finding["severity"]) == (rel, "error")
+    assert "symbolic link" in finding["message"]
+    assert not [f for f in found if f["path"].endswith("state.json")]
