@@ -159,8 +159,16 @@ LAST_BOOT_FILE = ".last-boot"  # an empty local file whose modification time is 
 HOOKS_FILE = ".hooks.json"  # local: which client session each hook saw, and when hooks ran
 LAST_SYNC_FILE = ".last-sync.json"  # local: what this checkout's last `stm sync` received
 WRITES_FILE = ".writes"  # local: memory writes since the last checkpoint (checkpoint_every)
+IMPORT_MARK_FILE = ".import.json"  # local: an import under way; a killed one leaves it
 # Files that belong to one checkout: never exported, never committed by sync.
-LOCAL_STATE_FILES = (POINTER_FILE, LAST_BOOT_FILE, HOOKS_FILE, LAST_SYNC_FILE, WRITES_FILE)
+LOCAL_STATE_FILES = (
+    POINTER_FILE,
+    LAST_BOOT_FILE,
+    HOOKS_FILE,
+    LAST_SYNC_FILE,
+    WRITES_FILE,
+    IMPORT_MARK_FILE,
+)
 STATE_FILE = "state.json"
 HISTORY_FILE = "history.jsonl"
 SESSION_MD = "Session.md"
@@ -284,6 +292,8 @@ current-session.json
 # What this checkout's last `stm sync` received, and its memory writes since a checkpoint.
 .last-sync.json
 .writes
+# An import under way: only a killed one leaves it (`stm check` says how to finish).
+.import.json
 # stm's lock and temp files are never committed.
 .stm.lock
 *.tmp
@@ -11913,10 +11923,21 @@ def read_import_entries(store: Store, source: str):
     return files, skipped
 
 
-def apply_import(store: Store, plan: list) -> None:
+def apply_import(store: Store, plan: list, *, source: str = "", force: bool = False) -> None:
+    """Write the planned files, all or nothing: a failure undoes every write. A kill
+    cannot be undone, so `.state/.import.json` records the import while it runs (the
+    archive and whether it was forced): `check` reports a partial import it leaves, with
+    the command that finishes it."""
     store.refuse_linked_roots()  # before make_dir, which would say less
     make_dir(store.stacks)
     with store.stacks_lock(), store.state_lock(), Rollback() as rollback:
+        mark = os.path.join(store.state, IMPORT_MARK_FILE)
+        writes = sum(action != "same" for action, *_ in plan)
+        if writes:
+            refuse_symlink(mark, "import record")
+            rollback.add(restorer(mark))
+            record = {"source": os.path.abspath(source), "force": force, "files": writes}
+            atomic_write(mark, dumps_json({**record, "started_at": iso_now()}).encode("utf-8"))
         for action, _, target, data in plan:
             if action == "same":
                 continue
@@ -11932,6 +11953,9 @@ def apply_import(store: Store, plan: list) -> None:
                 atomic_write(backup, read_bytes(target))
             rollback.add(restorer(target))
             atomic_write(target, data)
+        if writes:
+            os.unlink(mark)
+            fsync_dir(store.state)
 
 
 def import_summary(plan: list, dry_run: bool) -> str:
@@ -12703,6 +12727,7 @@ class Checker:
             if os.path.islink(folder):
                 self.report("session-symlink", folder, "folder is a symbolic link; not read")
         self.check_pointer()
+        self.check_import_mark()
         if self.only is not None:
             self.check_only_sessions()
             return
@@ -12796,6 +12821,32 @@ class Checker:
                 store.pointer_path,
                 f"points to {active}, which is archived",
             )
+
+    def check_import_mark(self) -> None:
+        """An import killed between its files left its record: memory holds part of it."""
+        path = os.path.join(self.store.state, IMPORT_MARK_FILE)
+        if not os.path.lexists(path):
+            return
+        try:
+            record = load_json(read_bytes(path, 65536).decode("utf-8"))
+        except (OSError, StmError, UnicodeDecodeError, ValueError):
+            record = None
+        record = record if isinstance(record, dict) else {}
+        source = record.get("source") if isinstance(record.get("source"), str) else ""
+        force = ["--force"] if record.get("force") is True else []
+        finish = (
+            f"run `{shell_command('stm', 'import', *force, one_line(source, 300))}` again "
+            "to finish it"
+            if source
+            else "run the same `stm import` again to finish it"
+        )
+        self.report(
+            "import-incomplete",
+            path,
+            "an import was interrupted: memory holds part of the archive",
+            f"{finish} (it removes this file), or restore .stacks/ and .state/ from git "
+            "and delete this file",
+        )
 
     def check_lock_file(self, tree: str, rule: str) -> None:
         lock = os.path.join(tree, LOCK_NAME)
@@ -13513,6 +13564,7 @@ RULES = {
             FIX_RUN + ", or compose the handoff again, to log its receipt",
             fix_handoff_receipt,
         ),
+        Rule("import-incomplete", "error", "run the same `stm import` again to finish it"),
         Rule(
             "archive-incomplete",
             "error",
@@ -14927,7 +14979,7 @@ def cmd_import(args) -> int:
             + " as a .bak)"
         )
     if not args.dry_run:
-        apply_import(store, plan)
+        apply_import(store, plan, source=source, force=args.force)
     report_import(args, plan, skipped)
     return EXIT_OK
 

@@ -409,3 +409,45 @@ def test_a_linked_context_file_is_reported_on_its_own_path(store, run, aux):
     assert (finding["path"], finding["severity"]) == (rel, "error")
     assert "symbolic link" in finding["message"]
     assert not [f for f in found if f["path"].endswith("state.json")]
+
+
+def test_import_killed_between_files_is_reported_with_the_command_that_finishes_it(
+    store, run, aux, monkeypatch, tmp_path_factory
+):
+    (store / ".stacks" / "refs" / "more.md").write_text("# More\n\nsecond file\n")
+    archive = aux / "m.zip"
+    assert run("export", "-o", str(archive)).code == 0
+    dst = tmp_path_factory.mktemp("dst")
+    killed = killed_stm(dst, aux, "write-3", "import", str(archive))  # 1: the record
+    assert killed.returncode == 137, killed.stderr
+    monkeypatch.chdir(dst)
+    found = json.loads(run("check", "--json").out)["findings"]
+    [partial] = [f for f in found if f["rule"] == "import-incomplete"]
+    assert (partial["severity"], partial["path"]) == ("error", ".state/.import.json")
+    command = partial["fix"].split("`")[1]
+    assert command == f"stm import {archive}"
+    assert run(*command.split()[1:]).code == 0
+    assert not (dst / ".state" / ".import.json").exists()
+    assert ".import.json" in (store / ".state" / ".gitignore").read_text()  # never committed
+    assert not [
+        f for f in json.loads(run("check", "--json").out)["findings"] if f["severity"] == "error"
+    ]
+
+
+def test_a_failed_import_leaves_no_record(store, run, aux, monkeypatch, tmp_path_factory):
+    archive = aux / "m.zip"
+    assert run("export", "-o", str(archive)).code == 0
+    dst = tmp_path_factory.mktemp("dst")
+    monkeypatch.chdir(dst)
+    calls = []
+    real = stm.atomic_write
+
+    def full(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(stm, "atomic_write", full)
+    assert run("import", str(archive)).code == 1
+    assert not (dst / ".state" / ".import.json").exists()
