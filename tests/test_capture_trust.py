@@ -325,6 +325,8 @@ WRITING_COMMANDS = [
     ["compact"],
     ["check", "--fix"],
     ["import", "--force", "ZIP"],
+    ["session", "switch", "SID"],
+    ["compose-handoff", "HANDOFF"],
 ]
 
 
@@ -336,8 +338,13 @@ def test_a_linked_root_is_refused_by_every_writing_command(linked, run, which):
         (a / other).unlink()
         shutil.copytree(b / other, a / other)
     before, own = snapshot(b), snapshot(a)
+    [sid_b] = [p.name for p in (b / ".state" / "sessions").glob("*-*")]
+    handoff = b.parent / "handoff.json"
+    fields = {"task_id": "T-1", "from_agent": "x", "task": "t", "status": "ready"}
+    handoff.write_text(json.dumps({**fields, "created_at": stm.iso_now()}))
+    values = {"ZIP": str(b.parent / "b.zip"), "SID": sid_b, "HANDOFF": str(handoff)}
     for argv in WRITING_COMMANDS:
-        argv = [str(b.parent / "b.zip") if x == "ZIP" else x for x in argv]
+        argv = [values.get(x, x) for x in argv]
         result = run(*argv)
         assert result.code == 1, (argv, result)
         [line] = result.err.splitlines()
