@@ -106,10 +106,10 @@ def test_precompact_records_the_session_and_logs_what_it_did(agent, run):
     out = run("boot").out
     block = out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
     assert out.index("## Identity") < out.index("## Last session") < out.index("## Session memory")
-    assert "- Asked: Add a Rankine scale to tempconv" in block
-    assert "- Plan, done: write rankine.py" in block
-    assert "- Plan, in progress: wire it into __init__" in block
-    assert "- Plan, pending: make the tests pass" in block
+    assert '- Asked: "Add a Rankine scale to tempconv' in block
+    assert '- Plan, done: "write rankine.py"' in block
+    assert '- Plan, in progress: "wire it into __init__"' in block
+    assert '- Plan, pending: "make the tests pass"' in block
     assert "`tempconv/rankine.py`" in block and "pytest -q tests/test_rankine.py" in block
     assert "the agent did not write this itself" in block
 
@@ -306,7 +306,7 @@ def test_the_next_start_recovers_a_session_that_was_killed(agent, run):
     assert result.code == 0 and len(result.out) <= 9500
     block = result.out.split("## Last session (captured by stm)")[1].split("\n## ")[0]
     assert "at the next start" in block and "2fc9b73b" in block
-    assert "- Plan, in progress: wire it into __init__" in block
+    assert '- Plan, in progress: "wire it into __init__"' in block
     assert "Captured by stm at the next start" in log_text(project)
     record = json.loads((project / ".state" / ".hooks.json").read_text())
     assert [e["id"] for e in record["sessions"]["claude"]] == [later, SID]  # newest first
@@ -321,7 +321,7 @@ def test_a_start_after_compaction_captures_the_live_transcript_first(agent, run)
     write_jsonl(transcript, todo_session(str(project)))  # no PreCompact hook ran
     again = payload("SessionStart", SID, transcript, project, source="compact")
     result = run("capture", "--client", "claude", "--boot", stdin=again)
-    assert "- Plan, in progress: wire it into __init__" in result.out
+    assert '- Plan, in progress: "wire it into __init__"' in result.out
 
 
 def test_without_a_recorded_start_the_newest_transcript_naming_the_project_is_used(agent, run):
@@ -334,7 +334,7 @@ def test_without_a_recorded_start_the_newest_transcript_naming_the_project_is_us
     later = "7a7a7a7a-2222-4000-8000-000000000002"
     start = payload("SessionStart", later, folder / f"{later}.jsonl", project, source="startup")
     out = run("capture", "--client", "claude", "--boot", stdin=start).out
-    assert "- Asked: Add a Rankine scale to tempconv" in out
+    assert '- Asked: "Add a Rankine scale to tempconv' in out
     assert "other project's work" not in out
 
 
@@ -390,7 +390,7 @@ def test_a_transcript_with_no_plan_still_gives_request_files_and_failures(agent,
     transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
     run("capture", stdin=payload("SessionEnd", SID, transcript, project))
     out = run("boot").out
-    assert "- Asked: Add a Rankine scale" in out and "Plan," not in out
+    assert '- Asked: "Add a Rankine scale' in out and "Plan," not in out
     assert "`tempconv/rankine.py`" in out and "test_rankine" in out
 
 
@@ -514,9 +514,9 @@ def test_claude_hooks_recover_a_killed_session_at_the_next_start(copied, run):
     second = hook(hooks["SessionStart"], project, body)
     assert second.returncode == 0, second.stderr
     out = second.stdout
-    assert "- Asked: Add a Rankine scale to tempconv and make the tests pass" in out
-    assert "- Plan, in progress: wire it into __init__" in out
-    assert "- Plan, pending: make the tests pass" in out
+    assert '- Asked: "Add a Rankine scale to tempconv and make the tests pass"' in out
+    assert '- Plan, in progress: "wire it into __init__"' in out
+    assert '- Plan, pending: "make the tests pass"' in out
     assert "`tempconv/rankine.py`" in out and "test_rankine" in out
     # every stm command the output names runs from the agent's shell, root or subfolder
     commands = [c for c in re.findall(r"`([^`]+)`", out) if c.startswith(("python3 ", "stm "))]
@@ -545,7 +545,7 @@ def test_claude_compaction_without_a_precompact_hook_still_shows_the_work(copied
     write_jsonl(transcript, todo_session(str(project)))
     body = payload("SessionStart", SID, transcript, project, source="compact")
     out = hook(hooks["SessionStart"], project, body).stdout
-    assert "- Plan, in progress: wire it into __init__" in out
+    assert '- Plan, in progress: "wire it into __init__"' in out
 
 
 def test_claude_precompact_and_session_end_hooks_print_nothing(copied, run):
@@ -585,7 +585,7 @@ def test_codex_hooks_capture_update_plan_and_check_notices_a_hook_that_never_ran
     assert done.returncode == 0 and done.stdout == "", done.stderr
     start = payload("SessionStart", x.session, path, project, source="resume")
     out = hook(hooks["SessionStart"], project, start).stdout
-    assert "- Plan, in progress: port" in out and "- Asked: port the converter" in out
+    assert '- Plan, in progress: "port' in out and '- Asked: "port the converter' in out
     assert len(out) <= stm.CODEX_HOOK_MAX_TOKENS * 4
     found = json.loads(run("check", "--json").out)
     ran = {
@@ -664,8 +664,8 @@ def test_a_capture_committed_in_one_clone_is_shown_by_a_fresh_clone(copied, run,
     assert done.returncode == 0, done.stderr
     assert "## Sessions waiting" in done.stdout
     block = done.stdout.split("## Last session (captured by stm)")[1].split("\n## ")[0]
-    assert "- Plan, in progress: wire it into __init__" in block
-    assert "- Asked: Add a Rankine scale to tempconv" in block
+    assert '- Plan, in progress: "wire it into __init__"' in block
+    assert '- Asked: "Add a Rankine scale to tempconv' in block
 
 
 def test_a_planted_hook_record_never_makes_stm_read_another_file(agent, run, tmp_path_factory):
@@ -772,7 +772,7 @@ def test_a_big_plan_leaves_memory_in_a_hook_sized_boot_and_check_strict_ok(agent
     run("capture", stdin=payload("PreCompact", SID, transcript, project))
     out = run("boot", "--max-chars", str(stm.HOOK_MAX_CHARS)).out
     assert "Parser port half done" in out  # session memory survives the capture
-    assert "- Plan, in progress: step 20" in out
+    assert '- Plan, in progress: "step 20' in out
     [only] = sessions(project)
     assert len((only / "state.json").read_bytes()) < 8000
     assert run("check", "--strict").code == 0
@@ -909,7 +909,7 @@ def test_codex_null_transcript_path_exits_0_fast_and_keeps_what_is_known(agent, 
         "--boot",
         stdin=payload("SessionStart", other, None, project),
     )
-    assert "- Asked: Tidy" in boot.out
+    assert '- Asked: "Tidy' in boot.out
 
 
 def test_two_claude_sessions_in_one_checkout_are_both_recovered(agent, run):
@@ -965,7 +965,7 @@ def test_the_record_of_an_older_stm_one_session_per_client_is_still_read(agent, 
     (folder / "new").mkdir()
     start = payload("SessionStart", later, folder / "new" / f"{later}.jsonl", project)
     out = run("capture", "--client", "claude", "--boot", stdin=start).out
-    assert "- Last message: lexer.py half done" in out
+    assert '- Last message: "lexer.py half done' in out
     entries = hook_record(project)["sessions"]["claude"]
     assert [e["id"] for e in entries] == [later, SID] and entries[1]["transcript"] == transcript
 
@@ -1216,7 +1216,7 @@ def test_claude_hooks_recover_two_sessions_killed_side_by_side(copied, run):
     done = hook(start_hook, project, body)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     block = done.stdout.split("## Last session (captured by stm)")[1].split("\n## ")[0]
-    assert "- From claude session 7a7a7a7a," in block and "- Last message: docs.md" in block
+    assert "- From claude session 7a7a7a7a," in block and '- Last message: "docs.md' in block
     assert "- Also captured: claude session 2fc9b73b," in block
     log = log_text(project)
     assert "lexer.py half done" in log and "docs.md half done" in log

@@ -718,6 +718,8 @@ def test_check_git_files_rules_and_fix(store, run):
         "ran.\n.hooks.json\n"
         "# What this checkout's last `stm sync` received, and its memory writes since a "
         "checkpoint.\n.last-sync.json\n.writes\n"
+        "# An import under way: only a killed one leaves it (`stm check` says how to "
+        "finish).\n.import.json\n"
         "# stm's lock and temp files are never committed.\n.stm.lock\n*.tmp\n"
         "# The backups `import --force` keeps stay in this checkout.\n*.bak\n"
     )
