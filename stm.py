@@ -11232,6 +11232,14 @@ HOOK_LOADER = (
     "s.loader.exec_module(m);sys.exit(m.main(sys.argv[2:]))"
 )
 HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
+# The fallback of a hook that runs the installed `stm`: in a clone without the command,
+# the project's own stm.py (the loader above), and where the project has none either, one
+# line saying how to get it (on stdout at SessionStart, where the agent reads it).
+HOOK_FALLBACK_LOADER = HOOK_LOADER.replace(
+    "\nsys.dont_write_bytecode",
+    "\nif not os.path.isfile(os.path.join(d,p)):print(sys.argv[2],file=sys.stdout if "
+    '"--boot" in sys.argv else sys.stderr);sys.exit(0)\nsys.dont_write_bytecode',
+).replace("m.main(sys.argv[2:])", "m.main(sys.argv[3:])")
 # A hook command of stm's own, as older versions wrote it: one simple command (no `;`,
 # `&&` or `|`: a user's compound command that mentions stm is the user's) running stm,
 # `python3 -m stm` or a stm.py with boot or capture.
@@ -11311,8 +11319,9 @@ def stm_in_project(root: str) -> str | None:
 def hook_command(root: str, client: HookClient, arguments) -> str:
     """What one hook runs, quoted for sh. With stm.py in the project, that file imported
     as `python3 -m stm` (cached bytecode, kept out of the project): it works in every
-    clone. Else the installed `stm`, and where a clone has none, one line saying how to
-    get it (on stdout at SessionStart, so the agent reads it; on stderr otherwise). With
+    clone. Else the installed `stm`, and where a clone has none, the project's own
+    stm.py when one is committed at its root, else one line saying how to get it (on
+    stdout at SessionStart, so the agent reads it; on stderr otherwise). With
     neither, this stm.py by its absolute path, which only this machine has (`--check`
     says so elsewhere)."""
     import shutil
@@ -11330,16 +11339,21 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
         # -I: no PYTHON* variables, no user site-packages, not the current folder on sys.path
         # (so the loader finds stm.py by path); -S: no site import, a quicker start.
         return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
-    to = "" if "--boot" in arguments else " >&2"
-    missing = shell_command(
-        "echo",
-        "stm memory: the stm command is not installed in this environment: "
-        "copy stm.py (one file) into the project and run "
-        f"`python3 stm.py setup {client.name} --install` again",
+    # Not in the project, and installed here: the installed command, and in a clone
+    # without it, the project's committed stm.py (at its root), else a line saying what to do.
+    # Codex names no project folder: stm.py is looked for from the hook's folder upward.
+    path = (ShellText(client.project_dir), "/stm.py") if client.project_dir else ("stm.py",)
+    missing = (
+        "stm memory: the stm command is not installed in this environment and the project "
+        "has no stm.py: copy stm.py (one file) into the project and run "
+        f"`python3 stm.py setup {client.name} --install` again"
+    )
+    fallback = shell_command(
+        "python3", "-I", "-S", "-c", HOOK_FALLBACK_LOADER, path, missing, *words
     )
     return (
         f"if command -v stm >/dev/null 2>&1; then {shell_command('stm', *words)}; "
-        f"else {missing}{to}; fi"
+        f"else {fallback}; fi"
     )
 
 
@@ -11461,6 +11475,14 @@ def hook_command_problem(root: str, command: str) -> str | None:
     import shlex
     import shutil
 
+    if command.startswith("if command -v stm ") and HOOK_LOADER_MARK in command:
+        # The installed command, else the project's stm.py (hook_command's fallback).
+        if shutil.which("stm") or os.path.isfile(os.path.join(root, "stm.py")):
+            return None
+        return (
+            "it runs the `stm` command, which is not installed here, or the project's "
+            "stm.py, which this clone does not have"
+        )
     if HOOK_LOADER_MARK in command:
         try:
             words = shlex.split(command)

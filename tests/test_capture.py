@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import IDENTITY, MEMORY, clock, run_stm, snapshot
-from helpers import Clock, git, log_text
+from helpers import Clock, git, is_command, log_text
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -476,10 +476,11 @@ def installed(project, client: str) -> dict:
     return {event: entries[0]["hooks"][0]["command"] for event, entries in data["hooks"].items()}
 
 
-def hook(command: str, project, body: str, cwd=None) -> subprocess.CompletedProcess:
-    """One hook as the client runs it: sh -c, the payload on stdin, the project as cwd."""
+def hook(command: str, project, body: str, cwd=None, path=None) -> subprocess.CompletedProcess:
+    """One hook as the client runs it: sh -c, the payload on stdin, the project as cwd
+    (`path`: the PATH it runs with, else this process's)."""
     env = {
-        "PATH": os.environ["PATH"],
+        "PATH": path or os.environ["PATH"],
         "HOME": str(project.parent / "home"),
         "CLAUDE_PROJECT_DIR": str(project),
         "STM_FSYNC": "0",
@@ -494,6 +495,46 @@ def hook(command: str, project, body: str, cwd=None) -> subprocess.CompletedProc
         text=True,
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("client", ["claude", "codex"])
+def test_hooks_the_installed_command_writes_fall_back_to_the_projects_stm_py(
+    copied, run, monkeypatch, tmp_path, client
+):
+    """`setup --install` run from the installed `stm` (its stm.py outside the project):
+    a teammate's clone without `stm` on PATH runs the project's committed stm.py."""
+    import shutil
+
+    project = copied
+    monkeypatch.setattr(stm, "__file__", str(tmp_path / "site-packages" / "stm.py"))
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: f"/usr/local/bin/{name}")
+    assert run("setup", client, "--install").code == 0
+    hooks = installed(project, client)
+    assert all(c.startswith("if command -v stm ") for c in hooks.values()), hooks
+    bin_dir = tmp_path / "bin"  # python3 and sh, and no `stm`
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    folders = [f for f in os.environ["PATH"].split(os.pathsep) if f and not is_command(f, "stm")]
+    path = os.pathsep.join([str(bin_dir), *folders])
+    start = payload("SessionStart", SID, tmp_path / "none.jsonl", project, source="startup")
+    (project / "src").mkdir()
+    cwd = project / "src" if client == "codex" else project  # Codex: found from a subfolder
+    booted = hook(hooks["SessionStart"], project, start, cwd=cwd, path=path)
+    assert booted.returncode == 0 and "## Identity" in booted.stdout, booted.stderr
+    assert "not installed" not in booted.stdout + booted.stderr
+    # No stm.py in the project either: the one line saying how to get it, exit 0.
+    (project / "stm.py").rename(tmp_path / "stm.py.moved")
+    missing = hook(hooks["SessionStart"], project, start, cwd=cwd, path=path)
+    assert missing.returncode == 0 and missing.stdout.startswith("stm memory: the stm command")
+    assert f"`python3 stm.py setup {client} --install`" in missing.stdout
+    compact = hook(hooks["PreCompact"], project, start, cwd=cwd, path=path)
+    assert compact.returncode == 0 and compact.stdout == ""
+    assert compact.stderr.startswith("stm memory: the stm command is not installed")
+    # With the command on PATH, the command runs.
+    (bin_dir / "stm").write_text('#!/bin/sh\necho "installed stm: $*"\n')
+    (bin_dir / "stm").chmod(0o755)
+    ran = hook(hooks["SessionStart"], project, start, cwd=cwd, path=path)
+    assert ran.stdout.startswith(f"installed stm: capture --client {client} --boot"), ran
 
 
 def test_claude_hooks_recover_a_killed_session_at_the_next_start(copied, run):
