@@ -9865,9 +9865,10 @@ def set_fact(
     block: str = FACT_BLOCK_DEFAULT,
     allow_secret: bool = False,
 ) -> dict:
-    """The `fact set` operation: a new Current value with a History entry, the --why
-    reason under that new entry (a Correction when it replaces a value, a Note on a first
-    set); the same value again changes nothing."""
+    """The `fact set` operation: a new Current value with a History entry; the --why
+    reason is a Correction under the value it replaced (the Stateful Agent format), or a
+    Note under the first entry when nothing was replaced; the same value again changes
+    nothing."""
     key, value = check_fact_key(key), check_fact_value(value)
     why = check_fact_value(why, "--why") if why is not None else None
     if not allow_secret:
@@ -9884,14 +9885,16 @@ def set_fact(
         # The same value again is no new History entry: an agent's retry changes nothing.
         if found is not None and found[1].current == value:
             return {"path": store.rel(path), "key": key, "value": value, "changed": False}
-        # The reason explains the new value: it goes under the new entry.
-        label = "Note" if found is None or not found[1].history else "Correction"
-        notes = [f"  - *{label}: {why}*"] if why else []
+        # A correction sits under the value it replaced, after that entry's own notes;
+        # with nothing replaced, the reason is a Note under the first entry.
         if found is None:
+            notes = [f"  - *Note: {why}*"] if why else []
             sections.append((key, Fact(key, value, [(stamp, value, notes)]), f"## {key}", []))
         else:
             fact = found[1]
-            fact.history.insert(0, (stamp, value, notes))
+            if why:
+                fact.history[0][2].append(f"  - *Correction: {why}*")
+            fact.history.insert(0, (stamp, value, []))
             fact.current = value
         make_dir(store.refs_dir)
         rendered = in_line_ends_of(text or "", render_fact_block(preamble, sections))
