@@ -6157,8 +6157,9 @@ def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | 
 # workflow or the sessions waiting for this clone, session memory, the refs index. A
 # budget (--max-tokens, --max-chars) is met by cutting in the opposite order: refs
 # summaries, the refs index, the oldest bullets of each memory section, memory sections
-# from the bottom, the workflow, identity; and finally, always, a hard cut, so the
-# output never exceeds the budget. Every cut leaves a line saying what was left out.
+# from the bottom, the workflow, the closing lines, the other notices, identity; and
+# finally, always, a hard cut, so the output never exceeds the budget. What the cuts
+# left out is said in one notice line; a budget the whole boot fits changes nothing.
 
 BOOT_WAITING_MAX = 10  # sessions listed when none is current
 BOOT_SCAN_SESSIONS_MAX = 200  # newest active sessions read for that list
@@ -7055,6 +7056,8 @@ class BootCut:
         "memory_bullets",
         "memory_sections",
         "workflow",
+        "footer",
+        "notices",
         "identity",
         "limit",
     )
@@ -7065,6 +7068,8 @@ class BootCut:
         self.memory_bullets = 0  # oldest bullets left out, taken round the sections
         self.memory_sections = 0  # sections left out from the bottom (-1: all memory)
         self.workflow = "full"  # "full", "short" (3 steps), "none"
+        self.footer = "full"  # "full" or "none": the closing lines about logs
+        self.notices = "full"  # "full" or "none": the notices other than the cut's own line
         self.identity = 0  # identity sections left out from the bottom (-1: all)
         self.limit = ""  # the flag that asked for the cut, for the notices
 
@@ -7162,18 +7167,21 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         cut = BootCut()
         cut.refs = refs_mode
     store = parts.store
-    # A copy: the cut notices belong to this render, and fit_boot renders many times.
+    # A copy: the cut's line belongs to this render, and fit_boot renders many times.
     notices = [as_invoked(notice) for notice in parts.notices]
+    # What the cut left out, for its one line (spec: boot budget): each cut notice costs
+    # room that identity needs under a tight limit, so they share one line and one hint.
+    left: list[str] = []
+    if cut.notices == "none" and notices:
+        left.append(plural(len(notices), "notice"))
+        notices = []
     sections = []
     identity_path = store.rel(store.agent_path)
     identity, gone = parts.identity, []
     if cut.identity:
         identity, gone = cut_sections(parts.identity, cut.identity, parts.parsed("identity"))
     if gone:
-        notices.append(
-            f"identity cut to fit {cut.limit} (left out: {'; '.join(gone)}): read "
-            f"{identity_path} in full"
-        )
+        left.append(f"from identity ({identity_path}): {' and '.join(gone)}")
     sections.append((f"Identity ({identity_path})", identity))
     capture = None
     if parts.capture and cut.workflow != "none":
@@ -7182,20 +7190,14 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         if parts.capture_first:
             sections.append(capture)
     elif parts.capture:
-        notices.append(
-            as_invoked(f"the captured last session was left out to fit {cut.limit}: run `stm boot`")
-        )
+        left.append("the captured last session")
     if parts.workflow is not None and cut.workflow != "none":
         workflow = parts.workflow
         if cut.workflow == "short":
             workflow = cut_workflow(workflow)
         sections.append(("Active workflow", as_invoked(workflow)))
     elif parts.workflow is not None:
-        notices.append(
-            as_invoked(
-                f"the active workflow was left out to fit {cut.limit}: run `stm session show`"
-            )
-        )
+        left.append("the active workflow")
     if capture and not parts.capture_first:
         sections.append(capture)
     if parts.waiting and cut.workflow != "none":
@@ -7206,47 +7208,20 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             )
         )
     elif parts.waiting:
-        notices.append(
-            as_invoked(
-                f"{plural(len(parts.waiting), 'waiting session')} left out to fit {cut.limit}: "
-                "run `stm session list`"
-            )
-        )
+        left.append(plural(len(parts.waiting), "waiting session"))
     if parts.arrived and cut.workflow != "none":
         sections.append(("Arrived with the last sync", as_invoked("\n".join(parts.arrived))))
     elif parts.arrived:
-        notices.append(
-            as_invoked(
-                f"what the last sync received was left out to fit {cut.limit}: run `stm boot`"
-            )
-        )
+        left.append("what the last sync received")
     memory_path = store.rel(store.memory_path)
-    # Every cut leaves a line in the text (the agent reads stdout, not stderr); the refs
-    # index's shares the memory's line when both went, since under a tight limit each
-    # line competes with identity for the room.
-    refs_cut = None
-    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
-        refs_cut = "titles only" if cut.refs == "titles" else "left out"
     if cut.memory_sections < 0:
-        what = "session memory"
-        if refs_cut == "left out":
-            what, refs_cut = "session memory and the refs index", None
-        notices.append(
-            as_invoked(
-                f"{what} left out to fit {cut.limit}: read {memory_path}, "
-                "or run `stm boot --no-limit`; run `stm compact` to make it smaller"
-            )
-        )
+        left.append(f"session memory ({memory_path})")
     else:
         memory, gone = cut_memory(
             parts.session, cut.memory_bullets, cut.memory_sections, parts.parsed("session")
         )
         if gone:
-            memory += as_invoked(
-                f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
-                "or run `stm boot --no-limit`; `stm compact` moves the oldest bullets to the "
-                "log for good)"
-            )
+            left.append(f"from session memory ({memory_path}): {' and '.join(gone)}")
         sections.append((f"Session memory ({memory_path})", memory))
     for layer in LAYERS[2:]:  # rows added after identity and session memory
         if layer.at_boot == "full":
@@ -7259,17 +7234,32 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
                 render_refs(parts.refs, cut.refs),
             )
         )
-    if refs_cut:
-        notices.append(as_invoked(f"refs index {refs_cut}: `stm refs list`"))
+    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
+        left.append("the refs summaries" if cut.refs == "titles" else "the refs index")
+    if cut.footer == "none":
+        left.append("the closing lines on logs")
+    if left:
+        smaller = (
+            "; `stm compact` moves the oldest memory to the log"
+            if cut.memory_bullets or cut.memory_sections
+            else ""
+        )
+        notices.append(
+            as_invoked(
+                f"left out to fit {cut.limit}: {'; '.join(left)}; "
+                f"all of it: `stm boot --no-limit`{smaller}"
+            )
+        )
     body = ""
     if notices:
         body += "\n## Notices\n\n" + "\n".join(f"- {n}" for n in notices) + "\n"
     body += "".join(f"\n## {title}\n\n{text}\n" for title, text in sections)
-    body += as_invoked(
-        f"\n---\nLogs ({store.rel(store.logs_dir)}/) are not loaded: search them when the "
-        "above is not enough (`stm search TEXT`). Save the state of a multi-step task with "
-        "`stm session checkpoint`; record work with `stm log`.\n"
-    )
+    if cut.footer != "none":
+        body += as_invoked(
+            f"\n---\nLogs ({store.rel(store.logs_dir)}/) are not loaded: search them when the "
+            "above is not enough (`stm search TEXT`). Save the state of a multi-step task with "
+            "`stm session checkpoint`; record work with `stm log`.\n"
+        )
     return with_boot_header(body, parts.freshness)
 
 
@@ -7333,6 +7323,9 @@ def boot_cuts(parts: BootParts, cut: BootCut):
     yield "memory_sections", -1
     yield "workflow", "short"
     yield "workflow", "none"
+    # Identity is cut only when nothing but it, the header and the cut's line is left.
+    yield "footer", "none"
+    yield "notices", "none"
     yield "identity", len(parts.parsed("identity").parts)  # then the hard cut: its top stays
 
 
@@ -7394,27 +7387,28 @@ def boot_document(
     cut = BootCut()
     cut.refs = "none" if no_refs else "full"
     cut.refs_asked_out = no_refs
-    if max_tokens is None and max_chars is None:
+    text = render_boot(parts, cut=cut)
+    tokens = estimate_tokens(text)
+    budget = load_config(parts.store)["boot_budget_tokens"]
+    if tokens > budget:
+        over = (
+            f"boot is ~{tokens} tokens, over the {budget}-token budget; "
+            "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
+        )
+        # The agent reads stdout, not stderr: the notice it must act on goes there too.
+        parts.notices.append(
+            f"this boot is ~{tokens} tokens, over the {budget}-token budget: run "
+            "`stm compact`, or move stable knowledge from MEMORY.md into refs/"
+        )
         text = render_boot(parts, cut=cut)
-        tokens = estimate_tokens(text)
-        budget = load_config(parts.store)["boot_budget_tokens"]
-        if tokens > budget:
-            warnings.append(
-                f"boot is ~{tokens} tokens, over the {budget}-token budget; "
-                "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
-            )
-            # The agent reads stdout, not stderr: the notice it must act on goes there too.
-            parts.notices.append(
-                f"this boot is ~{tokens} tokens, over the {budget}-token budget: run "
-                "`stm compact`, or move stable knowledge from MEMORY.md into refs/"
-            )
-            text = render_boot(parts, cut=cut)
-            parts.notices.pop()
-        return text, warnings
+        parts.notices.pop()
     limit_chars = min(
         max_chars if max_chars is not None else float("inf"),
         max_tokens * 4 if max_tokens is not None else float("inf"),
     )
+    # A limit the whole boot fits in changes nothing: the output is the unlimited one.
+    if len(text) <= limit_chars:
+        return text, warnings + ([over] if tokens > budget else [])
     cut.limit = boot_limit_label(max_tokens, max_chars)
 
     def fits(text: str) -> bool:
@@ -7444,6 +7438,10 @@ def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str
             if cut.workflow == "short"
             else "the active workflow left out"
         )
+    if cut.footer == "none":
+        said.append("the closing lines on logs left out")
+    if cut.notices == "none" and parts.notices:
+        said.append(f"{plural(len(parts.notices), 'notice')} left out")
     if cut.identity:
         said.append("identity cut")
     return [f"boot: {what} to fit {cut.limit}" for what in said]
