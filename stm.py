@@ -4556,14 +4556,15 @@ def untracked_outside(root: str, exclude=()) -> list[str]:
 
 
 def git_state(
-    root: str, *, since: float | None = None, max_files: int = 20, exclude=()
+    root: str, *, since: float | None = None, max_files: int = 20, exclude=(), skip=None
 ) -> GitState | None:
     """Where the git work tree at `root` stands: `branch` ("" when detached), `head` (the
     short commit hash, "" before the first commit), `changed` (up to `max_files` paths
     not committed, tracked or not, relative to the top folder; `changed_total` counts
     them all) and `commits` ("hash subject" of the newest GIT_COMMITS_MAX commits since
     the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
-    itself) count for neither. None outside a work tree or without git."""
+    itself), and changed paths for which `skip(path)` is true, count for neither. None
+    outside a work tree or without git."""
     where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
     # -uno: untracked files come from untracked_outside, whose pathspecs prune the walk
     # that an excluding pathspec here would not.
@@ -4572,6 +4573,8 @@ def git_state(
         return None
     branch, commit, paths = parse_git_status(output)
     paths += untracked_outside(root, exclude)
+    if skip is not None:
+        paths = [path for path in paths if not skip(path)]
     commits = []
     if isinstance(since, (int, float)) and abs(since) < 1e11:  # NaN and infinity fail too
         log = git_output(
@@ -6448,7 +6451,9 @@ class BootParts:
         root = os.path.dirname(os.path.abspath(self.store.stacks))
         stamp = memory_stamp(self.raw["session"]) if "session" in self.raw else None
         if is_git_work_tree(root):
-            self.git = git_state(root, since=stamp, exclude=memory_folders(self.store))
+            self.git = git_state(
+                root, since=stamp, exclude=stm_own_paths(self.store), skip=stm_output_in(root)
+            )
         now = utc_now()
         lines = render_capture(self.captured, now) if self.captured else []
         if self.captured:
@@ -6607,6 +6612,71 @@ def memory_folders(store: Store) -> list[str]:
     root = os.path.dirname(os.path.abspath(store.stacks))
     folders = [os.path.relpath(os.path.abspath(p), root) for p in (store.stacks, store.state)]
     return [f.replace(os.sep, "/") for f in folders if not f.startswith("..")]
+
+
+# Files stm itself writes into a project (setup's hook and MCP client files with their
+# backups, setup git's .gitattributes): a change to them is not work memory is behind on.
+# The tables that write them are in "Operations: integrations and setup"; a test holds
+# this list to them.
+STM_PROJECT_FILES = (
+    ".claude/settings.json",
+    ".codex/hooks.json",
+    ".mcp.json",
+    ".cursor/mcp.json",
+    ".vscode/mcp.json",
+    ".gitattributes",
+)
+BOOT_HEADER_START = "# stm memory boot · generated "
+STM_OUTPUT_SNIFF_MAX = 64  # changed files whose first line is read, at most
+
+
+def stm_own_paths(store: Store) -> list[str]:
+    """Memory's folders and the files stm writes into the project (relative to the
+    project root), for git_state's `exclude`."""
+    own = [f"{name}{suffix}" for name in STM_PROJECT_FILES for suffix in ("", ".stm-backup")]
+    return memory_folders(store) + own
+
+
+def stm_output_in(root: str):
+    """git_state's `skip`: whether a changed file is a `boot -o` output (its first line
+    is boot's header), read for the first few changed files only. Paths are relative to
+    the work tree's top, so only where the project root is that top."""
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
+    read = [0]
+
+    def is_boot_output(path: str) -> bool:
+        if path.endswith("/"):  # a new folder: skipped when it holds boot outputs alone
+            # Lazily: the walk stops at the first file that is not one (node_modules/).
+            files = (
+                os.path.relpath(os.path.join(folder, name), root)
+                for folder, _, names in os.walk(os.path.join(root, path))
+                for name in names
+            )
+            seen = False
+            for name in files:  # past STM_OUTPUT_SNIFF_MAX files read, none is one
+                if not is_boot_output(name):
+                    return False
+                seen = True
+            return seen
+        if read[0] >= STM_OUTPUT_SNIFF_MAX:
+            return False
+        read[0] += 1
+        header = BOOT_HEADER_START.encode("utf-8")
+        # No link followed, and a FIFO never blocks the boot.
+        flags = os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+        try:
+            fd = os.open(os.path.join(root, path), flags)
+        except OSError:
+            return False
+        try:
+            return os.read(fd, len(header)) == header
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    return is_boot_output
 
 
 def behind_summary(git) -> str:
@@ -11083,7 +11153,11 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     result.update(skipped=[], logged={}, to={})
     written: dict = {}  # stm session: the client session captured into it by this run
     record = read_hook_record(store)
-    git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
+    git = (
+        git_state(root, exclude=stm_own_paths(store), skip=stm_output_in(root))
+        if is_git_work_tree(root)
+        else None
+    )
     jobs = capture_jobs(record, payload, client, event, root)
     starting = client_session_id(payload) if event == "SessionStart" else ""
     if starting and payload_text(payload, "source", 40) != "compact":

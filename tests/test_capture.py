@@ -446,6 +446,41 @@ def test_identity_stays_first_in_a_hook_sized_boot(agent, run):
     assert len(out) <= 1200 and "Maintainer of the parser project" in out
 
 
+def test_stm_own_files_are_not_work_memory_is_behind_on(repo, run):
+    """The hooks, MCP client files and backups setup writes, and a `boot -o` output in
+    the project, are stm's, not work: no "memory may be behind the work" for them."""
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.json").write_text('{"model": "opus"}\n')  # a user's file
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the user's settings")
+    for command in (
+        ("setup", "claude", "--install"),  # changes a tracked file, leaves a backup
+        ("setup", "codex", "--install"),
+        ("setup", "mcp", "--install", "--client", "claude"),
+        ("setup", "mcp", "--install", "--client", "cursor"),
+        ("setup", "mcp", "--install", "--client", "vscode"),
+        ("boot", "-o", "boot.md"),
+        ("boot", "-o", "docs/agent-boot.md"),
+    ):
+        (repo / "docs").mkdir(exist_ok=True)
+        assert run(*command).code == 0, command
+    (repo / ".gitattributes").write_text("*.md merge=stm\n")
+    out = run("boot").out
+    assert "memory may be behind" not in out and "Work not yet in memory" not in out, out
+    (repo / "delisle.py").write_text("x\n")  # work, beside them
+    (repo / "notes.md").write_text("# stm memory boot, my notes on it\n")
+    out = run("boot").out
+    assert "memory may be behind the work: 2 files changed and not committed" in out, out
+    block = out.split("## Work not yet in memory")[1].split("\n## ")[0]
+    assert "`delisle.py`" in block and "`notes.md`" in block and "boot.md" not in block
+
+
+def test_stm_project_files_are_the_files_setup_writes():
+    written = {c.file.replace(os.sep, "/") for c in stm.HOOK_CLIENTS_TABLE}
+    written |= {f.replace(os.sep, "/") for f, _, _ in stm.MCP_CLIENT_FILES.values() if f}
+    assert written | {".gitattributes"} == set(stm.STM_PROJECT_FILES)
+
+
 # ---- the hooks exactly as `setup` writes them, run as the clients run them ----------------
 
 
