@@ -9791,13 +9791,22 @@ def write_memory_note(
     allow_secret: bool = False,
     create: bool = False,
     ref: str | None = None,
+    clear: bool = False,
 ) -> dict:
     """add_memory_note's work; the result also holds `created` and `changed`, and
-    `section` is the heading as the file spells it."""
+    `section` is the heading as the file spells it. An empty body replaces the section's
+    only with `clear` (an unset shell variable must not delete memory)."""
     section = clean_section_name(section)
     refuse_oversized(note, "the note")
     if not note.strip() and not replace:
         raise usage_error("note is empty; nothing written")
+    if not note.strip() and not clear:
+        where = ["--identity"] if identity else ["--ref", ref] if ref is not None else []
+        command = shell_command("stm", "note", *where, section, "--clear")
+        raise usage_error(
+            f"note --replace with an empty TEXT would empty the section {section!r}; to empty "
+            f"it on purpose, run `{command}`; nothing written"
+        )
     # An HTML comment opener would hide everything after it from a Markdown reader, and
     # an unclosed code fence would turn the sections below into text: neither may enter.
     note = note.replace("<!--", "&lt;!--")
@@ -14136,6 +14145,10 @@ def options_compose_handoff(p) -> None:
 
 def read_note_text(args) -> str:
     words = args.text or []
+    if args.clear:
+        if words:
+            raise usage_error("note --clear empties SECTION and takes no TEXT; nothing written")
+        return ""
     if not words and args.replace and sys.stdin.isatty():
         raise usage_error("note --replace needs TEXT, or the new body on standard input")
     if not words and not args.replace:
@@ -14179,7 +14192,7 @@ def refuse_one_argument(args) -> None:
 
 
 def cmd_note(args) -> int:
-    if not args.text and not args.replace:
+    if not args.text and not args.replace and not args.clear:
         refuse_one_argument(args)
     section = clean_section_name(args.section)
     note = read_note_text(args)
@@ -14191,11 +14204,12 @@ def cmd_note(args) -> int:
             store,
             section,
             note,
-            replace=args.replace,
+            replace=args.replace or args.clear,
             identity=args.identity,
             allow_secret=args.allow_secret,
             create=args.create,
             ref=args.ref,
+            clear=args.clear,
         )
     except SectionMissing as missing:
         flags = ["--create"] + (["--replace"] if args.replace else [])
@@ -14212,8 +14226,15 @@ def cmd_note(args) -> int:
 def options_note(p) -> None:
     p.add_argument("section", metavar="SECTION", help="the `## SECTION` heading of MEMORY.md")
     p.add_argument("text", metavar="TEXT", nargs="*", help="the note; - reads stdin")
-    p.add_argument(
+    body = p.add_mutually_exclusive_group()
+    body.add_argument(
         "--replace", action="store_true", help="replace the section's body (TEXT or stdin)"
+    )
+    body.add_argument(
+        "--clear",
+        action="store_true",
+        help="empty the section's body, on purpose (no TEXT; --replace with an empty one is "
+        "refused)",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
