@@ -5750,7 +5750,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
     steps = list(checkpoint.get("pending_steps") or [])
     done = None
     shown = list(steps)  # numbers name steps as boot showed them, before any is removed
-    resolved = []
+    resolved, unmatched = [], []
     for given in done_list(change):
         done, matched = resolve_done(given, shown)
         resolved.append(done)
@@ -5765,7 +5765,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
                 "is one line of --pending"
             )
         else:
-            warnings.append(f"--done {done!r} matched no pending step; recorded as done")
+            unmatched.append(done)
     if resolved:
         # The step's text, not the number given, goes into the event: a replay of the history
         # must not depend on how the list was numbered at the time.
@@ -5781,6 +5781,14 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
         # Finished work has nothing pending and nothing to resume from.
         checkpoint.pop("resume_instruction", None)
     checkpoint["pending_steps"] = steps
+    # Plainly: the step is recorded in its own words, and what is still pending.
+    left = "; ".join(f"{n}. {one_line(str(s), 80)}" for n, s in enumerate(steps[:10], 1))
+    left += f"; … and {len(steps) - 10} more" if len(steps) > 10 else ""
+    for done_text in unmatched:
+        warnings.append(
+            f"--done {done_text!r} matched no pending step: recorded as a completed step in "
+            f"its own words, today; {'still pending: ' + left if steps else 'nothing is pending'}"
+        )
     if change.get("resume") is not None:
         checkpoint["resume_instruction"] = change["resume"]
     resumable = steps or checkpoint.get("resume_instruction")
@@ -9253,17 +9261,29 @@ def set_phase(
     return ref, state, changed
 
 
+DONE_PART_MIN = 3  # the fewest characters of a step that name it (`--done o` names none)
+
+
 def match_done_step(done: str, steps: list, phases=()) -> str:
     """What `--done` names among the pending steps `steps`: a step's exact text, its
-    number as boot shows it, or a part of its text (case-insensitive) found in exactly
-    one step; given back unchanged when it names none, or is one of the session's
-    `phases` (apply_checkpoint then says it is a phase). A part found in several steps
-    is refused, listing them: recording the wrong one would lose a step silently."""
+    number as boot shows it, its whole text in any case, or a part of its text
+    (case-insensitive) of at least DONE_PART_MIN characters that starts a word, found in
+    exactly one step; given back unchanged when it names none, or is one of the
+    session's `phases` (apply_checkpoint then says it is a phase). A part found in
+    several steps is refused, listing them: recording the wrong one would lose a step
+    silently."""
     text, matched = resolve_done(done, steps)
     if matched or done in phases:
         return text
     wanted = done.casefold()
-    found = [step for step in steps if wanted in str(step).casefold()]
+    whole = [step for step in steps if str(step).casefold() == wanted]
+    if len(whole) == 1:
+        return whole[0]
+    if len(wanted.strip()) < DONE_PART_MIN:
+        return done
+    # From the start of a word: `kelvin` names "add tests for kelvin", `elvin` does not.
+    starts = re.compile(r"(?<!\w)" + re.escape(wanted))
+    found = [step for step in steps if starts.search(str(step).casefold())]
     if len(found) == 1:
         return found[0]
     if found:

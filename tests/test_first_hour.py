@@ -61,6 +61,55 @@ def test_done_with_a_part_that_several_steps_hold_is_refused_listing_them(store,
     assert snapshot(store) == before
 
 
+@pytest.fixture
+def kelvin(store, run):
+    sid = run("session", "new", "--name", "kelvin").out.strip()
+    pending = ["wire init", "add tests for kelvin", "Update the README"]
+    assert run("session", "checkpoint", *[a for p in pending for a in ("--pending", p)]).code == 0
+    return sid
+
+
+@pytest.mark.parametrize("part", ["o", "t", "el", "elvin", "ests", "nit", "   ki"])
+def test_done_with_a_fragment_inside_a_word_or_too_short_matches_no_step(store, run, kelvin, part):
+    result = run("session", "checkpoint", "--done", part)
+    assert result.code == 0
+    checkpoint = state_of(store, kelvin)["checkpoint"]
+    assert checkpoint["pending_steps"] == ["wire init", "add tests for kelvin", "Update the README"]
+    assert checkpoint["last_completed_step"].strip() == part.strip()  # in its own words
+    # Said plainly: no pending step matched, it is recorded in its own words, and what is left.
+    assert "matched no pending step: recorded as a completed step in its own words, today" in (
+        result.err
+    )
+    assert "still pending: 1. wire init; 2. add tests for kelvin; 3. Update the README" in (
+        result.err
+    )
+
+
+@pytest.mark.parametrize(
+    "part,step",
+    [
+        ("kelvin", "add tests for kelvin"),
+        ("KEL", "add tests for kelvin"),
+        ("tests for", "add tests for kelvin"),
+        ("wir", "wire init"),
+        ("update the readme", "Update the README"),  # its whole text, in any case
+        ("3", "Update the README"),  # its number
+    ],
+)
+def test_done_by_a_part_that_starts_a_word(store, run, kelvin, part, step):
+    result = run("session", "checkpoint", "--done", part)
+    assert result.code == 0 and result.err == ""
+    checkpoint = state_of(store, kelvin)["checkpoint"]
+    assert checkpoint["last_completed_step"] == step and step not in checkpoint["pending_steps"]
+
+
+def test_done_matching_nothing_says_when_nothing_is_left(store, run, kelvin):
+    run("session", "checkpoint", "--clear-pending")
+    result = run("session", "checkpoint", "--done", "shipped it")
+    assert result.code == 0 and "matched no pending step" in result.err
+    assert "nothing is pending" in result.err
+
+
 def test_done_by_number_and_by_text_still_work(store, run, steps):
     assert run("session", "checkpoint", "--done", "2").code == 0
     assert state_of(store, steps)["checkpoint"]["last_completed_step"] == "write count_words"
