@@ -7017,7 +7017,7 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
             line += f"; full text: {folder}/{SESSION_MD}"  # a link could lead anywhere
         lines.append(line)
         lines += render_handoff_brief(ref)
-    lines += render_checkpoint(state, steps=steps)
+    lines += render_checkpoint(state, steps=steps, archived=ref.archived)
     context = state.get("context")
     if isinstance(context, dict):
         safe = sorted(
@@ -7080,7 +7080,7 @@ def context_file_inside(ref: SessionRef, rel: str) -> bool:
     return real.startswith(root + os.sep)
 
 
-def render_checkpoint(state: dict, *, steps: int = 20) -> list[str]:
+def render_checkpoint(state: dict, *, steps: int = 20, archived: bool = False) -> list[str]:
     lines = []
     checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
     recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
@@ -7088,10 +7088,9 @@ def render_checkpoint(state: dict, *, steps: int = 20) -> list[str]:
     if checkpoint.get("last_completed_step"):
         lines.append(f"- Last completed step: {one_line(checkpoint['last_completed_step'])}")
     if finished:
-        lines.append(
-            f"- Finished at {one_line(finished)}: nothing to resume; archive it with "
-            "`stm session archive`"
-        )
+        # An archived session is archived already: no hint to do it again.
+        archive = "archived" if archived else "archive it with `stm session archive`"
+        lines.append(f"- Finished at {one_line(finished)}: nothing to resume; {archive}")
         return lines
     pending = checkpoint.get("pending_steps")
     if isinstance(pending, list) and pending:
@@ -8455,7 +8454,8 @@ def sync_report_lines(report: dict) -> list[str]:
         lines = [f"nothing to send to {report['upstream']}"]
     verb = "would receive" if dry else "received"
     if received["files"]:
-        lines.append(f"{verb}: {count_words(received)}" + ("" if dry else "; `stm boot` shows it"))
+        shown = "" if dry else as_invoked("; `stm boot` shows it")
+        lines.append(f"{verb}: {count_words(received)}{shown}")
     else:
         lines.append(f"{verb}: nothing new")
     if report["retries"]:
@@ -13981,7 +13981,7 @@ def cmd_session_show(args) -> int:
     flags += " (archived)" if ref.archived else ""
     out(f"session {ref.id}{flags}")
     out(f"path: {store.rel(ref.path)}")
-    out(render_workflow(store, ref, state))
+    out(as_invoked(render_workflow(store, ref, state)))
     created, updated = one_line(state.get("created_at")), one_line(state.get("updated_at"))
     out(f"created {created}, updated {updated}")
     if events:
@@ -16090,7 +16090,11 @@ def suggest_choice(prog: str, message: str) -> str:
     close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
     if not close:
         return message
-    suggestion = f"(did you mean `{prog} {close[0]}`?)"
+    # An option's value (`argument --layer: invalid choice`) is meant with its option,
+    # not as a command: `search x --layer log` means `--layer logs`, never `search logs`.
+    option = re.match(r"argument (-[-\w]+)", message)
+    meant = f"{option.group(1)} {close[0]}" if option else f"{prog} {close[0]}"
+    suggestion = f"(did you mean `{meant}`?)"
     return f"{message[: match.start()]}invalid choice: {match.group(1)!r} {suggestion}"
 
 
@@ -16103,6 +16107,22 @@ def parser_class():
             usage_exit(self.prog, suggest_choice(self.prog, message))
 
     return Parser
+
+
+def examples_as_invoked(text: str) -> str:
+    """A help text whose examples (lines `  stm …`) and hints (`stm …`) name stm as
+    it was run:
+    `python3 stm.py boot` is what runs where no `stm` is installed."""
+    name = _HINT_VOICE["command"] or command_name()
+    text = as_invoked(text)
+    if name == "stm":
+        return text
+    return "\n".join(
+        f"{line[: len(line) - len(line.lstrip())]}{name} {line.lstrip()[4:]}"
+        if line.lstrip().startswith("stm ") and line.startswith("  ")
+        else line
+        for line in text.split("\n")
+    )
 
 
 def help_formatter():
@@ -16121,6 +16141,9 @@ def help_formatter():
                 # argparse's own two-column margin, and never so narrow that help cannot wrap.
                 width = max(columns - 2, 40)
             super().__init__(prog, indent_increment, max_help_position, width)
+
+        def format_help(self):
+            return examples_as_invoked(super().format_help())
 
     return Formatter
 

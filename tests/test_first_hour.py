@@ -7,12 +7,14 @@ import functools
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_stm, snapshot
-from helpers import GIT_IDENTITY, git
+from conftest import ROOT, all_command_paths, run_stm, snapshot
+from helpers import GIT_IDENTITY, git, isolated_git_env
 
 import stm
 
@@ -656,3 +658,103 @@ def test_session_show_prints_events_as_lines_not_json(store, run, steps):
     events = shown.split("recent events:\n", 1)[1].splitlines()
     assert events and not any("{" in line for line in events), events
     assert any(" checkpoint by tester: done write count_chars" in line for line in events)
+
+
+# ---- every hint runs as typed, from `python3 stm.py` with no `stm` on PATH ------------------
+
+HINT_RE = re.compile(r"`((?:stm|python3 -m stm|python3 \S*stm\.py) [^`]*)`")
+# Words a hint uses for what the reader fills in: such a hint is checked, not run.
+PLACEHOLDER_RE = re.compile(r"\b[A-Z]{2,}\b|…|\.\.\.|\bN\b")
+
+
+def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = isolated_git_env(bin_dir, {**os.environ, "STM_FSYNC": "0"}, tmp_path)
+    env["HOME"] = str(tmp_path / "home")
+    assert shutil.which("stm", path=env["PATH"]) is None
+    project = tmp_path / "p"
+    project.mkdir()
+
+    def stm_run(*args, stdin=None):
+        return subprocess.run(
+            [sys.executable, str(ROOT / "stm.py"), *args],
+            cwd=project,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    said = []
+    scenario = [
+        ("init",),
+        ("boot",),
+        ("boot", "--max-chars", "600"),
+        ("status",),
+        ("check",),
+        ("note", "Status", "--replace", ""),
+        ("note", "Nxt", "x"),
+        ("note", "just a thought"),
+        ("log", ""),
+        ("search", "x", "--layer", "log"),
+        ("sesion", "list"),
+        ("session", "new", "--name", "port", "--phases", "plan,build"),
+        ("session", "checkpoint", "--pending", "wire init", "--pending", "add tests"),
+        ("session", "checkpoint", "--done", "o"),
+        ("session", "checkpoint", "--done", "plan"),
+        (
+            "session",
+            "show",
+        ),
+        ("session", "switch", "zzzz"),
+        ("session", "done"),
+        ("session", "checkpoint", "--finish"),
+        ("session", "show"),
+        ("fact", "get", "nope"),
+        ("refs", "show", "nope"),
+        ("setup", "claude", "--check"),
+        ("compose-handoff", "-"),
+    ]
+    for args in scenario:
+        result = stm_run(*args, stdin="")
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        said.append((args, result.stdout + result.stderr))
+    sid = json.loads(stm_run("session", "list", "--json").stdout)["current"]
+    archived = stm_run("session", "archive", sid)
+    said.append((("session", "archive"), archived.stdout + archived.stderr))
+    shown = stm_run("session", "show", sid)
+    said.append((("session", "show", sid), shown.stdout + shown.stderr))
+    assert "archive it with" not in shown.stdout  # archived already: no hint to archive
+    # Every --help, rendered as `python3 stm.py --help` renders it (in-process: quicker).
+    invoked = shlex.join([sys.executable, str(ROOT / "stm.py")])
+    monkeypatch.setattr(stm, "command_name", lambda: invoked)
+    for path in [[]] + all_command_paths():
+        result = run(*path, "--help")
+        said.append(((*path, "--help"), result.out))
+        examples = [n for n in result.out.splitlines() if n.lstrip().startswith("stm ")]
+        assert not examples, (path, examples)
+    hints = {}
+    for args, text in said:
+        for hint in HINT_RE.findall(text):
+            hints.setdefault(hint, args)
+    assert not [h for h in hints if h.startswith("stm ")], hints
+    assert "--layer logs" in dict(said)[("search", "x", "--layer", "log")]
+    assert "search logs" not in dict(said)[("search", "x", "--layer", "log")]
+    runnable = [h for h in hints if not PLACEHOLDER_RE.search(h)]
+    assert len(runnable) >= 10, hints
+    # A command's bare name (`stm log`, `stm session checkpoint`) names the command; every
+    # other hint is a command line, and runs as typed in the shell the user has.
+    names = {" ".join([invoked, *path]) for path in all_command_paths()}
+    names = {name.replace(sys.executable, "python3") for name in names}
+    for hint in runnable:
+        result = subprocess.run(
+            ["sh", "-c", hint], cwd=project, env=env, capture_output=True, text=True, timeout=60
+        )
+        usage = result.returncode == 2 and hint not in names
+        assert not usage and "Traceback" not in result.stderr, (
+            hint,
+            hints[hint],
+            result.stderr,
+        )
