@@ -3512,6 +3512,7 @@ HANDOFF_PLACEHOLDER_FIELDS = (
     "from_agent",
     "to_agent",
     "task",
+    "task_id",  # TASK-1: an id no one gave is no id
     "summary",
     "context",
     "decisions",
@@ -5469,6 +5470,19 @@ def load_config(store: Store, *, strict: bool = False) -> dict:
 def section_limit(config: dict, name: str) -> int:
     limits = {k.strip().lower(): v for k, v in config["section_limits"].items()}
     return limits.get(name.strip().lower(), config["default_section_limit"])
+
+
+def sections_over_limit(text: str, config: dict) -> list[tuple]:
+    """[(part, bullets, limit)] of MEMORY.md's `## ` sections holding more bullets than
+    compact keeps (check's section-over-limit, status's warning): a `# ` part is not
+    compacted, nor is Last Updated."""
+    doc = MdDoc.of(text)
+    over = []
+    for part in doc.headed():
+        count, keep = len(doc.bullets(part)), section_limit(config, part.name)
+        if count > keep and part.name.lower() != MD_LAST_UPDATED:
+            over.append((part, count, keep))
+    return over
 
 
 def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, list[str]]]]:
@@ -12095,11 +12109,18 @@ def gather_status(store: Store) -> dict:
             f"boot is ~{boot_tokens} tokens, over the {budget} budget: run `stm compact`"
         )
     with contextlib.suppress(OSError):
-        bullets = MdDoc.of(read_text(store.memory_path)).bullet_count()
+        memory_text = read_text(store.memory_path)
+        bullets = MdDoc.of(memory_text).bullet_count()
         if bullets > config["consolidation_threshold"]:
             warnings.append(
                 f"MEMORY.md holds {bullets} bullets, over the consolidation threshold of "
                 f"{config['consolidation_threshold']}: run `stm compact`"
+            )
+        # What check warns about (section-over-limit), status warns about too.
+        for part, count, keep in sections_over_limit(memory_text, config):
+            warnings.append(
+                f'MEMORY.md section "{one_line(part.name, 80)}" holds {count} bullets, over '
+                f"its limit of {keep}: run `stm compact`"
             )
     sessions, session_warnings = session_status(store, now)
     warnings += memory_warnings + session_warnings
@@ -12528,18 +12549,15 @@ class Checker:
     def sections_over_limit(self, text: str, config: dict) -> None:
         """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
         compact would move the oldest; say so before either happens."""
-        doc = MdDoc.of(text)
-        for part in doc.headed():  # a `# ` part is not compacted, so not reported either
-            count, keep, name = len(doc.bullets(part)), section_limit(config, part.name), part.name
-            if count > keep and name.lower() != MD_LAST_UPDATED:
-                self.report(
-                    "section-over-limit",
-                    self.store.memory_path,
-                    f'section "{one_line(name, 80)}" holds {count} bullets, over its limit of '
-                    f"{keep}",
-                    as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
-                    line=part.start + 1,
-                )
+        for part, count, keep in sections_over_limit(text, config):
+            self.report(
+                "section-over-limit",
+                self.store.memory_path,
+                f'section "{one_line(part.name, 80)}" holds {count} bullets, over its limit of '
+                f"{keep}",
+                as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
+                line=part.start + 1,
+            )
 
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
@@ -14854,6 +14872,12 @@ def options_import(p) -> None:
         help="replace files that differ, keeping each old one as a .bak",
     )
     p.add_argument("--dry-run", action="store_true", help="say what would happen; write nothing")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list the files already the same (by default: the changes and the counts)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -14866,7 +14890,10 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
         print_json({"dry_run": bool(args.dry_run), "files": rows, "skipped": skipped})
         return
     for action, name, _, _ in plan:
-        out(f"{words[action]:13} {name}")
+        # The changes, one line each; a file already the same only with --verbose (the
+        # summary counts them): restoring a checkpoint over itself prints one line.
+        if action != "same" or args.verbose:
+            out(f"{words[action]:13} {name}")
     out(import_summary(plan, bool(args.dry_run)))
 
 
@@ -15952,7 +15979,7 @@ COMMANDS = (
     Command(
         "setup",
         None,
-        "wire stm into agent tools and git: claude, agents-md, mcp, git",
+        "wire stm into agent tools and git: claude, codex, agents-md, mcp, git",
         "stm setup claude --install",
         None,
     ),
@@ -16075,6 +16102,11 @@ def usage_exit(prog: str, message: str):
 
 
 _INVALID_CHOICE_RE = LazyRegex(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+# Verbs a user reaches for that stm spells otherwise: (command, word) -> what it is.
+MEANT_VERBS = {
+    ("session", "done"): "session checkpoint --finish",
+    ("session", "finish"): "session checkpoint --finish",
+}
 
 
 def suggest_choice(prog: str, message: str) -> str:
@@ -16087,6 +16119,11 @@ def suggest_choice(prog: str, message: str) -> str:
     if match is None:
         return message
     choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+    meant = MEANT_VERBS.get((prog.split()[-1], match.group(1)))
+    if meant is not None:  # `stm session done`: the finished work is a checkpoint
+        root = prog.rsplit(" ", 1)[0]
+        said = f"invalid choice: {match.group(1)!r} (did you mean `{root} {meant}`?)"
+        return message[: match.start()] + said
     close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
     if not close:
         return message
@@ -16278,6 +16315,31 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
     return parser
 
 
+def json_after_command(argv: list[str]) -> list[str]:
+    """`stm --json status` as `stm status --json`: like --dir, --json is taken before the
+    command too (it is each command's own option, so it moves to just after the command
+    and its verb)."""
+    at, skip = 0, False
+    while at < len(argv):  # the global options before the command
+        word = argv[at]
+        if skip:
+            skip = False
+        elif word in ("--dir", "--state-dir", "--user"):
+            skip = True
+        elif not word.startswith("-") or word == "--":
+            break
+        at += 1
+    if "--json" not in argv[:at] or at == len(argv) or argv[at] == "--":
+        return argv
+    end = at + (2 if argv[at] in VERBS and at + 1 < len(argv) else 1)
+    before = [
+        word
+        for i, word in enumerate(argv[:at])
+        if word != "--json" or (i and argv[i - 1] in ("--dir", "--state-dir", "--user"))
+    ]
+    return [*before, *argv[at:end], "--json", *argv[end:]]
+
+
 def command_of(argv: list[str]) -> tuple[str | None, str | None]:
     """(command, session verb) named by argv, or (None, None) when unclear: then the
     whole parser is built, so help, --version and 'invalid choice' messages are complete.
@@ -16386,6 +16448,7 @@ def run_command(argv: list[str]) -> int:
             refused = usage_error(f"argument {shown!r} is not valid UTF-8")
             refused.prog = command_name()
             raise refused
+    argv = json_after_command(argv)
     parser = build_parser(*command_of(argv))
     try:
         args, extra = parser.parse_known_args(argv)

@@ -235,13 +235,17 @@ def test_compose_handoff_refuses_the_unedited_example_naming_the_fields(store, r
     for extra in ((), ("--print",)):
         result = run("compose-handoff", str(example), *extra)
         assert result.code == 1, result
-        assert "placeholder text in from_agent, to_agent, task," in result.err
+        assert "placeholder text in from_agent, to_agent, task, task_id," in result.err
         assert "`stm session handoff`" in result.err
     assert snapshot(store) == before
     filled = json.loads(example.read_text())
     filled.update(from_agent="ann", to_agent="bob", task="Port the grammar.")
     for key in ("summary", "context", "decisions", "next_steps", "notes"):
         del filled[key]
+    example.write_text(json.dumps(filled))
+    only_id = run("compose-handoff", str(example))  # the example's TASK-1 is no task id
+    assert only_id.code == 1 and "placeholder text in task_id;" in only_id.err
+    filled["task_id"] = "PARSER-7"
     example.write_text(json.dumps(filled))
     assert run("compose-handoff", str(example)).code == 0
 
@@ -459,6 +463,21 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     (store / ".stacks" / "refs" / "gone.md").unlink()
     last = run("import", archive).out.splitlines()[-1]
     assert re.fullmatch(r"import: \d+ files: 1 new, 0 replaced, \d+ already the same", last)
+
+
+def test_import_lists_the_changes_and_counts_the_rest(store, run, tmp_path):
+    archive = str(tmp_path / "m.zip")
+    (store / ".stacks" / "refs" / "gone.md").write_text("# Gone\n\nx\n")
+    assert run("export", "-o", archive).code == 0
+    (store / ".stacks" / "refs" / "gone.md").unlink()
+    lines = run("import", archive).out.splitlines()
+    assert lines[:-1] == ["created       .stacks/refs/gone.md"], lines  # the change alone
+    assert re.fullmatch(r"import: (\d+) files: 1 new, 0 replaced, \d+ already the same", lines[-1])
+    again = run("import", archive).out.splitlines()
+    assert len(again) == 1 and again[0].startswith("import: ")  # nothing changed: one line
+    verbose = run("import", archive, "--verbose").out.splitlines()
+    total = int(re.match(r"import: (\d+) files", verbose[-1]).group(1))
+    assert len(verbose) == total + 1 and all(n.startswith("same ") for n in verbose[:-1])
 
 
 # ---- 9. check warns about a section over its compact limit ---------------------------
@@ -758,3 +777,40 @@ def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeyp
             hints[hint],
             result.stderr,
         )
+
+
+# ---- smaller frictions of the first week ----------------------------------------------------
+
+
+def test_json_before_the_command_is_taken_as_dir_is(store, run):
+    after = json.loads(run("status", "--json").out)
+    before = run("--json", "status")
+    assert before.code == 0 and json.loads(before.out).keys() == after.keys()
+    listed = run("--dir", ".stacks", "--json", "session", "list")
+    assert listed.code == 0 and "sessions" in json.loads(listed.out)
+    refused = run("--json", "merge-file", "a", "b", "c")  # a command without --json
+    assert refused.code == 2 and "--json" in refused.err
+
+
+@pytest.mark.parametrize("verb", ["done", "finish"])
+def test_session_done_points_to_checkpoint_finish(store, run, verb):
+    result = run("session", verb)
+    assert result.code == 2
+    assert "(did you mean `stm session checkpoint --finish`?)" in result.err
+
+
+def test_setup_help_names_every_client(run):
+    summary = " ".join(run("--help").out.split()).replace("- ", "-")  # however it wraps
+    line = summary.split(" setup ", 1)[1][:120]
+    assert "claude, codex, agents-md, mcp, git" in line, line
+
+
+def test_status_warns_about_what_check_warns_about(store, run):
+    bullets = "".join(f"- step {n}\n" for n in range(12, 0, -1))
+    path = store / ".stacks" / "MEMORY.md"
+    path.write_text(path.read_text().replace("## Next Steps\n", "## Next Steps\n\n" + bullets, 1))
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert any(f["rule"] == "section-over-limit" for f in found), found
+    status = run("status")
+    assert "verdict: ok" not in status.out
+    assert 'section "Next Steps" holds 12 bullets, over its limit of 10' in status.out
