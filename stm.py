@@ -4053,6 +4053,7 @@ HANDOFF_PLACEHOLDER_FIELDS = (
     "from_agent",
     "to_agent",
     "task",
+    "task_id",  # TASK-1: an id no one gave is no id
     "summary",
     "context",
     "decisions",
@@ -5426,14 +5427,15 @@ def untracked_outside(root: str, exclude=()) -> list[str]:
 
 
 def git_state(
-    root: str, *, since: float | None = None, max_files: int = 20, exclude=()
+    root: str, *, since: float | None = None, max_files: int = 20, exclude=(), skip=None
 ) -> GitState | None:
     """Where the git work tree at `root` stands: `branch` ("" when detached), `head` (the
     short commit hash, "" before the first commit), `changed` (up to `max_files` paths
     not committed, tracked or not, relative to the top folder; `changed_total` counts
     them all) and `commits` ("hash subject" of the newest GIT_COMMITS_MAX commits since
     the epoch time `since`, newest first). Paths under the folders in `exclude` (memory
-    itself) count for neither. None outside a work tree or without git."""
+    itself), and changed paths for which `skip(path)` is true, count for neither. None
+    outside a work tree or without git."""
     where = ["--", ".", *(f":(exclude,literal){folder}" for folder in exclude)]
     # -uno: untracked files come from untracked_outside, whose pathspecs prune the walk
     # that an excluding pathspec here would not.
@@ -5442,6 +5444,8 @@ def git_state(
         return None
     branch, commit, paths = parse_git_status(output)
     paths += untracked_outside(root, exclude)
+    if skip is not None:
+        paths = [path for path in paths if not skip(path)]
     commits = []
     if isinstance(since, (int, float)) and abs(since) < 1e11:  # NaN and infinity fail too
         log = git_output(
@@ -6354,6 +6358,19 @@ def section_limit(config: dict, name: str) -> int:
     return limits.get(name.strip().lower(), config["default_section_limit"])
 
 
+def sections_over_limit(text: str, config: dict) -> list[tuple]:
+    """[(part, bullets, limit)] of MEMORY.md's `## ` sections holding more bullets than
+    compact keeps (check's section-over-limit, status's warning): a `# ` part is not
+    compacted, nor is Last Updated."""
+    doc = MdDoc.of(text)
+    over = []
+    for part in doc.headed():
+        count, keep = len(doc.bullets(part)), section_limit(config, part.name)
+        if count > keep and part.name.lower() != MD_LAST_UPDATED:
+            over.append((part, count, keep))
+    return over
+
+
 def compact_memory_text(text: str, config: dict) -> tuple[str, list[tuple[str, list[str]]]]:
     """MEMORY.md with each section cut to its limit (the bottom bullets go), and
     [(section, moved lines)]."""
@@ -6633,7 +6650,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
     steps = list(checkpoint.get("pending_steps") or [])
     done = None
     shown = list(steps)  # numbers name steps as boot showed them, before any is removed
-    resolved = []
+    resolved, unmatched = [], []
     for given in done_list(change):
         done, matched = resolve_done(given, shown)
         resolved.append(done)
@@ -6648,7 +6665,7 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
                 "is one line of --pending"
             )
         else:
-            warnings.append(f"--done {done!r} matched no pending step; recorded as done")
+            unmatched.append(done)
     if resolved:
         # The step's text, not the number given, goes into the event: a replay of the history
         # must not depend on how the list was numbered at the time.
@@ -6664,6 +6681,14 @@ def apply_checkpoint(state: dict, change: dict, *, author: str, now: str) -> lis
         # Finished work has nothing pending and nothing to resume from.
         checkpoint.pop("resume_instruction", None)
     checkpoint["pending_steps"] = steps
+    # Plainly: the step is recorded in its own words, and what is still pending.
+    left = "; ".join(f"{n}. {one_line(str(s), 80)}" for n, s in enumerate(steps[:10], 1))
+    left += f"; … and {len(steps) - 10} more" if len(steps) > 10 else ""
+    for done_text in unmatched:
+        warnings.append(
+            f"--done {done_text!r} matched no pending step: recorded as a completed step in "
+            f"its own words, today; {'still pending: ' + left if steps else 'nothing is pending'}"
+        )
     if change.get("resume") is not None:
         checkpoint["resume_instruction"] = change["resume"]
     resumable = steps or checkpoint.get("resume_instruction")
@@ -7043,8 +7068,9 @@ def history_behind(state: dict | None, newest: int | None) -> tuple[int, int] | 
 # workflow or the sessions waiting for this clone, session memory, the refs index. A
 # budget (--max-tokens, --max-chars) is met by cutting in the opposite order: refs
 # summaries, the refs index, the oldest bullets of each memory section, memory sections
-# from the bottom, the workflow, identity; and finally, always, a hard cut, so the
-# output never exceeds the budget. Every cut leaves a line saying what was left out.
+# from the bottom, the workflow, the closing lines, the other notices, identity; and
+# finally, always, a hard cut, so the output never exceeds the budget. What the cuts
+# left out is said in one notice line; a budget the whole boot fits changes nothing.
 
 BOOT_WAITING_MAX = 10  # sessions listed when none is current
 BOOT_SCAN_SESSIONS_MAX = 200  # newest active sessions read for that list
@@ -7353,7 +7379,9 @@ class BootParts:
         root = os.path.dirname(os.path.abspath(self.store.stacks))
         stamp = memory_stamp(self.raw["session"]) if "session" in self.raw else None
         if is_git_work_tree(root):
-            self.git = git_state(root, since=stamp, exclude=memory_folders(self.store))
+            self.git = git_state(
+                root, since=stamp, exclude=stm_own_paths(self.store), skip=stm_output_in(root)
+            )
         now = utc_now()
         record = read_hook_record(self.store) if self.captured else None
         lines = []
@@ -7730,6 +7758,71 @@ def memory_folders(store: Store) -> list[str]:
     root = os.path.dirname(os.path.abspath(store.stacks))
     folders = [os.path.relpath(os.path.abspath(p), root) for p in (store.stacks, store.state)]
     return [f.replace(os.sep, "/") for f in folders if not f.startswith("..")]
+
+
+# Files stm itself writes into a project (setup's hook and MCP client files with their
+# backups, setup git's .gitattributes): a change to them is not work memory is behind on.
+# The tables that write them are in "Operations: integrations and setup"; a test holds
+# this list to them.
+STM_PROJECT_FILES = (
+    ".claude/settings.json",
+    ".codex/hooks.json",
+    ".mcp.json",
+    ".cursor/mcp.json",
+    ".vscode/mcp.json",
+    ".gitattributes",
+)
+BOOT_HEADER_START = "# stm memory boot · generated "
+STM_OUTPUT_SNIFF_MAX = 64  # changed files whose first line is read, at most
+
+
+def stm_own_paths(store: Store) -> list[str]:
+    """Memory's folders and the files stm writes into the project (relative to the
+    project root), for git_state's `exclude`."""
+    own = [f"{name}{suffix}" for name in STM_PROJECT_FILES for suffix in ("", ".stm-backup")]
+    return memory_folders(store) + own
+
+
+def stm_output_in(root: str):
+    """git_state's `skip`: whether a changed file is a `boot -o` output (its first line
+    is boot's header), read for the first few changed files only. Paths are relative to
+    the work tree's top, so only where the project root is that top."""
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
+    read = [0]
+
+    def is_boot_output(path: str) -> bool:
+        if path.endswith("/"):  # a new folder: skipped when it holds boot outputs alone
+            # Lazily: the walk stops at the first file that is not one (node_modules/).
+            files = (
+                os.path.relpath(os.path.join(folder, name), root)
+                for folder, _, names in os.walk(os.path.join(root, path))
+                for name in names
+            )
+            seen = False
+            for name in files:  # past STM_OUTPUT_SNIFF_MAX files read, none is one
+                if not is_boot_output(name):
+                    return False
+                seen = True
+            return seen
+        if read[0] >= STM_OUTPUT_SNIFF_MAX:
+            return False
+        read[0] += 1
+        header = BOOT_HEADER_START.encode("utf-8")
+        # No link followed, and a FIFO never blocks the boot.
+        flags = os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+        try:
+            fd = os.open(os.path.join(root, path), flags)
+        except OSError:
+            return False
+        try:
+            return os.read(fd, len(header)) == header
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    return is_boot_output
 
 
 def behind_summary(git) -> str:
@@ -8479,7 +8572,7 @@ def render_workflow(store: Store, ref: SessionRef, state: dict, *, steps: int = 
             line += f"; full text: {folder}/{SESSION_MD}"  # a link could lead anywhere
         lines.append(line)
         lines += render_handoff_brief(ref)
-    lines += render_checkpoint(state, steps=steps)
+    lines += render_checkpoint(state, steps=steps, archived=ref.archived)
     context = state.get("context")
     if isinstance(context, dict):
         safe = sorted(
@@ -8542,7 +8635,7 @@ def context_file_inside(ref: SessionRef, rel: str) -> bool:
     return real.startswith(root + os.sep)
 
 
-def render_checkpoint(state: dict, *, steps: int = 20) -> list[str]:
+def render_checkpoint(state: dict, *, steps: int = 20, archived: bool = False) -> list[str]:
     lines = []
     checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
     recovery = state.get("recovery") if isinstance(state.get("recovery"), dict) else {}
@@ -8550,10 +8643,9 @@ def render_checkpoint(state: dict, *, steps: int = 20) -> list[str]:
     if checkpoint.get("last_completed_step"):
         lines.append(f"- Last completed step: {one_line(checkpoint['last_completed_step'])}")
     if finished:
-        lines.append(
-            f"- Finished at {one_line(finished)}: nothing to resume; archive it with "
-            "`stm session archive`"
-        )
+        # An archived session is archived already: no hint to do it again.
+        archive = "archived" if archived else "archive it with `stm session archive`"
+        lines.append(f"- Finished at {one_line(finished)}: nothing to resume; {archive}")
         return lines
     pending = checkpoint.get("pending_steps")
     if isinstance(pending, list) and pending:
@@ -8596,6 +8688,8 @@ class BootCut:
         "memory_bullets",
         "memory_sections",
         "workflow",
+        "footer",
+        "notices",
         "identity",
         "limit",
     )
@@ -8606,6 +8700,8 @@ class BootCut:
         self.memory_bullets = 0  # oldest bullets left out, taken round the sections
         self.memory_sections = 0  # sections left out from the bottom (-1: all memory)
         self.workflow = "full"  # "full", "short" (3 steps), "none"
+        self.footer = "full"  # "full" or "none": the closing lines about logs
+        self.notices = "full"  # "full" or "none": the notices other than the cut's own line
         self.identity = 0  # identity sections left out from the bottom (-1: all)
         self.limit = ""  # the flag that asked for the cut, for the notices
 
@@ -8703,18 +8799,21 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         cut = BootCut()
         cut.refs = refs_mode
     store = parts.store
-    # A copy: the cut notices belong to this render, and fit_boot renders many times.
+    # A copy: the cut's line belongs to this render, and fit_boot renders many times.
     notices = [as_invoked(notice) for notice in parts.notices]
+    # What the cut left out, for its one line (spec: boot budget): each cut notice costs
+    # room that identity needs under a tight limit, so they share one line and one hint.
+    left: list[str] = []
+    if cut.notices == "none" and notices:
+        left.append(plural(len(notices), "notice"))
+        notices = []
     sections = []
     identity_path = store.rel(store.agent_path)
     identity, gone = parts.identity, []
     if cut.identity:
         identity, gone = cut_sections(parts.identity, cut.identity, parts.parsed("identity"))
     if gone:
-        notices.append(
-            f"identity cut to fit {cut.limit} (left out: {'; '.join(gone)}): read "
-            f"{identity_path} in full"
-        )
+        left.append(f"from identity ({identity_path}): {' and '.join(gone)}")
     sections.append((f"Identity ({identity_path})", identity))
     capture = None
     if parts.capture and cut.workflow != "none":
@@ -8723,20 +8822,14 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
         if parts.capture_first:
             sections.append(capture)
     elif parts.capture:
-        notices.append(
-            as_invoked(f"the captured last session was left out to fit {cut.limit}: run `stm boot`")
-        )
+        left.append("the captured last session")
     if parts.workflow is not None and cut.workflow != "none":
         workflow = parts.workflow
         if cut.workflow == "short":
             workflow = cut_workflow(workflow)
         sections.append(("Active workflow", as_invoked(workflow)))
     elif parts.workflow is not None:
-        notices.append(
-            as_invoked(
-                f"the active workflow was left out to fit {cut.limit}: run `stm session show`"
-            )
-        )
+        left.append("the active workflow")
     if capture and not parts.capture_first:
         sections.append(capture)
     if parts.waiting and cut.workflow != "none":
@@ -8747,47 +8840,20 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
             )
         )
     elif parts.waiting:
-        notices.append(
-            as_invoked(
-                f"{plural(len(parts.waiting), 'waiting session')} left out to fit {cut.limit}: "
-                "run `stm session list`"
-            )
-        )
+        left.append(plural(len(parts.waiting), "waiting session"))
     if parts.arrived and cut.workflow != "none":
         sections.append(("Arrived with the last sync", as_invoked("\n".join(parts.arrived))))
     elif parts.arrived:
-        notices.append(
-            as_invoked(
-                f"what the last sync received was left out to fit {cut.limit}: run `stm boot`"
-            )
-        )
+        left.append("what the last sync received")
     memory_path = store.rel(store.memory_path)
-    # Every cut leaves a line in the text (the agent reads stdout, not stderr); the refs
-    # index's shares the memory's line when both went, since under a tight limit each
-    # line competes with identity for the room.
-    refs_cut = None
-    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
-        refs_cut = "titles only" if cut.refs == "titles" else "left out"
     if cut.memory_sections < 0:
-        what = "session memory"
-        if refs_cut == "left out":
-            what, refs_cut = "session memory and the refs index", None
-        notices.append(
-            as_invoked(
-                f"{what} left out to fit {cut.limit}: read {memory_path}, "
-                "or run `stm boot --no-limit`; run `stm compact` to make it smaller"
-            )
-        )
+        left.append(f"session memory ({memory_path})")
     else:
         memory, gone = cut_memory(
             parts.session, cut.memory_bullets, cut.memory_sections, parts.parsed("session")
         )
         if gone:
-            memory += as_invoked(
-                f"\n\n(left out to fit {cut.limit}: {'; '.join(gone)}. Read {memory_path}, "
-                "or run `stm boot --no-limit`; `stm compact` moves the oldest bullets to the "
-                "log for good)"
-            )
+            left.append(f"from session memory ({memory_path}): {' and '.join(gone)}")
         sections.append((f"Session memory ({memory_path})", memory))
     for layer in LAYERS[2:]:  # rows added after identity and session memory
         if layer.at_boot == "full":
@@ -8803,17 +8869,32 @@ def render_boot(parts: BootParts, refs_mode: str = "full", cut: BootCut | None =
                 render_refs(parts.refs, cut.refs),
             )
         )
-    if refs_cut:
-        notices.append(as_invoked(f"refs index {refs_cut}: `stm refs list`"))
+    if parts.refs and cut.limit and not cut.refs_asked_out and cut.refs != "full":
+        left.append("the refs summaries" if cut.refs == "titles" else "the refs index")
+    if cut.footer == "none":
+        left.append("the closing lines on logs")
+    if left:
+        smaller = (
+            "; `stm compact` moves the oldest memory to the log"
+            if cut.memory_bullets or cut.memory_sections
+            else ""
+        )
+        notices.append(
+            as_invoked(
+                f"left out to fit {cut.limit}: {'; '.join(left)}; "
+                f"all of it: `stm boot --no-limit`{smaller}"
+            )
+        )
     body = ""
     if notices:
         body += "\n## Notices\n\n" + "\n".join(f"- {n}" for n in notices) + "\n"
     body += "".join(f"\n## {title}\n\n{text}\n" for title, text in sections)
-    body += as_invoked(
-        f"\n---\nLogs ({store.rel(store.logs_dir)}/) are not loaded: search them when the "
-        "above is not enough (`stm search TEXT`). Save the state of a multi-step task with "
-        "`stm session checkpoint`; record work with `stm log`.\n"
-    )
+    if cut.footer != "none":
+        body += as_invoked(
+            f"\n---\nLogs ({store.rel(store.logs_dir)}/) are not loaded: search them when the "
+            "above is not enough (`stm search TEXT`). Save the state of a multi-step task with "
+            "`stm session checkpoint`; record work with `stm log`.\n"
+        )
     return with_boot_header(body, parts.freshness)
 
 
@@ -8877,6 +8958,9 @@ def boot_cuts(parts: BootParts, cut: BootCut):
     yield "memory_sections", -1
     yield "workflow", "short"
     yield "workflow", "none"
+    # Identity is cut only when nothing but it, the header and the cut's line is left.
+    yield "footer", "none"
+    yield "notices", "none"
     yield "identity", len(parts.parsed("identity").parts)  # then the hard cut: its top stays
 
 
@@ -8939,27 +9023,28 @@ def boot_document(
     cut = BootCut()
     cut.refs = "none" if no_refs else "full"
     cut.refs_asked_out = no_refs
-    if max_tokens is None and max_chars is None:
+    text = render_boot(parts, cut=cut)
+    tokens = estimate_tokens(text)
+    budget = load_config(parts.store)["boot_budget_tokens"]
+    if tokens > budget:
+        over = (
+            f"boot is ~{tokens} tokens, over the {budget}-token budget; "
+            "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
+        )
+        # The agent reads stdout, not stderr: the notice it must act on goes there too.
+        parts.notices.append(
+            f"this boot is ~{tokens} tokens, over the {budget}-token budget: run "
+            "`stm compact`, or move stable knowledge from MEMORY.md into refs/"
+        )
         text = render_boot(parts, cut=cut)
-        tokens = estimate_tokens(text)
-        budget = load_config(parts.store)["boot_budget_tokens"]
-        if tokens > budget:
-            warnings.append(
-                f"boot is ~{tokens} tokens, over the {budget}-token budget; "
-                "shorten MEMORY.md or AGENT.md, or pass --max-tokens N / --max-chars N to cut"
-            )
-            # The agent reads stdout, not stderr: the notice it must act on goes there too.
-            parts.notices.append(
-                f"this boot is ~{tokens} tokens, over the {budget}-token budget: run "
-                "`stm compact`, or move stable knowledge from MEMORY.md into refs/"
-            )
-            text = render_boot(parts, cut=cut)
-            parts.notices.pop()
-        return text, warnings
+        parts.notices.pop()
     limit_chars = min(
         max_chars if max_chars is not None else float("inf"),
         max_tokens * 4 if max_tokens is not None else float("inf"),
     )
+    # A limit the whole boot fits in changes nothing: the output is the unlimited one.
+    if len(text) <= limit_chars:
+        return text, warnings + ([over] if tokens > budget else [])
     cut.limit = boot_limit_label(max_tokens, max_chars)
 
     def fits(text: str) -> bool:
@@ -8989,6 +9074,10 @@ def boot_cut_warnings(parts: BootParts, cut: BootCut, no_refs: bool) -> list[str
             if cut.workflow == "short"
             else "the active workflow left out"
         )
+    if cut.footer == "none":
+        said.append("the closing lines on logs left out")
+    if cut.notices == "none" and parts.notices:
+        said.append(f"{plural(len(parts.notices), 'notice')} left out")
     if cut.identity:
         said.append("identity cut")
     return [f"boot: {what} to fit {cut.limit}" for what in said]
@@ -10212,7 +10301,8 @@ def sync_report_lines(report: dict) -> list[str]:
         lines = [f"nothing to send to {report['upstream']}"]
     verb = "would receive" if dry else "received"
     if received["files"]:
-        lines.append(f"{verb}: {count_words(received)}" + ("" if dry else "; `stm boot` shows it"))
+        shown = "" if dry else as_invoked("; `stm boot` shows it")
+        lines.append(f"{verb}: {count_words(received)}{shown}")
     else:
         lines.append(f"{verb}: nothing new")
     if report["retries"]:
@@ -11040,17 +11130,29 @@ def set_phase(
     return ref, state, changed
 
 
+DONE_PART_MIN = 3  # the fewest characters of a step that name it (`--done o` names none)
+
+
 def match_done_step(done: str, steps: list, phases=()) -> str:
     """What `--done` names among the pending steps `steps`: a step's exact text, its
-    number as boot shows it, or a part of its text (case-insensitive) found in exactly
-    one step; given back unchanged when it names none, or is one of the session's
-    `phases` (apply_checkpoint then says it is a phase). A part found in several steps
-    is refused, listing them: recording the wrong one would lose a step silently."""
+    number as boot shows it, its whole text in any case, or a part of its text
+    (case-insensitive) of at least DONE_PART_MIN characters that starts a word, found in
+    exactly one step; given back unchanged when it names none, or is one of the
+    session's `phases` (apply_checkpoint then says it is a phase). A part found in
+    several steps is refused, listing them: recording the wrong one would lose a step
+    silently."""
     text, matched = resolve_done(done, steps)
     if matched or done in phases:
         return text
     wanted = done.casefold()
-    found = [step for step in steps if wanted in str(step).casefold()]
+    whole = [step for step in steps if str(step).casefold() == wanted]
+    if len(whole) == 1:
+        return whole[0]
+    if len(wanted.strip()) < DONE_PART_MIN:
+        return done
+    # From the start of a word: `kelvin` names "add tests for kelvin", `elvin` does not.
+    starts = re.compile(r"(?<!\w)" + re.escape(wanted))
+    found = [step for step in steps if starts.search(str(step).casefold())]
     if len(found) == 1:
         return found[0]
     if found:
@@ -11578,13 +11680,22 @@ def write_memory_note(
     allow_secret: bool = False,
     create: bool = False,
     ref: str | None = None,
+    clear: bool = False,
 ) -> dict:
     """add_memory_note's work; the result also holds `created` and `changed`, and
-    `section` is the heading as the file spells it."""
+    `section` is the heading as the file spells it. An empty body replaces the section's
+    only with `clear` (an unset shell variable must not delete memory)."""
     section = clean_section_name(section)
     refuse_oversized(note, "the note")
     if not note.strip() and not replace:
         raise usage_error("note is empty; nothing written")
+    if not note.strip() and not clear:
+        where = ["--identity"] if identity else ["--ref", ref] if ref is not None else []
+        command = shell_command("stm", "note", *where, section, "--clear")
+        raise usage_error(
+            f"note --replace with an empty TEXT would empty the section {section!r}; to empty "
+            f"it on purpose, run `{command}`; nothing written"
+        )
     # An HTML comment opener would hide everything after it from a Markdown reader, and
     # an unclosed code fence would turn the sections below into text: neither may enter.
     note = note.replace("<!--", "&lt;!--")
@@ -11722,9 +11833,10 @@ def set_fact(
     block: str = FACT_BLOCK_DEFAULT,
     allow_secret: bool = False,
 ) -> dict:
-    """The `fact set` operation: a new Current value with a History entry, the --why
-    reason under that new entry (a Correction when it replaces a value, a Note on a first
-    set); the same value again changes nothing."""
+    """The `fact set` operation: a new Current value with a History entry; the --why
+    reason is a Correction under the value it replaced (the Stateful Agent format), or a
+    Note under the first entry when nothing was replaced; the same value again changes
+    nothing."""
     key, value = check_fact_key(key), check_fact_value(value)
     why = check_fact_value(why, "--why") if why is not None else None
     if not allow_secret:
@@ -11744,14 +11856,16 @@ def set_fact(
         # The same value again is no new History entry: an agent's retry changes nothing.
         if found is not None and found[1].current == value:
             return {"path": store.rel(path), "key": key, "value": value, "changed": False}
-        # The reason explains the new value: it goes under the new entry.
-        label = "Note" if found is None or not found[1].history else "Correction"
-        notes = [f"  - *{label}: {why}*"] if why else []
+        # A correction sits under the value it replaced, after that entry's own notes;
+        # with nothing replaced, the reason is a Note under the first entry.
         if found is None:
+            notes = [f"  - *Note: {why}*"] if why else []
             sections.append((key, Fact(key, value, [(stamp, value, notes)]), f"## {key}", []))
         else:
             fact = found[1]
-            fact.history.insert(0, (stamp, value, notes))
+            if why:
+                fact.history[0][2].append(f"  - *Correction: {why}*")
+            fact.history.insert(0, (stamp, value, []))
             fact.current = value
         make_dir(store.refs_dir)
         rendered = in_line_ends_of(text or "", render_fact_block(preamble, sections))
@@ -13083,7 +13197,11 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     result.update(skipped=[], failed=[], logged={}, to={})
     written: dict = {}  # stm session: the client session captured into it by this run
     record = read_hook_record(store)
-    git = git_state(root, exclude=memory_folders(store)) if is_git_work_tree(root) else None
+    git = (
+        git_state(root, exclude=stm_own_paths(store), skip=stm_output_in(root))
+        if is_git_work_tree(root)
+        else None
+    )
     jobs = capture_jobs(record, payload, client, event, root, result["skipped"])
     starting = client_session_id(payload) if event == "SessionStart" else ""
     if starting and payload_text(payload, "source", 40) != "compact":
@@ -13490,6 +13608,14 @@ HOOK_LOADER = (
     "s.loader.exec_module(m);sys.exit(m.main(sys.argv[2:]))"
 )
 HOOK_LOADER_MARK = 'spec_from_file_location("stm"'
+# The fallback of a hook that runs the installed `stm`: in a clone without the command,
+# the project's own stm.py (the loader above), and where the project has none either, one
+# line saying how to get it (on stdout at SessionStart, where the agent reads it).
+HOOK_FALLBACK_LOADER = HOOK_LOADER.replace(
+    "\nsys.dont_write_bytecode",
+    "\nif not os.path.isfile(os.path.join(d,p)):print(sys.argv[2],file=sys.stdout if "
+    '"--boot" in sys.argv else sys.stderr);sys.exit(0)\nsys.dont_write_bytecode',
+).replace("m.main(sys.argv[2:])", "m.main(sys.argv[3:])")
 # A hook command of stm's own, as older versions wrote it: one simple command (no `;`,
 # `&&` or `|`: a user's compound command that mentions stm is the user's) running stm,
 # `python3 -m stm` or a stm.py with boot or capture.
@@ -13573,8 +13699,9 @@ def stm_in_project(root: str) -> str | None:
 def hook_command(root: str, client: HookClient, arguments) -> str:
     """What one hook runs, quoted for sh. With stm.py in the project, that file imported
     as `python3 -m stm` (cached bytecode, kept out of the project): it works in every
-    clone. Else the installed `stm`, and where a clone has none, one line saying how to
-    get it (on stdout at SessionStart, so the agent reads it; on stderr otherwise). With
+    clone. Else the installed `stm`, and where a clone has none, the project's own
+    stm.py when one is committed at its root, else one line saying how to get it (on
+    stdout at SessionStart, so the agent reads it; on stderr otherwise). With
     neither, this stm.py by its absolute path, which only this machine has (`--check`
     says so elsewhere)."""
     import shutil
@@ -13596,16 +13723,21 @@ def hook_command(root: str, client: HookClient, arguments) -> str:
         # -I: no PYTHON* variables, no user site-packages, not the current folder on sys.path
         # (so the loader finds stm.py by path); -S: no site import, a quicker start.
         return shell_command("python3", "-I", "-S", "-c", HOOK_LOADER, path, *words)
-    to = "" if "--boot" in arguments else " >&2"
-    missing = shell_command(
-        "echo",
-        "stm memory: the stm command is not installed in this environment: "
-        "copy stm.py (one file) into the project and run "
-        f"`python3 stm.py setup {client.name} --install` again",
+    # Not in the project, and installed here: the installed command, and in a clone
+    # without it, the project's committed stm.py (at its root), else a line saying what to do.
+    # Codex names no project folder: stm.py is looked for from the hook's folder upward.
+    path = (ShellText(client.project_dir), "/stm.py") if client.project_dir else ("stm.py",)
+    missing = (
+        "stm memory: the stm command is not installed in this environment and the project "
+        "has no stm.py: copy stm.py (one file) into the project and run "
+        f"`python3 stm.py setup {client.name} --install` again"
+    )
+    fallback = shell_command(
+        "python3", "-I", "-S", "-c", HOOK_FALLBACK_LOADER, path, missing, *words
     )
     return (
         f"if command -v stm >/dev/null 2>&1; then {shell_command('stm', *words)}; "
-        f"else {missing}{to}; fi"
+        f"else {fallback}; fi"
     )
 
 
@@ -13728,6 +13860,14 @@ def hook_command_problem(root: str, command: str) -> str | None:
     import shlex
     import shutil
 
+    if command.startswith("if command -v stm ") and HOOK_LOADER_MARK in command:
+        # The installed command, else the project's stm.py (hook_command's fallback).
+        if shutil.which("stm") or os.path.isfile(os.path.join(root, "stm.py")):
+            return None
+        return (
+            "it runs the `stm` command, which is not installed here, or the project's "
+            "stm.py, which this clone does not have"
+        )
     if HOOK_LOADER_MARK in command:
         try:
             words = shlex.split(command)
@@ -14253,11 +14393,18 @@ def gather_status(store: Store) -> dict:
             f"boot is ~{boot_tokens} tokens, over the {budget} budget: run `stm compact`"
         )
     with contextlib.suppress(OSError):
-        bullets = MdDoc.of(read_text(store.memory_path)).bullet_count()
+        memory_text = read_text(store.memory_path)
+        bullets = MdDoc.of(memory_text).bullet_count()
         if bullets > config["consolidation_threshold"]:
             warnings.append(
                 f"MEMORY.md holds {bullets} bullets, over the consolidation threshold of "
                 f"{config['consolidation_threshold']}: run `stm compact`"
+            )
+        # What check warns about (section-over-limit), status warns about too.
+        for part, count, keep in sections_over_limit(memory_text, config):
+            warnings.append(
+                f'MEMORY.md section "{one_line(part.name, 80)}" holds {count} bullets, over '
+                f"its limit of {keep}: run `stm compact`"
             )
     sessions, session_warnings = session_status(store, now)
     warnings += memory_warnings + session_warnings
@@ -14770,18 +14917,15 @@ class Checker:
     def sections_over_limit(self, text: str, config: dict) -> None:
         """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
         compact would move the oldest; say so before either happens."""
-        doc = MdDoc.of(text)
-        for part in doc.headed():  # a `# ` part is not compacted, so not reported either
-            count, keep, name = len(doc.bullets(part)), section_limit(config, part.name), part.name
-            if count > keep and name.lower() != MD_LAST_UPDATED:
-                self.report(
-                    "section-over-limit",
-                    self.store.memory_path,
-                    f'section "{one_line(name, 80)}" holds {count} bullets, over its limit of '
-                    f"{keep}",
-                    as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
-                    line=part.start + 1,
-                )
+        for part, count, keep in sections_over_limit(text, config):
+            self.report(
+                "section-over-limit",
+                self.store.memory_path,
+                f'section "{one_line(part.name, 80)}" holds {count} bullets, over its limit of '
+                f"{keep}",
+                as_invoked(RULES["section-over-limit"].fix),  # `python3 stm.py compact`
+                line=part.start + 1,
+            )
 
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
@@ -16384,7 +16528,7 @@ def cmd_session_show(args) -> int:
     flags += " (archived)" if ref.archived else ""
     out(f"session {ref.id}{flags}")
     out(f"path: {store.rel(ref.path)}")
-    out(render_workflow(store, ref, state))
+    out(as_invoked(render_workflow(store, ref, state)))
     created, updated = one_line(state.get("created_at")), one_line(state.get("updated_at"))
     out(f"created {created}, updated {updated}")
     if events:
@@ -16568,6 +16712,10 @@ def options_compose_handoff(p) -> None:
 
 def read_note_text(args) -> str:
     words = args.text or []
+    if args.clear:
+        if words:
+            raise usage_error("note --clear empties SECTION and takes no TEXT; nothing written")
+        return ""
     if not words and args.replace and sys.stdin.isatty():
         raise usage_error("note --replace needs TEXT, or the new body on standard input")
     if not words and not args.replace:
@@ -16611,7 +16759,7 @@ def refuse_one_argument(args) -> None:
 
 
 def cmd_note(args) -> int:
-    if not args.text and not args.replace:
+    if not args.text and not args.replace and not args.clear:
         refuse_one_argument(args)
     section = clean_section_name(args.section)
     note = read_note_text(args)
@@ -16623,11 +16771,12 @@ def cmd_note(args) -> int:
             store,
             section,
             note,
-            replace=args.replace,
+            replace=args.replace or args.clear,
             identity=args.identity,
             allow_secret=args.allow_secret,
             create=args.create,
             ref=args.ref,
+            clear=args.clear,
         )
     except SectionMissing as missing:
         flags = ["--create"] + (["--replace"] if args.replace else [])
@@ -16644,8 +16793,15 @@ def cmd_note(args) -> int:
 def options_note(p) -> None:
     p.add_argument("section", metavar="SECTION", help="the `## SECTION` heading of MEMORY.md")
     p.add_argument("text", metavar="TEXT", nargs="*", help="the note; - reads stdin")
-    p.add_argument(
+    body = p.add_mutually_exclusive_group()
+    body.add_argument(
         "--replace", action="store_true", help="replace the section's body (TEXT or stdin)"
+    )
+    body.add_argument(
+        "--clear",
+        action="store_true",
+        help="empty the section's body, on purpose (no TEXT; --replace with an empty one is "
+        "refused)",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--identity", action="store_true", help="write AGENT.md instead (identity)")
@@ -17298,6 +17454,12 @@ def options_import(p) -> None:
         help="replace files that differ, keeping each old one as a .bak",
     )
     p.add_argument("--dry-run", action="store_true", help="say what would happen; write nothing")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list the files already the same (by default: the changes and the counts)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -17310,7 +17472,10 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
         print_json({"dry_run": bool(args.dry_run), "files": rows, "skipped": skipped})
         return
     for action, name, _, _ in plan:
-        out(f"{words[action]:13} {name}")
+        # The changes, one line each; a file already the same only with --verbose (the
+        # summary counts them): restoring a checkpoint over itself prints one line.
+        if action != "same" or args.verbose:
+            out(f"{words[action]:13} {name}")
     out(import_summary(plan, bool(args.dry_run)))
 
 
@@ -18403,7 +18568,7 @@ COMMANDS = (
     Command(
         "setup",
         None,
-        "wire stm into agent tools and git: claude, agents-md, mcp, git",
+        "wire stm into agent tools and git: claude, codex, agents-md, mcp, git",
         "stm setup claude --install",
         None,
     ),
@@ -18533,6 +18698,11 @@ def usage_exit(prog: str, message: str):
 
 
 _INVALID_CHOICE_RE = LazyRegex(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+# Verbs a user reaches for that stm spells otherwise: (command, word) -> what it is.
+MEANT_VERBS = {
+    ("session", "done"): "session checkpoint --finish",
+    ("session", "finish"): "session checkpoint --finish",
+}
 
 
 def suggest_choice(prog: str, message: str) -> str:
@@ -18545,10 +18715,19 @@ def suggest_choice(prog: str, message: str) -> str:
     if match is None:
         return message
     choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+    meant = MEANT_VERBS.get((prog.split()[-1], match.group(1)))
+    if meant is not None:  # `stm session done`: the finished work is a checkpoint
+        root = prog.rsplit(" ", 1)[0]
+        said = f"invalid choice: {match.group(1)!r} (did you mean `{root} {meant}`?)"
+        return message[: match.start()] + said
     close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
     if not close:
         return message
-    suggestion = f"(did you mean `{prog} {close[0]}`?)"
+    # An option's value (`argument --layer: invalid choice`) is meant with its option,
+    # not as a command: `search x --layer log` means `--layer logs`, never `search logs`.
+    option = re.match(r"argument (-[-\w]+)", message)
+    meant = f"{option.group(1)} {close[0]}" if option else f"{prog} {close[0]}"
+    suggestion = f"(did you mean `{meant}`?)"
     return f"{message[: match.start()]}invalid choice: {match.group(1)!r} {suggestion}"
 
 
@@ -18561,6 +18740,22 @@ def parser_class():
             usage_exit(self.prog, suggest_choice(self.prog, message))
 
     return Parser
+
+
+def examples_as_invoked(text: str) -> str:
+    """A help text whose examples (lines `  stm …`) and hints (`stm …`) name stm as
+    it was run:
+    `python3 stm.py boot` is what runs where no `stm` is installed."""
+    name = _HINT_VOICE["command"] or command_name()
+    text = as_invoked(text)
+    if name == "stm":
+        return text
+    return "\n".join(
+        f"{line[: len(line) - len(line.lstrip())]}{name} {line.lstrip()[4:]}"
+        if line.lstrip().startswith("stm ") and line.startswith("  ")
+        else line
+        for line in text.split("\n")
+    )
 
 
 def help_formatter():
@@ -18579,6 +18774,9 @@ def help_formatter():
                 # argparse's own two-column margin, and never so narrow that help cannot wrap.
                 width = max(columns - 2, 40)
             super().__init__(prog, indent_increment, max_help_position, width)
+
+        def format_help(self):
+            return examples_as_invoked(super().format_help())
 
     return Formatter
 
@@ -18713,6 +18911,31 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
     return parser
 
 
+def json_after_command(argv: list[str]) -> list[str]:
+    """`stm --json status` as `stm status --json`: like --dir, --json is taken before the
+    command too (it is each command's own option, so it moves to just after the command
+    and its verb)."""
+    at, skip = 0, False
+    while at < len(argv):  # the global options before the command
+        word = argv[at]
+        if skip:
+            skip = False
+        elif word in ("--dir", "--state-dir", "--user"):
+            skip = True
+        elif not word.startswith("-") or word == "--":
+            break
+        at += 1
+    if "--json" not in argv[:at] or at == len(argv) or argv[at] == "--":
+        return argv
+    end = at + (2 if argv[at] in VERBS and at + 1 < len(argv) else 1)
+    before = [
+        word
+        for i, word in enumerate(argv[:at])
+        if word != "--json" or (i and argv[i - 1] in ("--dir", "--state-dir", "--user"))
+    ]
+    return [*before, *argv[at:end], "--json", *argv[end:]]
+
+
 def command_of(argv: list[str]) -> tuple[str | None, str | None]:
     """(command, session verb) named by argv, or (None, None) when unclear: then the
     whole parser is built, so help, --version and 'invalid choice' messages are complete.
@@ -18821,6 +19044,7 @@ def run_command(argv: list[str]) -> int:
             refused = usage_error(f"argument {shown!r} is not valid UTF-8")
             refused.prog = command_name()
             raise refused
+    argv = json_after_command(argv)
     parser = build_parser(*command_of(argv))
     try:
         args, extra = parser.parse_known_args(argv)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import IDENTITY, MEMORY, clock, run_stm, snapshot
-from helpers import Clock, git, log_text
+from helpers import Clock, git, is_command, log_text
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -447,6 +447,41 @@ def test_identity_stays_first_in_a_hook_sized_boot(agent, run):
     assert len(out) <= 1200 and "Maintainer of the parser project" in out
 
 
+def test_stm_own_files_are_not_work_memory_is_behind_on(repo, run):
+    """The hooks, MCP client files and backups setup writes, and a `boot -o` output in
+    the project, are stm's, not work: no "memory may be behind the work" for them."""
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.json").write_text('{"model": "opus"}\n')  # a user's file
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the user's settings")
+    for command in (
+        ("setup", "claude", "--install"),  # changes a tracked file, leaves a backup
+        ("setup", "codex", "--install"),
+        ("setup", "mcp", "--install", "--client", "claude"),
+        ("setup", "mcp", "--install", "--client", "cursor"),
+        ("setup", "mcp", "--install", "--client", "vscode"),
+        ("boot", "-o", "boot.md"),
+        ("boot", "-o", "docs/agent-boot.md"),
+    ):
+        (repo / "docs").mkdir(exist_ok=True)
+        assert run(*command).code == 0, command
+    (repo / ".gitattributes").write_text("*.md merge=stm\n")
+    out = run("boot").out
+    assert "memory may be behind" not in out and "Work not yet in memory" not in out, out
+    (repo / "delisle.py").write_text("x\n")  # work, beside them
+    (repo / "notes.md").write_text("# stm memory boot, my notes on it\n")
+    out = run("boot").out
+    assert "memory may be behind the work: 2 files changed and not committed" in out, out
+    block = out.split("## Work not yet in memory")[1].split("\n## ")[0]
+    assert "`delisle.py`" in block and "`notes.md`" in block and "boot.md" not in block
+
+
+def test_stm_project_files_are_the_files_setup_writes():
+    written = {c.file.replace(os.sep, "/") for c in stm.HOOK_CLIENTS_TABLE}
+    written |= {f.replace(os.sep, "/") for f, _, _ in stm.MCP_CLIENT_FILES.values() if f}
+    assert written | {".gitattributes"} == set(stm.STM_PROJECT_FILES)
+
+
 # ---- the hooks exactly as `setup` writes them, run as the clients run them ----------------
 
 
@@ -477,10 +512,11 @@ def installed(project, client: str) -> dict:
     return {event: entries[0]["hooks"][0]["command"] for event, entries in data["hooks"].items()}
 
 
-def hook(command: str, project, body: str, cwd=None) -> subprocess.CompletedProcess:
-    """One hook as the client runs it: sh -c, the payload on stdin, the project as cwd."""
+def hook(command: str, project, body: str, cwd=None, path=None) -> subprocess.CompletedProcess:
+    """One hook as the client runs it: sh -c, the payload on stdin, the project as cwd
+    (`path`: the PATH it runs with, else this process's)."""
     env = {
-        "PATH": os.environ["PATH"],
+        "PATH": path or os.environ["PATH"],
         "HOME": str(project.parent / "home"),
         "CLAUDE_PROJECT_DIR": str(project),
         "STM_FSYNC": "0",
@@ -495,6 +531,46 @@ def hook(command: str, project, body: str, cwd=None) -> subprocess.CompletedProc
         text=True,
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("client", ["claude", "codex"])
+def test_hooks_the_installed_command_writes_fall_back_to_the_projects_stm_py(
+    copied, run, monkeypatch, tmp_path, client
+):
+    """`setup --install` run from the installed `stm` (its stm.py outside the project):
+    a teammate's clone without `stm` on PATH runs the project's committed stm.py."""
+    import shutil
+
+    project = copied
+    monkeypatch.setattr(stm, "__file__", str(tmp_path / "site-packages" / "stm.py"))
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: f"/usr/local/bin/{name}")
+    assert run("setup", client, "--install").code == 0
+    hooks = installed(project, client)
+    assert all(c.startswith("if command -v stm ") for c in hooks.values()), hooks
+    bin_dir = tmp_path / "bin"  # python3 and sh, and no `stm`
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    folders = [f for f in os.environ["PATH"].split(os.pathsep) if f and not is_command(f, "stm")]
+    path = os.pathsep.join([str(bin_dir), *folders])
+    start = payload("SessionStart", SID, tmp_path / "none.jsonl", project, source="startup")
+    (project / "src").mkdir()
+    cwd = project / "src" if client == "codex" else project  # Codex: found from a subfolder
+    booted = hook(hooks["SessionStart"], project, start, cwd=cwd, path=path)
+    assert booted.returncode == 0 and "## Identity" in booted.stdout, booted.stderr
+    assert "not installed" not in booted.stdout + booted.stderr
+    # No stm.py in the project either: the one line saying how to get it, exit 0.
+    (project / "stm.py").rename(tmp_path / "stm.py.moved")
+    missing = hook(hooks["SessionStart"], project, start, cwd=cwd, path=path)
+    assert missing.returncode == 0 and missing.stdout.startswith("stm memory: the stm command")
+    assert f"`python3 stm.py setup {client} --install`" in missing.stdout
+    compact = hook(hooks["PreCompact"], project, start, cwd=cwd, path=path)
+    assert compact.returncode == 0 and compact.stdout == ""
+    assert compact.stderr.startswith("stm memory: the stm command is not installed")
+    # With the command on PATH, the command runs.
+    (bin_dir / "stm").write_text('#!/bin/sh\necho "installed stm: $*"\n')
+    (bin_dir / "stm").chmod(0o755)
+    ran = hook(hooks["SessionStart"], project, start, cwd=cwd, path=path)
+    assert ran.stdout.startswith(f"installed stm: capture --client {client} --boot"), ran
 
 
 def test_claude_hooks_recover_a_killed_session_at_the_next_start(copied, run):

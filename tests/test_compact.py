@@ -298,8 +298,9 @@ def test_compact_keeps_the_newest_fact_history(store, run, monkeypatch):
     result = json.loads(ok(run("compact", "--json")).out)
     moved_lines = [
         "- 2025-01-02T00:00:00Z: Go",
-        "  - *Correction: switched*",
+        "  - *Correction: switched again*",
         "- 2025-01-01T00:00:00Z: Python",
+        "  - *Correction: switched*",
     ]
     assert result["moved"] == [
         {"path": FACTS_PATH, "section": "primary_language", "lines": moved_lines}

@@ -7,12 +7,14 @@ import functools
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_stm, snapshot
-from helpers import GIT_IDENTITY, git
+from conftest import ROOT, all_command_paths, run_stm, snapshot
+from helpers import GIT_IDENTITY, git, isolated_git_env
 
 import stm
 
@@ -59,6 +61,55 @@ def test_done_with_a_part_that_several_steps_hold_is_refused_listing_them(store,
     assert "1. write count_chars" in result.err and "2. write count_words" in result.err
     assert "nothing written" in result.err
     assert snapshot(store) == before
+
+
+@pytest.fixture
+def kelvin(store, run):
+    sid = run("session", "new", "--name", "kelvin").out.strip()
+    pending = ["wire init", "add tests for kelvin", "Update the README"]
+    assert run("session", "checkpoint", *[a for p in pending for a in ("--pending", p)]).code == 0
+    return sid
+
+
+@pytest.mark.parametrize("part", ["o", "t", "el", "elvin", "ests", "nit", "   ki"])
+def test_done_with_a_fragment_inside_a_word_or_too_short_matches_no_step(store, run, kelvin, part):
+    result = run("session", "checkpoint", "--done", part)
+    assert result.code == 0
+    checkpoint = state_of(store, kelvin)["checkpoint"]
+    assert checkpoint["pending_steps"] == ["wire init", "add tests for kelvin", "Update the README"]
+    assert checkpoint["last_completed_step"].strip() == part.strip()  # in its own words
+    # Said plainly: no pending step matched, it is recorded in its own words, and what is left.
+    assert "matched no pending step: recorded as a completed step in its own words, today" in (
+        result.err
+    )
+    assert "still pending: 1. wire init; 2. add tests for kelvin; 3. Update the README" in (
+        result.err
+    )
+
+
+@pytest.mark.parametrize(
+    "part,step",
+    [
+        ("kelvin", "add tests for kelvin"),
+        ("KEL", "add tests for kelvin"),
+        ("tests for", "add tests for kelvin"),
+        ("wir", "wire init"),
+        ("update the readme", "Update the README"),  # its whole text, in any case
+        ("3", "Update the README"),  # its number
+    ],
+)
+def test_done_by_a_part_that_starts_a_word(store, run, kelvin, part, step):
+    result = run("session", "checkpoint", "--done", part)
+    assert result.code == 0 and result.err == ""
+    checkpoint = state_of(store, kelvin)["checkpoint"]
+    assert checkpoint["last_completed_step"] == step and step not in checkpoint["pending_steps"]
+
+
+def test_done_matching_nothing_says_when_nothing_is_left(store, run, kelvin):
+    run("session", "checkpoint", "--clear-pending")
+    result = run("session", "checkpoint", "--done", "shipped it")
+    assert result.code == 0 and "matched no pending step" in result.err
+    assert "nothing is pending" in result.err
 
 
 def test_done_by_number_and_by_text_still_work(store, run, steps):
@@ -184,13 +235,17 @@ def test_compose_handoff_refuses_the_unedited_example_naming_the_fields(store, r
     for extra in ((), ("--print",)):
         result = run("compose-handoff", str(example), *extra)
         assert result.code == 1, result
-        assert "placeholder text in from_agent, to_agent, task," in result.err
+        assert "placeholder text in from_agent, to_agent, task, task_id," in result.err
         assert "`stm session handoff`" in result.err
     assert snapshot(store) == before
     filled = json.loads(example.read_text())
     filled.update(from_agent="ann", to_agent="bob", task="Port the grammar.")
     for key in ("summary", "context", "decisions", "next_steps", "notes"):
         del filled[key]
+    example.write_text(json.dumps(filled))
+    only_id = run("compose-handoff", str(example))  # the example's TASK-1 is no task id
+    assert only_id.code == 1 and "placeholder text in task_id;" in only_id.err
+    filled["task_id"] = "PARSER-7"
     example.write_text(json.dumps(filled))
     assert run("compose-handoff", str(example)).code == 0
 
@@ -410,6 +465,21 @@ def test_import_ends_with_a_one_line_summary(store, run, tmp_path):
     assert re.fullmatch(r"import: \d+ files: 1 new, 0 replaced, \d+ already the same", last)
 
 
+def test_import_lists_the_changes_and_counts_the_rest(store, run, tmp_path):
+    archive = str(tmp_path / "m.zip")
+    (store / ".stacks" / "refs" / "gone.md").write_text("# Gone\n\nx\n")
+    assert run("export", "-o", archive).code == 0
+    (store / ".stacks" / "refs" / "gone.md").unlink()
+    lines = run("import", archive).out.splitlines()
+    assert lines[:-1] == ["created       .stacks/refs/gone.md"], lines  # the change alone
+    assert re.fullmatch(r"import: (\d+) files: 1 new, 0 replaced, \d+ already the same", lines[-1])
+    again = run("import", archive).out.splitlines()
+    assert len(again) == 1 and again[0].startswith("import: ")  # nothing changed: one line
+    verbose = run("import", archive, "--verbose").out.splitlines()
+    total = int(re.match(r"import: (\d+) files", verbose[-1]).group(1))
+    assert len(verbose) == total + 1 and all(n.startswith("same ") for n in verbose[:-1])
+
+
 # ---- 9. check warns about a section over its compact limit ---------------------------
 
 
@@ -607,3 +677,140 @@ def test_session_show_prints_events_as_lines_not_json(store, run, steps):
     events = shown.split("recent events:\n", 1)[1].splitlines()
     assert events and not any("{" in line for line in events), events
     assert any(" checkpoint by tester: done write count_chars" in line for line in events)
+
+
+# ---- every hint runs as typed, from `python3 stm.py` with no `stm` on PATH ------------------
+
+HINT_RE = re.compile(r"`((?:stm|python3 -m stm|python3 \S*stm\.py) [^`]*)`")
+# Words a hint uses for what the reader fills in: such a hint is checked, not run.
+PLACEHOLDER_RE = re.compile(r"\b[A-Z]{2,}\b|…|\.\.\.|\bN\b")
+
+
+def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = isolated_git_env(bin_dir, {**os.environ, "STM_FSYNC": "0"}, tmp_path)
+    env["HOME"] = str(tmp_path / "home")
+    assert shutil.which("stm", path=env["PATH"]) is None
+    project = tmp_path / "p"
+    project.mkdir()
+
+    def stm_run(*args, stdin=None):
+        return subprocess.run(
+            [sys.executable, str(ROOT / "stm.py"), *args],
+            cwd=project,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    said = []
+    scenario = [
+        ("init",),
+        ("boot",),
+        ("boot", "--max-chars", "600"),
+        ("status",),
+        ("check",),
+        ("note", "Status", "--replace", ""),
+        ("note", "Nxt", "x"),
+        ("note", "just a thought"),
+        ("log", ""),
+        ("search", "x", "--layer", "log"),
+        ("sesion", "list"),
+        ("session", "new", "--name", "port", "--phases", "plan,build"),
+        ("session", "checkpoint", "--pending", "wire init", "--pending", "add tests"),
+        ("session", "checkpoint", "--done", "o"),
+        ("session", "checkpoint", "--done", "plan"),
+        (
+            "session",
+            "show",
+        ),
+        ("session", "switch", "zzzz"),
+        ("session", "done"),
+        ("session", "checkpoint", "--finish"),
+        ("session", "show"),
+        ("fact", "get", "nope"),
+        ("refs", "show", "nope"),
+        ("setup", "claude", "--check"),
+        ("compose-handoff", "-"),
+    ]
+    for args in scenario:
+        result = stm_run(*args, stdin="")
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        said.append((args, result.stdout + result.stderr))
+    sid = json.loads(stm_run("session", "list", "--json").stdout)["current"]
+    archived = stm_run("session", "archive", sid)
+    said.append((("session", "archive"), archived.stdout + archived.stderr))
+    shown = stm_run("session", "show", sid)
+    said.append((("session", "show", sid), shown.stdout + shown.stderr))
+    assert "archive it with" not in shown.stdout  # archived already: no hint to archive
+    # Every --help, rendered as `python3 stm.py --help` renders it (in-process: quicker).
+    invoked = shlex.join([sys.executable, str(ROOT / "stm.py")])
+    monkeypatch.setattr(stm, "command_name", lambda: invoked)
+    for path in [[]] + all_command_paths():
+        result = run(*path, "--help")
+        said.append(((*path, "--help"), result.out))
+        examples = [n for n in result.out.splitlines() if n.lstrip().startswith("stm ")]
+        assert not examples, (path, examples)
+    hints = {}
+    for args, text in said:
+        for hint in HINT_RE.findall(text):
+            hints.setdefault(hint, args)
+    assert not [h for h in hints if h.startswith("stm ")], hints
+    assert "--layer logs" in dict(said)[("search", "x", "--layer", "log")]
+    assert "search logs" not in dict(said)[("search", "x", "--layer", "log")]
+    runnable = [h for h in hints if not PLACEHOLDER_RE.search(h)]
+    assert len(runnable) >= 10, hints
+    # A command's bare name (`stm log`, `stm session checkpoint`) names the command; every
+    # other hint is a command line, and runs as typed in the shell the user has.
+    names = {" ".join([invoked, *path]) for path in all_command_paths()}
+    names = {name.replace(sys.executable, "python3") for name in names}
+    for hint in runnable:
+        result = subprocess.run(
+            ["sh", "-c", hint], cwd=project, env=env, capture_output=True, text=True, timeout=60
+        )
+        usage = result.returncode == 2 and hint not in names
+        assert not usage and "Traceback" not in result.stderr, (
+            hint,
+            hints[hint],
+            result.stderr,
+        )
+
+
+# ---- smaller frictions of the first week ----------------------------------------------------
+
+
+def test_json_before_the_command_is_taken_as_dir_is(store, run):
+    after = json.loads(run("status", "--json").out)
+    before = run("--json", "status")
+    assert before.code == 0 and json.loads(before.out).keys() == after.keys()
+    listed = run("--dir", ".stacks", "--json", "session", "list")
+    assert listed.code == 0 and "sessions" in json.loads(listed.out)
+    refused = run("--json", "merge-file", "a", "b", "c")  # a command without --json
+    assert refused.code == 2 and "--json" in refused.err
+
+
+@pytest.mark.parametrize("verb", ["done", "finish"])
+def test_session_done_points_to_checkpoint_finish(store, run, verb):
+    result = run("session", verb)
+    assert result.code == 2
+    assert "(did you mean `stm session checkpoint --finish`?)" in result.err
+
+
+def test_setup_help_names_every_client(run):
+    summary = " ".join(run("--help").out.split()).replace("- ", "-")  # however it wraps
+    line = summary.split(" setup ", 1)[1][:120]
+    assert "claude, codex, agents-md, mcp, git" in line, line
+
+
+def test_status_warns_about_what_check_warns_about(store, run):
+    bullets = "".join(f"- step {n}\n" for n in range(12, 0, -1))
+    path = store / ".stacks" / "MEMORY.md"
+    path.write_text(path.read_text().replace("## Next Steps\n", "## Next Steps\n\n" + bullets, 1))
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert any(f["rule"] == "section-over-limit" for f in found), found
+    status = run("status")
+    assert "verdict: ok" not in status.out
+    assert 'section "Next Steps" holds 12 bullets, over its limit of 10' in status.out

@@ -82,6 +82,38 @@ def test_note_replace_swaps_the_body(store, run):
     assert section(memory(store), "Status").strip() == "Blocked on review"
 
 
+@pytest.mark.parametrize(
+    "args,stdin",
+    [
+        (("Status", "--replace", ""), None),  # `--replace "$UNSET"`
+        (("Status", "--replace", "  ", "\t"), None),
+        (("Status", "--replace"), ""),  # an empty standard input
+        (("Status", "--replace", "-"), " \n\n"),
+        (("--identity", "Role", "--replace", ""), None),
+    ],
+)
+def test_note_replace_with_an_empty_body_is_refused(store, run, args, stdin):
+    before = snapshot(store)
+    result = run("note", *args, stdin=stdin)
+    assert result.code == 2 and result.out == ""
+    where = "--identity Role" if "--identity" in args else "Status"
+    assert "note --replace with an empty TEXT would empty the section" in result.err
+    assert f"`stm note {where} --clear`" in result.err, result.err
+    assert snapshot(store) == before
+
+
+def test_note_clear_empties_a_section_on_purpose(store, run):
+    assert section(memory(store), "Status").strip()
+    before = snapshot(store)
+    refused = run("note", "Status", "--clear", "text")
+    assert refused.code == 2 and "takes no TEXT" in refused.err
+    assert run("note", "Status", "--clear", "--replace", "x").code == 2
+    assert snapshot(store) == before
+    assert run("note", "Status", "--clear").code == 0
+    assert section(memory(store), "Status").strip() == ""
+    assert "## Next Steps" in memory(store)  # the section itself stays, the others too
+
+
 def test_note_keeps_a_crlf_file_crlf(store, run):
     path = store / ".stacks" / "MEMORY.md"
     path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))

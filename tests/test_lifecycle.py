@@ -44,8 +44,8 @@ SPEC_FACTS = (
     "\n"
     "**History:**\n"
     "- 2025-01-15T12:00:00Z: Go\n"
-    "  - *Correction: User clarified they've switched primarily to Go*\n"
     "- 2025-01-03T00:46:00Z: Python\n"
+    "  - *Correction: User clarified they've switched primarily to Go*\n"
 )
 WHY = "User clarified they've switched primarily to Go"
 FAKE_TOKEN = "ghp_" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"  # 36 letters: the GitHub pattern
@@ -89,7 +89,7 @@ def test_fact_set_json_and_a_first_set_with_why_is_a_note(store, run, monkeypatc
     )
 
 
-def test_each_reason_stays_under_the_value_it_explains(store, run, monkeypatch):
+def test_each_correction_sits_under_the_value_it_replaced(store, run, monkeypatch):
     for stamp, value, why in (
         ("2025-01-01T00:00:00Z", "Python", None),
         ("2025-01-02T00:00:00Z", "Go", "switched"),
@@ -102,10 +102,38 @@ def test_each_reason_stays_under_the_value_it_explains(store, run, monkeypatch):
         "# Facts\n\n## primary_language\n**Current:** Go\n\n**History:**\n"
         "- 2025-01-04T00:00:00Z: Go\n"
         "- 2025-01-03T00:00:00Z: Rust\n"
-        "  - *Correction: switched again*\n"
         "- 2025-01-02T00:00:00Z: Go\n"
-        "  - *Correction: switched*\n"
+        "  - *Correction: switched again*\n"
         "- 2025-01-01T00:00:00Z: Python\n"
+        "  - *Correction: switched*\n"
+    )
+    assert check_findings(run)[0] == 0
+
+
+def test_a_block_with_corrections_under_the_new_value_is_still_read(store, run, monkeypatch):
+    """The form earlier versions wrote (the Correction under the value it explains) is
+    read as it is, and a new set files its correction the seed's way beside it."""
+    old_form = (
+        "# Facts\n\n## primary_language\n**Current:** Go\n\n**History:**\n"
+        "- 2025-01-15T12:00:00Z: Go\n"
+        f"  - *Correction: {WHY}*\n"
+        "- 2025-01-03T00:46:00Z: Python\n"
+    )
+    (store / FACTS_PATH).parent.mkdir(exist_ok=True)
+    (store / FACTS_PATH).write_text(old_form)
+    assert check_findings(run)[0] == 0
+    data = json.loads(ok(run("fact", "get", "primary_language", "--history", "--json")).out)
+    assert [h["notes"] for h in data["history"]] == [[f"*Correction: {WHY}*"], []]
+    pin(monkeypatch, "2025-02-01T00:00:00Z")
+    ok(run("fact", "set", "primary_language", "Rust", "--why", "rewrote it"))
+    assert read(store, FACTS_PATH) == old_form.replace(
+        "**Current:** Go", "**Current:** Rust"
+    ).replace(
+        "**History:**\n- 2025-01-15T12:00:00Z: Go\n",
+        "**History:**\n- 2025-02-01T00:00:00Z: Rust\n- 2025-01-15T12:00:00Z: Go\n",
+    ).replace(
+        f"  - *Correction: {WHY}*\n",
+        f"  - *Correction: {WHY}*\n  - *Correction: rewrote it*\n",
     )
     assert check_findings(run)[0] == 0
 
@@ -146,8 +174,8 @@ def test_fact_get_value_history_and_json(two_facts, run):
     lines = history.splitlines()
     assert lines[0] == "Go"
     assert "2025-01-15T12:00:00Z" in lines[1] and lines[1].endswith("Go")
-    assert WHY in lines[2]  # the reason for Go, under Go
-    assert "2025-01-03T00:46:00Z" in lines[3] and lines[3].endswith("Python")
+    assert "2025-01-03T00:46:00Z" in lines[2] and lines[2].endswith("Python")
+    assert WHY in lines[3]  # the correction, under the value it replaced
     data = json.loads(ok(run("fact", "get", "primary_language", "--json")).out)
     assert data == {
         "schema_version": 1,
@@ -161,8 +189,8 @@ def test_fact_get_value_history_and_json(two_facts, run):
         ("2025-01-15T12:00:00Z", "Go"),
         ("2025-01-03T00:46:00Z", "Python"),
     ]
-    assert data["history"][1]["notes"] == []
-    assert len(data["history"][0]["notes"]) == 1 and WHY in data["history"][0]["notes"][0]
+    assert data["history"][0]["notes"] == []
+    assert len(data["history"][1]["notes"]) == 1 and WHY in data["history"][1]["notes"][0]
     missing = run("fact", "get", "nope")
     assert missing.code == 1 and missing.out == "" and "nope" in missing.err
 
@@ -358,7 +386,7 @@ def test_merge_file_merges_fact_blocks_per_key(store, run, aux):
         ("2025-01-15T12:00:00Z", "Go"),
         ("2025-01-03T00:46:00Z", "Python"),
     ]
-    assert lang.history[2][2] == [f"  - *Correction: {WHY}*"]  # under Go, as set
+    assert lang.history[3][2] == [f"  - *Correction: {WHY}*"]  # under Python, as written
     assert facts["user_name"].current == "Ann"
 
 

@@ -268,10 +268,12 @@ def test_a_fence_right_after_a_bullet_is_its_own_item_in_boot_and_compact(store,
     (store / ".stacks" / "MEMORY.md").write_text(ADJACENT_FENCE)
     full, cut = run("boot").out, 0
     for limit in range(800, len(full) + 1, 11):
-        memory = run("boot", "--max-chars", str(limit)).out.split("## Session memory")[-1]
+        out = run("boot", "--max-chars", str(limit)).out
+        memory = out.split("## Session memory")[-1]
         fences = [line for line in memory.split("\n") if line.startswith("```")]
         assert len(fences) in (0, 2) and ("- ship" in memory) == bool(fences), limit
-        cut += "older bullets of Observations" in memory and "- the stages are:" not in memory
+        # (what the cut left out is said in the notices, above the memory)
+        cut += "older bullets of Observations" in out and "- the stages are:" not in memory
     assert cut  # some budget left the bullet out and kept its neighbour, the fence, whole
     rest, moved = stm.compact_memory_text(ADJACENT_FENCE, {**stm.CONFIG_DEFAULTS, **LIMIT_2})
     assert "```yaml\n- build\n- ship\n```" in rest and "- ship" not in str(moved)

@@ -452,6 +452,19 @@ def test_sync_dry_run_says_what_would_move_and_changes_nothing(tmp_path):
     assert text.startswith("would send to origin/main: 2 files: 1 log entry, 1 note")
 
 
+def test_sync_names_boot_as_it_was_run(tmp_path):
+    """Run as `python3 stm.py sync`, the line that says what arrived names that command."""
+    bare, _ = make_remote(tmp_path)
+    a, b = clone(bare, tmp_path / "a"), clone(bare, tmp_path / "b")
+    ok(b, "log", "b only")
+    ok(b, "sync")
+    done = stm_process(a, "sync")
+    assert done.returncode == 0, done.stderr
+    received = [n for n in done.stdout.splitlines() if n.startswith("received: ")]
+    assert received and received[0].endswith("/stm.py boot` shows it"), done.stdout
+    assert "`stm boot`" not in done.stdout
+
+
 def test_sync_json_keys_are_the_documented_ones(tmp_path):
     bare, _ = make_remote(tmp_path)
     a = clone(bare, tmp_path / "a")
