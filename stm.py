@@ -5367,6 +5367,58 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
     return merged
 
 
+def join_session_copies(
+    base: dict[str, bytes], moved: dict[str, bytes], stayed: dict[str, bytes]
+) -> dict[str, bytes] | None:
+    """One session from two copies of it (state-layout.md, "A session archived in one
+    clone and written in another"): `moved` archived in one clone, `stayed` written in
+    place in the other, `base` their common version (may be empty); each maps a file's
+    path inside the session folder to its bytes. history.jsonl: every complete line of
+    either copy once, the moved copy's first; state.json: merge_states; a file changed
+    on one side only: that side's; a Markdown file both changed: merge_markdown. None
+    when that cannot be done without a person (a state that is not a state, a text
+    merge that conflicts, another file both changed differently)."""
+    joined = {}
+    for name in sorted(set(moved) | set(stayed)):
+        one, two, was = moved.get(name), stayed.get(name), base.get(name)
+        if two is None or two == was or one == two:
+            if one is not None:
+                joined[name] = one
+            continue
+        if one is None or one == was:
+            joined[name] = two
+            continue
+        data = join_session_file(name, was, one, two)
+        if data is None:
+            return None
+        joined[name] = data
+    return joined
+
+
+def join_session_file(name: str, base: bytes | None, moved: bytes, stayed: bytes) -> bytes | None:
+    """One file of a session both copies changed (join_session_copies), or None."""
+    if name == HISTORY_FILE:
+        lines = [line + b"\n" for line in moved.split(b"\n")[:-1]]  # after the last \n: torn
+        seen = set(lines)
+        lines += [line + b"\n" for line in stayed.split(b"\n")[:-1] if line + b"\n" not in seen]
+        return b"".join(lines)
+    texts = [(data or b"").decode("utf-8", "surrogateescape") for data in (base, moved, stayed)]
+    if name == STATE_FILE:
+        try:
+            sides = [load_json(text) if text else None for text in texts]
+        except ValueError:
+            return None
+        if not all(
+            isinstance(side, dict) and type(side.get("version")) is int for side in sides[1:]
+        ):
+            return None
+        return dumps_json(merge_states(sides[0], sides[1], sides[2])).encode("utf-8")
+    if name.endswith(".md"):
+        merged, clean = merge_markdown(*texts)
+        return merged.encode("utf-8", "surrogateescape") if clean else None
+    return None
+
+
 # ==== Formats: config and compaction ==========================================
 #
 # .stacks/config.json holds the limits that keep memory lean (spec/memory-layers.md,
@@ -5842,6 +5894,37 @@ STATE_STATIC_FIELDS = (
 )
 
 
+def release_archived_pointer(store: Store, *, locked: bool = False) -> str | None:
+    """Clear this checkout's pointer when it names an archived session (archived in
+    another clone, arrived by a sync or a pull: state-layout.md, "A session archived in
+    one clone and written in another"); the notice that says so, naming the session and
+    where to read it, or None. `locked`: the caller holds the state lock."""
+    try:
+        active = read_pointer(store)
+        ref = locate_session(store, active) if active else None
+    except StmError:
+        return None  # boot and check say what is wrong with the pointer
+    if ref is None or not ref.archived:
+        return None
+    try:
+        with contextlib.nullcontext() if locked else store.state_lock():
+            if read_pointer(store) != active:
+                return None  # switched meanwhile
+            write_pointer(store, None)
+    except (StmError, OSError):
+        return None
+    try:
+        name = load_state(ref).get("name")
+    except StmError:
+        name = None
+    named = f" ({one_line(name, 80)})" if isinstance(name, str) and name else ""
+    return (
+        f"the current session {ref.id}{named} was archived (in another clone?), so this "
+        f"checkout no longer points to it: read it with `stm session show {ref.id}`; start "
+        "another with `stm session new`, or pick one with `stm session switch ID`"
+    )
+
+
 def conflict_sides(text: str) -> tuple[str, str]:
     """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
     ours, theirs, where = [], [], "both"
@@ -5939,7 +6022,9 @@ def replay_problem(event: dict, valid_phases) -> str | None:
     # A created event brings the session's phases: its own phase is judged by them.
     if event["event"] == "created" and event.get("valid_phases"):
         valid_phases = event["valid_phases"]
-    phase = event.get("phase" if event["event"] == "created" else "to")
+    # Only these two name a phase: an `archived` event's `to` is the history folder.
+    phase = {"created": "phase", "phase_change": "to"}.get(event["event"])
+    phase = event.get(phase) if phase else None
     listed = isinstance(valid_phases, list) and valid_phases
     if phase is not None and listed and phase not in valid_phases:
         return f"phase {one_line(phase, 64)!r} is not one of the session's valid_phases"
@@ -6169,8 +6254,11 @@ CODEX_HOOK_MAX_TOKENS = 2400  # under Codex's ~2,500-token cut of hook context
 class BootParts:
     """What boot shows, read once; rendered at different levels of detail."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, release: bool = False):
         self.store = store
+        # The boot an agent reads (boot_memory) clears a pointer to an archived session;
+        # boot rendered for a measure (check, status) writes nothing.
+        self.release = release
         self.problems: list[str] = []  # for stderr
         self.notices: list[str] = []  # for the top of the boot text itself
         self.raw: dict[str, str] = {}
@@ -6286,9 +6374,13 @@ class BootParts:
         except StmError as exc:
             self.problems.append(exc.message)
             ref = None
-        # An archived session is read-only history: boot offers the waiting ones instead.
+        # An archived session is read-only history: boot offers the waiting ones instead,
+        # and a pointer to it (archived in another clone) is cleared, saying so.
         if ref is not None and ref.archived:
             self.problems.append(f"the current session {ref.id} is archived")
+            released = release_archived_pointer(store) if self.release else None
+            if released:
+                self.notices.append(released)
             ref = None
         if ref is None:
             stale: list = []
@@ -7470,7 +7562,7 @@ def boot_memory(store: Store, deliver=None, **options) -> tuple[str, list[str], 
     warnings, the parts it was made from, and the boot mark that `digest` counts from.
     The mark is recorded after `deliver(parts, text)` returns, when given (a front end
     that prints passes its printer: only a boot that reached the agent counts)."""
-    parts = BootParts(store)
+    parts = BootParts(store, release=True)
     text, warnings = boot_document(parts, **options)
     if deliver is not None:
         deliver(parts, text)
@@ -7932,7 +8024,7 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     # Ours is behind the upstream: take it as it is (a fast-forward).
     if ours in bases:
         return theirs
-    left, right = premerged(repo, ours, theirs, bases)
+    left, right = premerged(repo, *joined_moves(repo, ours, theirs, bases), bases)
     code, stdout, stderr = repo.git.run(
         *sync_driver_options(repo),
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
@@ -7978,6 +8070,61 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     if not entries:
         return ours, theirs
     return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
+
+
+def joined_moves(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
+    """The two sides to merge, with each session that moved on one side (archived: its
+    folder went to history/) and was written where it stood on the other joined into
+    one archived session on both sides (join_session_copies), so git sees the same
+    files on both and no modify/delete conflict: its rename detection cannot pair a
+    state.json that changed much on the way. Anything that cannot be joined is left to
+    git, which reports it."""
+    if len(bases) != 1 or len(repo.memory) < 2:
+        return ours, theirs
+    trees = [session_trees(repo, commit) for commit in (bases[0], ours, theirs)]
+    entries = []
+    for sid, (base_dir, base_files) in trees[0].items():
+        sides = [tree.get(sid) for tree in trees[1:]]
+        if None in sides or sides[0][0] == sides[1][0]:
+            continue
+        folders = [side[0] for side in sides]
+        stay = folders.index(base_dir) if base_dir in folders else None
+        # Unchanged where it stood: git takes the move as it is.
+        if stay is None or sides[stay][1] == base_files:
+            continue
+        (moved_dir, moved), (stay_dir, stayed) = sides[1 - stay], sides[stay]
+        blobs = read_blobs(repo, sorted({*base_files.values(), *moved.values(), *stayed.values()}))
+        copies = [
+            {n: blobs.get(o) or b"" for n, o in f.items()} for f in (base_files, moved, stayed)
+        ]
+        joined = join_session_copies(*copies)
+        if joined is None:
+            return ours, theirs
+        entries += [f"0 {oid}\t{stay_dir}/{name}\n" for name, oid in stayed.items()]
+        for name, data in joined.items():
+            oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
+            entries.append(f"100644 {oid}\t{moved_dir}/{name}\n")
+    if not entries:
+        return ours, theirs
+    return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
+
+
+def session_trees(repo: SyncRepo, commit: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """{session id: (its folder, {file path inside it: blob id})} of every session, active
+    or archived, in a commit's state folder."""
+    state = repo.memory[1]
+    listing = repo.git.out("ls-tree", "-r", "-z", commit, "--", f":(top,literal){state}")
+    found: dict = {}
+    for record in listing.split("\0"):
+        info, _, path = record.partition("\t")
+        fields = info.split(" ")
+        session = session_of_path(path[len(state) + 1 :]) if len(fields) == 3 else None
+        if session is None or fields[1] != "blob":
+            continue
+        folder = f"{state}/{session[1]}"
+        files = found.setdefault(session[0], (folder, {}))[1]
+        files[path[len(folder) + 1 :]] = fields[2]
+    return found
 
 
 def merge_attributes(repo: SyncRepo, paths: list[str]) -> list[tuple[str, str]]:
@@ -8199,7 +8346,10 @@ def bring_checkout(store: Store, repo: SyncRepo, head: str, ours: str, target: s
     Returns warnings: the push stands whatever happens here."""
     try:
         with store.stacks_lock(), store.state_lock():
-            return move_checkout(repo, head, ours, target)
+            warnings = move_checkout(repo, head, ours, target)
+            # The current session may have arrived archived (in another clone).
+            released = release_archived_pointer(store, locked=True)
+            return warnings + ([released] if released else [])
     except StmError as exc:
         return [
             f"memory was pushed, but this checkout was not brought up to date ({exc.message}); "
@@ -12186,6 +12336,9 @@ class Checker:
         resolved = []
         for name in unmerged:
             path = os.path.join(top, *name.split("/"))
+            if not os.path.lexists(path):
+                resolved.append(path)  # removed: a moved session joined (fix_session_moved)
+                continue
             with contextlib.suppress(OSError):
                 if not md_has_conflict_markers(read_text(path)):
                     resolved.append(path)
@@ -12193,10 +12346,8 @@ class Checker:
             return  # conflict-markers (or state-conflict) says what to do first
         staged = list(resolved)
         for path in resolved:  # a rebuilt state renumbers its history: it goes with it
-            history = os.path.join(os.path.dirname(path), HISTORY_FILE)
-            if os.path.basename(path) == STATE_FILE and os.path.isfile(history):
-                staged.append(history)
-        hint = git_finish_hint(root, staged)
+            staged += self.unmerged_companions(path)
+        hint = git_finish_hint(root, list(dict.fromkeys(staged)))
         for path in resolved:
             self.report(
                 "git-unmerged",
@@ -12204,6 +12355,21 @@ class Checker:
                 "git still lists it as unmerged: the merge is not finished",
                 f"run {hint}" if hint else None,
             )
+
+    def unmerged_companions(self, path: str) -> list[str]:
+        """The files to add with an unmerged one: a rebuilt state's history; for a file of
+        a session joined into its archived copy, that copy's files (what the join wrote)."""
+        folder = os.path.dirname(path)
+        if os.path.lexists(path):
+            history = os.path.join(folder, HISTORY_FILE)
+            return (
+                [history] if path.endswith(os.sep + STATE_FILE) and os.path.isfile(history) else []
+            )
+        session = os.path.basename(folder)
+        archived = os.path.join(self.store.history_dir, archive_month(session), session)
+        if not is_session_id(session) or not os.path.isdir(archived):
+            return []
+        return [os.path.join(archived, name) for name in (STATE_FILE, HISTORY_FILE)]
 
     # Stacks -----------------------------------------------------------------
 
@@ -12605,9 +12771,9 @@ class Checker:
             )
         elif active and ref.archived:
             self.report(
-                "pointer-invalid",
+                "pointer-archived",
                 store.pointer_path,
-                f"points to {active}, which is archived",
+                f"points to {active}, which is archived (in another clone?)",
             )
 
     def check_lock_file(self, tree: str, rule: str) -> None:
@@ -12633,6 +12799,17 @@ class Checker:
                 path,
                 "session folder is a symbolic link",
                 "replace it with a real folder",
+            )
+            return
+        if month is None and os.path.lexists(
+            os.path.join(self.store.history_dir, archive_month(name), name)
+        ):
+            self.report(
+                "session-moved",
+                path,
+                f"session {name} is both here and archived in "
+                f"{self.store.rel(self.store.history_dir)}/{archive_month(name)}/ (archived in "
+                "one clone, written in another, merged by git without `stm sync`)",
             )
             return
         if month is not None and month != archive_month(name):
@@ -13144,6 +13321,82 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
     return said
 
 
+def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Clear a pointer to an archived session (archived in another clone)."""
+    if dry_run:
+        return "would clear the pointer"
+    released = release_archived_pointer(store, locked=True)
+    return "cleared the pointer: " + released.split(", so ", 1)[0] if released else None
+
+
+def fix_session_moved(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Join a session that is both active and archived (archived in one clone, written
+    in the other, merged by git without stm sync: a modify/delete conflict) into the
+    archived copy, losing no event, then remove the active copy: one rename out of the
+    way, then the removal (a kill between leaves a `.building` folder check sweeps)."""
+    folder = finding.target
+    sid = os.path.basename(folder)
+    archived = os.path.join(store.history_dir, archive_month(sid), sid)
+    stayed, moved = session_copy_files(folder), session_copy_files(archived)
+    if stayed is None or moved is None:
+        return None
+    base = {}
+    for name in (STATE_FILE, HISTORY_FILE):
+        text = git_stage_text(os.path.join(folder, name), 1)
+        if text is not None:
+            base[name] = text.encode("utf-8", "surrogateescape")
+    joined = join_session_copies(base, moved, stayed)
+    if joined is None:
+        return None
+    events = joined.get(HISTORY_FILE, b"").count(b"\n")
+    said = f"joined it into the archived copy {store.rel(archived)} ({plural(events, 'event')})"
+    if dry_run:
+        return "would have " + said[:-1].replace(" (", ", ", 1) + ")"
+    for name, data in joined.items():
+        path = os.path.join(archived, *name.split("/"))
+        refuse_links_below(archived, path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if moved.get(name) != data:
+            atomic_write(path, data)
+    aside = os.path.join(os.path.dirname(folder), f".{sid}.{random_hex(4)}.building")
+    os.rename(folder, aside)
+    import shutil
+
+    shutil.rmtree(aside, ignore_errors=True)
+    if read_pointer_quietly(store) == sid:
+        release_archived_pointer(store, locked=True)
+        said += "; this checkout's pointer to it is cleared"
+    return said
+
+
+def session_copy_files(folder: str) -> dict[str, bytes] | None:
+    """{path inside the folder: bytes} of a session copy's files; None when a link is on
+    the way (never followed) or a file cannot be read."""
+    found = {}
+    try:
+        for top, dirs, files in os.walk(folder):
+            if any(os.path.islink(os.path.join(top, d)) for d in dirs):
+                return None
+            for name in files:
+                path = os.path.join(top, name)
+                if os.path.islink(path):
+                    return None
+                if name.endswith(".tmp"):
+                    continue  # a write killed midway: temp-file says so
+                rel = os.path.relpath(path, folder).replace(os.sep, "/")
+                found[rel] = read_bytes(path)
+    except OSError:
+        return None
+    return found
+
+
+def read_pointer_quietly(store: Store) -> str | None:
+    try:
+        return read_pointer(store)
+    except StmError:
+        return None
+
+
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Finish an archive that was marked but not moved: one rename into history/."""
     folder = finding.target
@@ -13254,6 +13507,18 @@ RULES = {
         Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
         # .state/ (spec/state-layout.md)
         Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
+        Rule(
+            "pointer-archived",
+            "warning",
+            FIX_RUN + " to clear it (the session stays readable: `stm session show ID`)",
+            fix_pointer_archived,
+        ),
+        Rule(
+            "session-moved",
+            "error",
+            FIX_RUN + " to join the two copies into the archived one",
+            fix_session_moved,
+        ),
         Rule("session-id", "error", "move it out of .state/sessions/"),
         Rule("session-symlink", "error", "replace it with a real file or folder"),
         Rule("state-invalid", "error", FIX_GIT),
