@@ -5367,6 +5367,48 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
     return merged
 
 
+# Memory disagreements never block (merge.md, "Memory disagreements"): where both sides
+# rewrote the same prose differently, the newer side's lines stand and a comment marks
+# the place; the older side's text goes to the log, where search finds it.
+SETTLE_MARKER_SIZE = 19  # the internal merge's markers: never a line memory holds
+SETTLED_RE = LazyRegex(r"<!-- stm:settled ([0-9a-f]{8}) (\d{4}-\d\d-\d\d) -->")
+
+
+def settle_markdown(
+    base: str, ours: str, theirs: str, ours_newer: bool, comment: str
+) -> tuple[str, list[tuple[str, str]]]:
+    """merge_markdown, but never a conflict: each region both sides rewrote differently
+    becomes the newer side's lines followed by `comment` (a line, `<!-- stm:settled ID
+    DATE -->`). Returns (text, settled): (section, the older side's text) of each region
+    decided, for the caller to keep where search finds it."""
+    size = SETTLE_MARKER_SIZE
+    merged, clean = merge_markdown(base, ours, theirs, size, ("ours", "base", "theirs"))
+    if clean:
+        return merged, []
+    marks = ("<" * size + " ours", "=" * size, ">" * size + " theirs")
+    out, settled, section, where = [], [], "(preamble)", None
+    sides: dict[str, list[str]] = {"ours": [], "theirs": []}
+    for line in merged.split("\n"):
+        bare = line.rstrip("\r")
+        if where is None and bare == marks[0]:
+            where = "ours"
+        elif where == "ours" and bare == marks[1]:
+            where = "theirs"
+        elif where == "theirs" and bare == marks[2]:
+            newer, older = (sides["ours"], sides["theirs"])[:: 1 if ours_newer else -1]
+            ending = "\r" if line.endswith("\r") else ""
+            out += [*newer, comment + ending]
+            settled.append((section, "\n".join(x.rstrip("\r") for x in older).strip("\n")))
+            sides, where = {"ours": [], "theirs": []}, None
+        elif where is not None:
+            sides[where].append(line)
+        else:
+            if bare.startswith("## ") or bare.startswith("# "):
+                section = bare.lstrip("#").strip()
+            out.append(line)
+    return "\n".join(out), settled
+
+
 def join_session_copies(
     base: dict[str, bytes], moved: dict[str, bytes], stayed: dict[str, bytes]
 ) -> dict[str, bytes] | None:
@@ -6280,6 +6322,7 @@ class BootParts:
         self._arrivals()
         self.refs = self._refs()
         self._memory_notices()
+        self._settled_notice()
         self._size_notice()
         self._template_notice()
         self._capture()
@@ -6498,6 +6541,26 @@ class BootParts:
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
             )
+
+    def _settled_notice(self) -> None:
+        """Text two clones rewrote differently, settled by a merge (merge.md, "Memory
+        disagreements"): boot names the section and the log entry that holds the other
+        version, as long as the section keeps the mark (the next rewrite drops it)."""
+        for layer in ("identity", "session"):
+            text = self.raw.get(layer)
+            if not text or "<!-- stm:settled " not in text:
+                continue
+            doc, name = MdDoc.of(text), self.store.rel(self.store.layer_path(layer))
+            for part in [None, *doc.parts]:
+                lines = doc.preamble if part is None else doc.body(part)
+                for found in SETTLED_RE.finditer("\n".join(lines)):
+                    where = f"## {part.name}" if part is not None else "its preamble"
+                    self.notices.append(
+                        f"{name} {where}: two clones rewrote it differently; the newer "
+                        f"version is shown, the other is kept in the log "
+                        f"(`{self.store.rel(self.store.log_path(found.group(2)))}`, entry "
+                        f"{found.group(1)}; `stm search` finds its words)"
+                    )
 
     def _size_notice(self) -> None:
         """MEMORY.md over its consolidation threshold: the agent is told what to run."""
@@ -8055,7 +8118,7 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
     blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
     modes = tree_modes(repo, ours, paths)
-    entries = []
+    entries, logged = [], []
     for path in paths:
         texts = [blobs.get(f"{c}:{path}") for c in (bases[0], ours, theirs)]
         if any(text is None for text in texts):
@@ -8063,13 +8126,66 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
         decoded = [text.decode("utf-8", "surrogateescape") for text in texts]
         merged, clean = merge_markdown(*decoded)
         if not clean:
-            return ours, theirs  # git and the driver say where, with the usual labels
+            # Both rewrote the same prose: the newer side's stands, the other's is logged.
+            merged, entry = settled_memory(repo, path, decoded, ours, theirs)
+            logged.append(entry)
         data = merged.encode("utf-8", "surrogateescape")
         oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
         entries.append(f"{modes.get(path, '100644')} {oid}\t{path}\n")
     if not entries:
         return ours, theirs
-    return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
+    # The older texts go into the log on one side only: the union merge keeps them once.
+    left = entries + settled_log_entries(repo, ours, logged)
+    return with_entries(repo, ours, left), with_entries(repo, theirs, entries)
+
+
+def settled_memory(
+    repo: SyncRepo, path: str, texts: list[str], ours: str, theirs: str
+) -> tuple[str, tuple[str, str]]:
+    """A memory file both sides rewrote in the same place, settled (settle_markdown):
+    the newer side by `## Last Updated`, else by the time of the last commit that
+    changed the file on each side, else by content (both clones decide alike). Returns
+    the text and (stamp, log entry) keeping the older side's text, with who and when."""
+    changes = [last_change(repo, side, path) for side in (ours, theirs)]
+    keys = [
+        (memory_stamp(text) or 0.0, change[1], text) for text, change in zip(texts[1:], changes)
+    ]
+    ours_newer = keys[0] > keys[1]
+    stamp, entry_id = iso_now(), random_hex(4)
+    comment = f"<!-- stm:settled {entry_id} {stamp[:10]} -->"
+    merged, settled = settle_markdown(*texts, ours_newer, comment)
+    who, when = changes[1] if ours_newer else changes[0]
+    name = path.rsplit("/", 1)[-1]
+    parts = [
+        f"stm sync: two clones rewrote the same text of {name}; the newer version stands "
+        f"there. The other version, written by {who} ({iso(when) if when else 'time unknown'}):"
+    ]
+    for section, older in settled:
+        quoted = "\n".join("> " + line if line else ">" for line in older.split("\n"))
+        parts.append(f"{name} ## {section}:\n\n{quoted or '> (empty)'}")
+    return merged, (stamp, render_log_entry("\n\n".join(parts), "stm sync", stamp, entry_id))
+
+
+def last_change(repo: SyncRepo, commit: str, path: str) -> tuple[str, float]:
+    """(author, commit time) of the last commit before `commit` that changed `path`."""
+    found = repo.git.out("log", "-1", "--format=%an%x00%ct", commit, "--", f":(top,literal){path}")
+    author, _, when = found.partition("\0")
+    return author or "unknown", float(when) if when.isdigit() else 0.0
+
+
+def settled_log_entries(repo: SyncRepo, commit: str, logged: list) -> list[str]:
+    """Index lines that append the settled texts' log entries to their day logs."""
+    lines, logs = [], {}
+    for stamp, entry in logged:
+        path = f"{repo.memory[0]}/{LOGS_DIR}/{stamp[:10]}.md"
+        if path not in logs:
+            logs[path] = read_blobs(repo, [f"{commit}:{path}"]).get(f"{commit}:{path}") or b""
+        data = logs[path]
+        logs[path] = data + (b"\n" if data else b"") + entry.encode("utf-8", "surrogateescape")
+    for path, data in logs.items():
+        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
+        lines.append(f"100644 {oid}\t{path}\n")
+    return lines
 
 
 def joined_moves(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
@@ -8163,9 +8279,13 @@ def with_entries(repo: SyncRepo, commit: str, entries: list[str]) -> str:
 def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
     shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
     memory = [p for p in paths if repo.is_memory(p)]
+    # Memory first committed (`stm commit`): else git refuses the pull for it. Then check
+    # --fix merges what git left in memory (the driver installed first where missing).
     fix = (
-        "Merge by hand: `stm setup git --install`, `git pull --no-rebase`, resolve the "
-        "markers (keep what both sides meant), `git commit`"
+        "Merge by hand: `stm commit`, `git pull --no-rebase`, resolve the "
+        f"code ({', '.join(p for p in paths if not repo.is_memory(p)) or 'none'}), then "
+        "`stm check --fix` for memory and the `git add … && git commit` "
+        "it names"
         if memory
         else f"Merge by hand: `git pull --no-rebase` (or `git merge {repo.shown}`), resolve, "
         "`git commit`"
@@ -8218,10 +8338,13 @@ def refuse_clashes(repo: SyncRepo, head: str, target: str, local: set[str]) -> N
     clash = sorted(p for p in arriving if p in local or any(p.startswith(q + "/") for q in local))
     if clash:
         shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+        # Those files alone: a bare `git stash` would set memory aside too, and the sync
+        # would then have nothing to send.
+        stash = shell_command("git", "stash", "push", "--include-untracked", "--", *clash)
         raise SyncRefused(
             f"{repo.shown} changed {shown}, which you have changed and not committed; "
-            "nothing changed. Commit those changes (or set them aside with `git stash`), "
-            "then run `stm sync` again"
+            "nothing changed. Commit those changes, or set them aside with "
+            f"`{stash}`, run `stm sync` again, then bring them back with `git stash pop`"
         )
 
 

@@ -7,6 +7,8 @@ rewrote, repair messages run as pasted, the conflict matrix.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,8 @@ from helpers import (
     boot_section,
     findings,
     is_command,
+    log_text,
+    marker_lines,
     read_jsonl,
     use_private_git,
 )
@@ -174,3 +178,87 @@ def test_the_archive_event_is_never_read_as_a_phase():
     state = {"phase": "plan", "valid_phases": ["plan", "build"]}
     stm.replay_event(state, event)
     assert state["phase"] == "plan" and state["archived_at"] == event["timestamp"]
+
+
+# ---- memory disagreements never block ---------------------------------------------------
+
+
+def test_two_clones_replacing_one_section_sync_without_a_refusal(world):
+    world.seed()
+    alice, bob = world.clone("alice", driver=True), world.clone("bob", driver=True)
+    world.stm(alice, "note", "Status", "alice: the lexer is done", "--replace", user="alice")
+    world.stm(alice, "sync", user="alice")
+    world.stm(bob, "note", "Status", "bob: the parser is done", "--replace", user="bob")
+    world.stm(bob, "log", "bob's entry", user="bob")
+    synced = world.stm(bob, "sync", user="bob")  # never a refusal for memory
+    assert "nothing changed" not in synced.err, synced
+    world.stm(alice, "sync", user="alice")
+    for repo in (alice, bob):
+        memory = (repo / ".stacks" / "MEMORY.md").read_text()
+        status = memory.split("## Status", 1)[1].split("\n## ", 1)[0]
+        # bob's note is the newer: it stands; alice's is in the log, found by search.
+        assert "bob: the parser is done" in status and "alice: the lexer" not in status, memory
+        assert "<!-- stm:settled " in status
+        assert not marker_lines(memory)
+        logs = log_text(repo)
+        assert "> alice: the lexer is done" in logs and "bob's entry" in logs, logs
+        found = world.stm(repo, "search", "lexer").out
+        assert "alice: the lexer is done" in found, found
+        notices = boot_section(world.stm(repo, "boot").out, "Notices")
+        assert "MEMORY.md ## Status: two clones rewrote it" in notices, notices
+        assert findings(world.stm(repo, "check", "--json")) == []
+    assert (
+        world.git(alice, "rev-parse", "HEAD").stdout == world.git(bob, "rev-parse", "HEAD").stdout
+    )
+    # The next rewrite of the section drops the mark, and the notice with it.
+    world.stm(bob, "note", "Status", "bob: all done", "--replace", user="bob")
+    assert "two clones rewrote" not in world.stm(bob, "boot").out
+
+
+# ---- every repair message works when pasted ---------------------------------------------
+
+
+def run_advice(world: World, repo: Path, message: str, user: str) -> list[str]:
+    """Run every `command` of a message, in order, as a person pastes them: stm in-process,
+    anything else in a shell in the clone. Returns the commands run."""
+    commands = re.findall(r"`([^`]+)`", message)
+    assert commands, message
+    for command in commands:
+        if command.startswith("stm "):
+            world.stm(repo, *shlex.split(command)[1:], user=user)
+        else:
+            done = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True)
+            assert done.returncode == 0, (command, done.stdout, done.stderr)
+    return commands
+
+
+def test_sync_s_advice_about_the_user_s_own_files_never_stashes_memory(world):
+    code = "def f():\n    return 1\n\n\n" + "# filler\n" * 20 + "def g():\n    return 2\n"
+
+    def with_code(seed: Path) -> None:
+        (seed / "app.py").write_text(code)
+
+    world.seed(with_code)
+    alice, bob = world.clone("alice", driver=True), world.clone("bob", driver=True)
+    (alice / "app.py").write_text(code.replace("return 1", "return 10"))
+    world.commit(alice, "alice's code")
+    world.push(alice)
+    (bob / "app.py").write_text(code.replace("return 2", "return 20"))  # not committed
+    world.stm(bob, "log", "bob's uncommitted entry", user="bob")
+    refused = world.stm(bob, "sync", user="bob", code=1)
+    message = refused.err.strip()
+    assert "app.py" in message and "git stash push" in message, message
+    commands = run_advice(world, bob, message.split("nothing changed.", 1)[1], user="bob")
+    assert commands[0].startswith("git stash push") and "-- app.py" in commands[0], commands
+    assert commands[-1] == "git stash pop", commands
+    # Nothing lost: bob's entry went out, his code is back, alice's came in.
+    assert "bob's uncommitted entry" in world.git(alice, "fetch", "-q").stdout + "".join(
+        world.git(alice, "show", "origin/main:" + p).stdout
+        for p in world.git(
+            alice, "ls-tree", "-r", "--name-only", "origin/main", ".stacks/logs"
+        ).stdout.split()
+    )
+    assert (bob / "app.py").read_text() == code.replace("return 1", "return 10").replace(
+        "return 2", "return 20"
+    )
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
