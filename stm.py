@@ -2687,6 +2687,20 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     return found if ends else []
 
 
+def conflict_sections(text: str, lines: list[int]) -> str:
+    """Where conflict markers (md_has_conflict_markers' line numbers) stand, for a
+    message: `; section ## Status` (each section once, in order), or "" for none."""
+    doc = MdDoc.of(text.removeprefix("\ufeff"))
+    names = []
+    for number in lines:
+        part = next((p for p in doc.parts if p.start < number - 1 < p.end), None)
+        name = "the preamble" if part is None else part.name
+        name = f"## {name}" if part is not None and part.level == 2 else name
+        if name not in names:
+            names.append(name)
+    return f"; {'section' if len(names) == 1 else 'sections'} {', '.join(names)}" if names else ""
+
+
 # ==== Formats: fact blocks ===================================================
 #
 # Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
@@ -5409,6 +5423,71 @@ def settle_markdown(
     return "\n".join(out), settled
 
 
+LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
+
+
+def untangle_log(data: bytes) -> bytes | None:
+    """A day log that git's union merge interleaved, entries whole again; None when it
+    is not such a log. Two clones that appended entries holding the same lines (two
+    compactions of the same bullets, one handoff's receipt) give union merge common
+    lines, which it writes once: headers stacked, one body, end lines stacked. Each entry
+    is its header, the lines between its header and its own end line that are no other
+    entry's frame, and its end: no line is lost (a line shared by two entries is in
+    both). Only a log whose every header has its own end line below it, with nothing but
+    blank lines outside the entries, and where some entry holds another's frame."""
+    lines = data.split(b"\n")
+    heads, ends = {}, {}
+    for index, line in enumerate(lines):
+        head, end = LOG_HEADER_BYTES_RE.fullmatch(line), LOG_END_LINE_RE.fullmatch(line)
+        found = (heads, head) if head else (ends, end) if end else (None, None)
+        if found[0] is not None:
+            key = found[1].group(3 if head else 1)
+            if key in found[0]:
+                return None
+            found[0][key] = index
+    if not heads or set(heads) != set(ends) or any(ends[k] < heads[k] for k in heads):
+        return None
+    frames = set(heads.values()) | set(ends.values())
+    inside = set()
+    for key in heads:
+        inside.update(range(heads[key], ends[key] + 1))
+    if any(lines[i].strip() for i in range(len(lines)) if i not in inside):
+        return None
+    if not any(frames & set(range(heads[k] + 1, ends[k])) for k in heads):
+        return None  # no entry holds another's frame: not interleaved
+    entries = []
+    for key in sorted(heads, key=heads.get):
+        body = [lines[i] for i in range(heads[key] + 1, ends[key]) if i not in frames]
+        text = b"\n".join(body).strip(b"\n")
+        entries.append(lines[heads[key]] + b"\n\n" + text + b"\n\n" + lines[ends[key]] + b"\n")
+    return b"\n".join(entries)
+
+
+def merge_log_entries(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
+    """A day log both sides appended to, merged by whole entries (sync.md, step 4): OURS'
+    entries (less those of BASE that THEIRS removed), then THEIRS' new ones, each entry
+    once by its id. None when a side holds a stray line or a torn entry: git's union
+    merge takes it as it always did."""
+    sides = [log_blocks(data) for data in (base, ours, theirs)]
+    if any(side is None for side in sides):
+        return None
+    had, mine, other = ({entry_id for entry_id, _ in side} for side in sides)
+    blocks = [b for i, b in sides[1] if not (i in had and i not in other)]
+    blocks += [b for i, b in sides[2] if i not in mine and i not in had]
+    return b"\n".join(blocks)
+
+
+def log_blocks(data: bytes) -> list[tuple[str, bytes]] | None:
+    """(entry id, the entry's bytes) of every entry of a log, or None when the log holds
+    anything else (a stray line, a torn entry)."""
+    found = []
+    for item in parse_log(data):
+        if item[0] != "entry" or not item[1].complete:
+            return None
+        found.append((item[1].entry_id, data[item[1].start : item[1].end]))
+    return found
+
+
 def join_session_copies(
     base: dict[str, bytes], moved: dict[str, bytes], stayed: dict[str, bytes]
 ) -> dict[str, bytes] | None:
@@ -6394,9 +6473,10 @@ class BootParts:
         if lines:
             shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
             fix = fix or "resolve them (keep what both sides meant), then run `stm check`"
+            where = conflict_sections(text, lines) if not text.lstrip().startswith("{") else ""
             self.notices.append(
                 f"{self.store.rel(path)} has unresolved merge conflict markers "
-                f"(lines {shown}): {fix}"
+                f"(lines {shown}{where}): {fix}"
             )
 
     def _workflow(self) -> None:
@@ -8108,34 +8188,60 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     all three) are merged here, by the driver's own code, and the merged file put on both
     sides, which git then takes as is: a driver process costs a Python start for each
     file at each attempt, and under contention an attempt must be quick to win the race.
-    Anything else, a conflict included, is left to git and the driver as passed."""
+    Prose both rewrote is settled (settled_memory); day logs both appended to are merged
+    by whole entries (merge_log_entries). Anything else is left to git as passed."""
     # Several merge bases: git first merges the bases themselves, which this cannot copy.
     if len(bases) != 1:
         return ours, theirs
     specs = repo.pathspecs()
     both = set(changed_paths(repo, bases[0], ours, *specs))
     both &= set(changed_paths(repo, bases[0], theirs, *specs))
-    paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
-    blobs = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
-    modes = tree_modes(repo, ours, paths)
-    entries, logged = [], []
+    attributes = merge_attributes(repo, sorted(both))
+    paths = [path for path, value in attributes if value == "stm"]
+    logs_dir = f"{repo.memory[0]}/{LOGS_DIR}/"
+    logs = [p for p, value in attributes if value == "union" and p.startswith(logs_dir)]
+    specs = [f"{c}:{p}" for p in paths + logs for c in (bases[0], ours, theirs)]
+    blobs = read_blobs(repo, specs)
+    merged_files, logged = {}, []
     for path in paths:
         texts = [blobs.get(f"{c}:{path}") for c in (bases[0], ours, theirs)]
         if any(text is None for text in texts):
             continue
         decoded = [text.decode("utf-8", "surrogateescape") for text in texts]
         merged, clean = merge_markdown(*decoded)
+        if not clean and not path.endswith(".md"):
+            continue  # a session's state.json: the driver merges it as state
         if not clean:
             # Both rewrote the same prose: the newer side's stands, the other's is logged.
             merged, entry = settled_memory(repo, path, decoded, ours, theirs)
             logged.append(entry)
-        data = merged.encode("utf-8", "surrogateescape")
-        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
-        entries.append(f"{modes.get(path, '100644')} {oid}\t{path}\n")
-    if not entries:
+        merged_files[path] = merged.encode("utf-8", "surrogateescape")
+    for path in logs:  # whole entries: git's union merge can interleave two alike
+        texts = [blobs.get(f"{c}:{path}") or b"" for c in (bases[0], ours, theirs)]
+        merged = merge_log_entries(*texts)
+        if merged is not None:
+            merged_files[path] = merged
+    # The older texts go into the log: on both sides when that log is merged here, else
+    # on one side only (the union merge keeps them once).
+    left_only: dict[str, bytes] = {}
+    for stamp, entry in logged:
+        path = f"{logs_dir}{stamp[:10]}.md"
+        into = merged_files if path in merged_files else left_only
+        if path not in into:
+            into[path] = read_blobs(repo, [f"{ours}:{path}"]).get(f"{ours}:{path}") or b""
+        into[path] = into[path] + (b"\n" if into[path] else b"") + entry.encode("utf-8")
+    if not merged_files and not left_only:
         return ours, theirs
-    # The older texts go into the log on one side only: the union merge keeps them once.
-    left = entries + settled_log_entries(repo, ours, logged)
+    modes = tree_modes(repo, ours, list(merged_files))
+    entries = [
+        f"{modes.get(path, '100644')} {repo.git.out('hash-object', '-w', '--stdin', data=data)}"
+        f"\t{path}\n"
+        for path, data in merged_files.items()
+    ]
+    left = entries + [
+        f"100644 {repo.git.out('hash-object', '-w', '--stdin', data=data)}\t{path}\n"
+        for path, data in left_only.items()
+    ]
     return with_entries(repo, ours, left), with_entries(repo, theirs, entries)
 
 
@@ -8171,21 +8277,6 @@ def last_change(repo: SyncRepo, commit: str, path: str) -> tuple[str, float]:
     found = repo.git.out("log", "-1", "--format=%an%x00%ct", commit, "--", f":(top,literal){path}")
     author, _, when = found.partition("\0")
     return author or "unknown", float(when) if when.isdigit() else 0.0
-
-
-def settled_log_entries(repo: SyncRepo, commit: str, logged: list) -> list[str]:
-    """Index lines that append the settled texts' log entries to their day logs."""
-    lines, logs = [], {}
-    for stamp, entry in logged:
-        path = f"{repo.memory[0]}/{LOGS_DIR}/{stamp[:10]}.md"
-        if path not in logs:
-            logs[path] = read_blobs(repo, [f"{commit}:{path}"]).get(f"{commit}:{path}") or b""
-        data = logs[path]
-        logs[path] = data + (b"\n" if data else b"") + entry.encode("utf-8", "surrogateescape")
-    for path, data in logs.items():
-        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
-        lines.append(f"100644 {oid}\t{path}\n")
-    return lines
 
 
 def joined_moves(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
@@ -12634,7 +12725,8 @@ class Checker:
                 "log-entry",
                 path,
                 f"entry {held.entry_id} has no end line, and later text follows it",
-                f"restore it from git, or end it with `<!-- stm:end {held.entry_id} -->`",
+                f"{FIX_RUN} (it separates entries a union merge interleaved), or restore "
+                f"it from git, or end it with `<!-- stm:end {held.entry_id} -->`",
                 held.line,
             )
         kind, *rest = item
@@ -12645,7 +12737,8 @@ class Checker:
                 "log-entry",
                 path,
                 "text outside any log entry",
-                "add entries only with `stm log`; move this text into one",
+                f"{FIX_RUN} when a union merge interleaved two entries; else add entries "
+                "only with `stm log` and move this text into one",
                 rest[0],
             )
             return None
@@ -12733,7 +12826,8 @@ class Checker:
             self.report(
                 "conflict-markers",
                 path,
-                f"unresolved merge conflict markers (lines {shown}): boot shows it as is, and "
+                f"unresolved merge conflict markers (lines {shown}"
+                f"{conflict_sections(text, lines)}): boot shows it as is, and "
                 "stm will not edit it",
                 line=lines[0],
             )
@@ -13173,6 +13267,21 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return "removed"
 
 
+def fix_log_untangle(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """A day log git's union merge interleaved (untangle_log): its entries whole again,
+    written atomically. Any other broken entry is left to a person."""
+    try:
+        data = read_bytes(finding.target)
+    except OSError:
+        return None
+    untangled = untangle_log(data)
+    if untangled is None:
+        return None
+    if not dry_run:
+        atomic_write(finding.target, untangled)
+    return "separated the entries a union merge interleaved (no line dropped)"
+
+
 def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Cut a torn last record, recomputed under the lock (a writer may have fixed it)."""
     complete_end = log_complete_end if finding.rule == "log-torn" else jsonl_complete_end
@@ -13593,7 +13702,7 @@ RULES = {
             "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
         ),
         Rule("log-name", "error", "rename it to the UTC date of its entries"),
-        Rule("log-entry", "error", FIX_GIT),
+        Rule("log-entry", "error", FIX_GIT, fix_log_untangle),
         Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it", fix_torn_tail),
         Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
         Rule(
