@@ -11320,9 +11320,11 @@ def live_capture_beside(ref: SessionRef, session: str, hooks, written) -> bool:
     mine = next(
         (e for c in HOOK_CLIENTS for e in hook_sessions(hooks, c) if e["id"] == session), None
     )
-    # Stamps in stm's one form (UTC, "Z") compare as text in time order.
+    # Stamps in stm's one form (UTC, "Z") compare as text in time order. Whole seconds:
+    # hooks of two agents in the same second count as overlapping (issue 35), so neither
+    # capture ever lands in the other's session.
     started, seen = (mine or {}).get("started_at"), other.get("seen_at")
-    if started and seen and started < seen:
+    if started and seen and started <= seen:
         return True
     size = transcript_size(other.get("transcript", ""))
     return size is not None and size != position_size(captured.get("position"))
