@@ -389,49 +389,100 @@ LAYERS = (
 LAYER_BY_NAME = {layer.name: layer for layer in LAYERS}
 TEMPLATE_LAYERS = tuple(layer for layer in LAYERS if layer.template is not None)
 
-# Text that looks like a credential. Memory is committed to git, and a leaked token is
-# not undone by a later edit, so log refuses it and check reports it.
-# Each has literal hints: text holding none of them cannot match, and str.find is far
-# faster than a regex scan (check reads every log).
+# Text that looks like a credential. Memory is committed to git and may be synced to a
+# remote, and a leaked token is not undone by a later edit: log, note and fact refuse it,
+# capture replaces it in place, check reports it and sync will not send it (spec/
+# memory-layers.md, "Secrets"). Rows: (kind, pattern, hints). Where the pattern has a
+# group named `secret`, only that group is the secret (the name or command before it stays
+# readable); else the whole match is. Each match starts where one of its hints starts (a
+# URL's up to 31 characters before its `://`), so the pattern is tried only there; text
+# holding no hint cannot match, and bytes.find is far faster than a regex scan (check
+# reads every log). A pattern that starts with (?i) has lower-case hints, found in any
+# case. Known formats carry no leading `\b`: a token glued to a word
+# (`tokenghp_...`) still leaks. Every pattern is linear: no unbounded repeat is followed
+# by anything that could make it back off over more than a bounded stretch.
 SECRET_PATTERNS = (
     (
-        "GitHub token",  # no \b: a token glued to a word (`tokenghp_...`) still leaks
+        "GitHub token",
         r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
-    ("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", ("AKIA", "ASIA")),
+    ("AWS access key id", r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])", ("AKIA", "ASIA")),
     (
         "AWS secret access key",
         r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])",
-        ("ecret", "ECRET"),
+        ("aws",),
     ),
-    ("OpenAI-style API key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
-    ("Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
+    (
+        "OpenAI-style API key",  # digits and both cases (secret_match_ok): not "task-..."
+        r"sk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+        ("sk-",),
+    ),
+    ("Slack token", r"(?:xox[abposre]-|xapp-\d-)[A-Za-z0-9-]{10,}", ("xox", "xapp-")),
     (
         "Slack webhook",
         r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}",
-        ("hooks.slack.com",),
+        ("https://hooks.slack.com",),
     ),
-    ("GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}", ("glpat-",)),
-    ("Google API key", r"\bAIza[0-9A-Za-z_-]{35}", ("AIza",)),
-    ("Stripe key", r"\b[sr]k_live_[0-9A-Za-z]{24,}", ("k_live_",)),
-    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b", ("npm_",)),
-    ("PyPI token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", ("pypi-AgEIcHlwaS5vcmc",)),
-    ("Hugging Face token", r"\bhf_[A-Za-z]{34}\b", ("hf_",)),
+    (
+        "Discord webhook",
+        r"https://(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]{20,}",
+        ("https://discord", "https://ptb.discord", "https://canary.discord"),
+    ),
+    ("GitLab token", r"glpat-[A-Za-z0-9_-]{20,}", ("glpat-",)),
+    ("Google API key", r"AIza[0-9A-Za-z_-]{35}", ("AIza",)),
+    ("Google OAuth token", r"ya29\.[0-9A-Za-z_-]{20,}", ("ya29.",)),
+    ("Stripe key", r"[sr]k_live_[0-9A-Za-z]{24,}", ("sk_live_", "rk_live_")),
+    ("SendGrid API key", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", ("SG.",)),
+    ("Docker access token", r"dckr_pat_[A-Za-z0-9_-]{20,}", ("dckr_pat_",)),
+    ("npm token", r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", ("npm_",)),
+    ("PyPI token", r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", ("pypi-AgEIcHlwaS5vcmc",)),
+    ("Hugging Face token", r"hf_[A-Za-z]{34}(?![A-Za-z])", ("hf_",)),
     (
         "JSON Web Token",
-        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
+        r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
         ("eyJ",),
     ),
     (
-        "URL with a password",
-        r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@[^\s/@]+",
+        "URL with a password",  # any scheme, any case, an empty user; not "host:8080/...@"
+        r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s/@:\"'<>]{0,128}:(?P<secret>(?!\d*/)[^\s@\"'<>]{1,256})@",
         ("://",),
     ),
     (
         "private key block",  # PEM (RSA, EC, OpenSSH, PKCS8 "ENCRYPTED") and PGP
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
-        ("PRIVATE KEY",),
+        ("-----BEGIN ",),
+    ),
+    ("PuTTY private key", r"PuTTY-User-Key-File-\d+:", ("PuTTY-User-Key-File-",)),
+    (
+        "authorization header",  # "Authorization: Basic|Bearer|Token ...", a bare bearer token
+        r"(?i)(?:(?:proxy-)?auth(?:orization)?[\"'\x60]?[ \t]{0,5}[:=][ \t]{0,5}[\"']?"
+        r"(?:basic|bearer|token|digest|apikey|key)[ \t]+|\bbearer[ \t]+)"
+        r"(?P<secret>[A-Za-z0-9._~+/=-]{8,})",
+        ("auth", "bearer"),
+    ),
+    (
+        "password argument",  # --password[=]X, mysql -pX, (docker) login -p X, sshpass, redis-cli
+        r"(?:--password(?:=|[ \t]+)|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|"
+        r"mysqlcheck|mariadb)\b[^\n|;&]{0,200}?[ \t]-p"
+        r"|\blogin\b[^\n|;&]{0,200}?[ \t]-p(?:=|[ \t]+)?"
+        r"|\bsshpass[ \t]+-p[ \t]*|\bredis-cli\b[^\n|;&]{0,200}?[ \t]-a[ \t]+)"
+        r"(?P<secret>\"[^\"\n]{1,256}\"|'[^'\n]{1,256}'|[^\s\"'\x60;&|<>]{1,256})",
+        ("--password", "mysql", "mariadb", "login", "sshpass", "redis-cli"),
+    ),
+    (
+        "user and password argument",  # curl -u user:pass, --user=user:pass
+        r"(?<![\w-])(?:-u|--user)(?:=|[ \t]+)[\"']?(?P<user>[^\s:\"'@/]{1,128}):"
+        r"(?P<secret>[^\s\"']{1,256})",
+        ("-u", "--user"),
+    ),
+    (
+        "credential",  # NAME=value, NAME: value, "Name": "value" where NAME says secret
+        r"(?i)(?:pass|pwd|secret|token|key|credential)[A-Za-z0-9_.-]{0,40}?[\"'\x60*\]]{0,3}"
+        r"[ \t]{0,5}(?P<sep>:=|=>|=(?!=)|:)[ \t]{0,5}"
+        r"(?P<secret>\"(?:[^\"\\\n]|\\.){1,512}\"|'[^'\n]{1,512}'|\x60[^\x60\n]{1,512}\x60"
+        r"|[^\s\"'\x60,;&<>(){}\[\]|$%*#-][^\s\"'\x60,;&<>(){}\[\]|]{0,511})",
+        ("pass", "pwd", "secret", "token", "key", "credential"),
     ),
 )
 
@@ -882,20 +933,390 @@ def dumps_json(obj, indent: int | None = 2) -> str:
     )
 
 
-def find_secrets(text: str):
-    """Yield (kind, line_no, excerpt) for everything that looks like a credential.
+# The secret scanner (SECRET_PATTERNS): one for every path into memory and out of it.
+# `stm:allow-secret` on a line marks its findings as not secrets: check, sync and the
+# writing commands pass them (the mark is in the file, so it survives every later scan
+# and shows in review); capture ignores it (nobody reviewed a transcript).
+# It reads UTF-8 bytes: bytes.lower and bytes.find run at memory speed where str.lower
+# on text with one em dash in it does not, and each pattern is tried only where one of
+# its hints starts (a regex tried at every position of every log would cost check more
+# than all its other rules).
+SECRET_ALLOW_MARK = "stm:allow-secret"
+# Dropped before scanning, so a token split by one of them is still one token.
+ZERO_WIDTH = "\u00ad\u034f\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"
+NON_ASCII_RUN_RE = LazyRegex(r"[^\x00-\x7f]+")
+UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+# How far before its hint a match may start (a URL's scheme comes before its `://`).
+SECRET_BACK = {"URL with a password": 31}
+SECRET_WINDOW = 4096  # a match is looked for at most this far after its hint
+SECRET_NAME_RUN_RE = LazyRegex(rb"[A-Za-z0-9_.-]*")
+SECRET_NAME_REACH = 50  # the credential pattern's longest keyword and the rest of its name
+SECRET_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+# A name's last word that makes it about a secret, not the secret: PASSWORD_FILE, token_url.
+# fmt: off
+SECRET_NAME_STOP = frozenset((
+    "file", "files", "path", "url", "uri", "name", "names", "type", "kind", "length", "len",
+    "env", "var", "hint", "prompt", "policy", "id", "ids", "endpoint", "dir", "folder",
+    "field", "count", "expiry", "expires", "expiration", "ttl", "timeout", "header",
+    "param", "cmd", "command", "label", "format", "mode", "pattern", "regex", "required",
+    "reset", "min", "max", "size", "limit", "prefix", "suffix", "helper", "manager",
+    "provider", "store", "source", "scope", "version", "rotation", "created", "updated",
+    "arn", "msg", "message", "detail", "details", "error", "errors", "text", "desc",
+    "description", "hash", "digest", "fingerprint", "class", "exception", "validator",
+    "callback", "handler", "factory", "response", "request", "event", "events", "status",
+    "state", "used", "rotated", "last", "index", "idx", "pos", "start", "end", "offset",
+    "stream", "style", "color", "widget", "button", "input", "output", "placeholder",
+    "config", "data", "info", "settings", "options", "list", "map", "dict", "args", "params",
+))
+# fmt: on
+SECRET_NAME_KEYS = ("apikey", "accesskey", "privatekey", "accountkey", "secretkey", "signingkey")
+# Values that stand for a secret without being one.
+# fmt: off
+SECRET_PLACEHOLDERS = frozenset((
+    "none", "null", "nil", "true", "false", "undefined", "yes", "no", "required",
+    "optional", "string", "str", "int", "bool", "secret", "password", "passwd", "token",
+    "redacted", "changeme", "example", "value", "empty", "hidden", "masked",
+    "your_password", "your_token", "your_api_key", "env", "pass", "pw", "pwd", "mypassword",
+))
+# fmt: on
+SECRET_WORD_RE = LazyRegex(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+# A value that is code naming another value: self.token, user_password, auth.
+SECRET_CODE_VALUE_RE = LazyRegex(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[A-Za-z_]+")
+SECRET_DOTTED_RE = LazyRegex(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+# A value made of words (letters in lower case, Capitalized, CamelCase or UPPER; no digit,
+# no symbol): "next_token", "NextToken", "development key" — a name or prose, not a key.
+SECRET_WORDS_RE = LazyRegex(
+    r"(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+)"
+    r"(?:[-_. ]+(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+))*"
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable or key name says it holds a secret: PGPASSWORD, api_key,
+    "SecretAccessKey", _authToken, AWS_SESSION_TOKEN, AccountKey; not PWD, max_tokens,
+    PASSWORD_FILE, bypass or author."""
+    # config.password is about a password; Token.Name.Builtin is a name of its own.
+    words = [w.lower() for w in SECRET_WORD_RE.findall(name.rsplit(".", 1)[-1])]
+    if not words or words[-1] in SECRET_NAME_STOP or "".join(words) in ("pwd", "oldpwd"):
+        return False
+    if "public" in words:
+        return False  # publicKeyToken: published, not secret
+    for word in words:
+        if "passw" in word or word in ("pass", "pwd", "passphrase", "credential", "credentials"):
+            return True
+        if word.endswith(("secret", "token")):
+            return True
+    joined = "".join(words)
+    return any(key in joined for key in SECRET_NAME_KEYS)
+
+
+def is_secret_value(value: str, *, loose: bool = False, name: str = "") -> bool:
+    """Whether an assigned value can be a secret: not a reference ($X, ${X}, <x>), a
+    placeholder (None, xxxx, ****) or, after a lower-case name (code), another name
+    (self.token, user_password, auth). `loose` is for `name: value` in prose or YAML,
+    where an unquoted value must also look random (a digit, a symbol, or mixed case)."""
+    quoted = value[:1] in "\"'`" and len(value) >= 2
+    text = value[1:-1] if quoted else value.rstrip(".,:!?")
+    if len(text.strip()) < 6 or text[0] in "$%{<[(*-#`" or text.startswith("[redacted"):
+        return False
+    lowered = text.lower()
+    if len(set(text)) == 1 or lowered in SECRET_PLACEHOLDERS or lowered == name.lower():
+        return False
+    if SECRET_WORDS_RE.fullmatch(text) or (text.isdigit() and len(text) < 8):
+        return False
+    if any(c.isspace() for c in text.strip()):
+        return False  # prose ("RFC 2518", "template data / text"), not a key
+    # Code names its value; an upper-case variable (an environment's) is given one.
+    if not quoted and SECRET_DOTTED_RE.fullmatch(text):
+        return False
+    if not quoted and not name.isupper() and SECRET_CODE_VALUE_RE.fullmatch(text):
+        return False
+    if loose and not quoted:
+        mixed = any(c.isupper() for c in text[1:]) and any(c.islower() for c in text)
+        symbol = any(c in "!@#$%^&*+/=~_" for c in text)
+        if "=" in text.rstrip("="):
+            return False  # an annotation's default (x: Token=None), not base64's padding
+        return any(c.isdigit() for c in text) or mixed or symbol
+    return True
+
+
+def secret_name_before(data: bytes, start: int, end: int) -> tuple[int, str]:
+    """Where the name a credential keyword at `start` belongs to begins (extended back
+    over name characters, at most 64), and the name, up to `end` (where its separator
+    begins)."""
+    first = start
+    while first > 0 and start - first < 64 and data[first - 1] in SECRET_NAME_CHARS:
+        first -= 1
+    return first, data[first:end].decode("utf-8", "replace").rstrip("\"'`*] \t")
+
+
+def secret_match_ok(kind: str, match, data: bytes) -> bool:
+    """The checks a pattern cannot make in linear time, by kind."""
+    group = lambda name: match.group(name).decode("utf-8", "replace")  # noqa: E731
+    if kind == "credential":
+        first, name = secret_name_before(data, match.start(), match.start("sep"))
+        value = group("secret")
+        if match.group("sep") == b":" and data[first - 1 : first] == b":":
+            return False  # a part of a longer name: arn:aws:secretsmanager:*:*:secret:x
+        if value[:1] not in "\"'`" and data[match.end() : match.end() + 1] in (b"(", b"["):
+            return False  # code: token = get_token(), password = auth[2]
+        sep = match.start("sep")
+        loose = match.group("sep") == b":" and data[sep - 1 : sep] != b'"'
+        return is_secret_name(name) and is_secret_value(value, loose=loose, name=name)
+    if kind == "URL with a password":
+        return is_secret_value(group("secret"))
+    if kind == "AWS access key id":
+        return not match.group().endswith(b"EXAMPLE")  # AWS's documented example key
+    if kind == "OpenAI-style API key":
+        # Glued to a word it must look like a key: `task-management-...` is not one.
+        token, start = group(0), match.start()
+        glued = start > 0 and (chr(data[start - 1]).isalnum() or data[start - 1] > 127)
+        return not glued or (any(c.isdigit() for c in token) and any(c.isupper() for c in token))
+    if kind == "authorization header":
+        value = group("secret")
+        if match.group()[:6].lower() == b"bearer":
+            return any(c.isdigit() for c in value)
+        return is_secret_value(value)
+    if kind == "password argument":
+        value = group("secret")
+        if b"login" in match.group()[:7] and value.isdigit():
+            return False  # ssh login -p 22: a port
+        return is_secret_value(value)
+    if kind == "user and password argument":
+        user, value = group("user"), group("secret")
+        return not (user.isdigit() and value.isdigit()) and is_secret_value(value)
+    return True
+
+
+def scan_form(text: str) -> tuple[str, list | None]:
+    """The text the scanner reads: each run of characters beyond ASCII in NFKC, with
+    zero-width characters dropped (full-width and other look-alike letters become what
+    they look like), when the text is not in NFKC already or holds one. Returns it and
+    the runs changed, as (position in it, position in `text`, length in `text`, length in
+    it), or None when nothing changed."""
+    if text.isascii():
+        return text, None
+    import unicodedata
+
+    # NFKC's quick check answers at memory speed; a character class over the text would
+    # cost a log with one em dash in it far more.
+    if unicodedata.is_normalized("NFKC", text) and not any(c in text for c in ZERO_WIDTH):
+        return text, None
+
+    pieces, runs, done, at = [], [], 0, 0
+    for match in NON_ASCII_RUN_RE.finditer(text):
+        run = match.group()
+        form = unicodedata.normalize("NFKC", "".join(c for c in run if c not in ZERO_WIDTH))
+        if form == run:
+            continue
+        at += match.start() - done
+        pieces += [text[done : match.start()], form]
+        runs.append((at, match.start(), len(run), len(form)))
+        at += len(form)
+        done = match.end()
+    pieces.append(text[done:])
+    return "".join(pieces), runs
+
+
+def text_position(runs: list, starts: list, position: int, end: bool) -> int:
+    """A position in scan_form's text as a position in the original: a secret that
+    starts or ends inside a changed run takes the whole run."""
+    import bisect
+
+    index = bisect.bisect_right(starts, position) - 1
+    if index < 0:
+        return position
+    at, origin, length, form_length = runs[index]
+    if position < at + form_length:
+        return origin + length if end and position > at else origin
+    return origin + length + (position - at - form_length)
+
+
+def char_positions(data: bytes, positions: set) -> dict:
+    """{byte offset: character offset} in UTF-8 `data`, for each of `positions`, in one
+    pass (a character is counted by its first byte)."""
+    found, byte, char = {}, 0, 0
+    for position in sorted(positions):
+        char += len(data[byte:position].translate(None, UTF8_CONTINUATION))
+        found[position], byte = char, position
+    return found
+
+
+_SECRET_REGEXES: dict = {}
+
+
+def secret_regex(index: int):
+    """SECRET_PATTERNS[index] compiled for bytes, once, on first use."""
+    regex = _SECRET_REGEXES.get(index)
+    if regex is None:
+        pattern = SECRET_PATTERNS[index][1].encode("utf-8")
+        regex = _SECRET_REGEXES[index] = re.compile(pattern)
+    return regex
+
+
+# Bytes from the most to the least common in notes, logs and code (a rough order; bytes
+# not listed are rarer still). A hint is looked for only where its rarest byte occurs:
+# `in` for one byte is a memchr, an order of magnitude faster than a search for a short
+# hint, and check runs every hint over every log (20 MB on the bench's large store).
+COMMON_BYTES = b" \netaoinsrhldcu0123456789-:/.,mfpgwybvkETAOINSRHLDCUMFPGWYB"
+_SECRET_HINT_GROUPS: list = []
+_SECRET_OTHER_BYTES: list = []  # every byte no case-sensitive group is keyed on
+
+
+def secret_hint_groups() -> list[tuple[bytes, bool, tuple[tuple[int, bytes], ...]]]:
+    """SECRET_PATTERNS' hints grouped by their rarest byte, built once: (the byte,
+    whether its hints are found in any case, the (row index, hint in bytes) pairs). One
+    memchr rules a group out: `_` for ghp_, npm_ and hf_, `J` for eyJ, and so on."""
+    if not _SECRET_HINT_GROUPS:
+        rank = lambda b: COMMON_BYTES.find(b) % (len(COMMON_BYTES) + 1)  # noqa: E731
+        groups: dict = {}
+        for index, (_, pattern, hints) in enumerate(SECRET_PATTERNS):
+            caseless = pattern.startswith("(?i)")
+            for hint in hints:
+                rarest = bytes([max(hint.encode(), key=rank)])
+                groups.setdefault((rarest, caseless), []).append((index, hint.encode()))
+        _SECRET_HINT_GROUPS.extend((b, c, tuple(h)) for (b, c), h in groups.items())
+        keys = {b[0] for b, c, _ in _SECRET_HINT_GROUPS if not c}
+        _SECRET_OTHER_BYTES.append(bytes(b for b in range(256) if b not in keys))
+    return _SECRET_HINT_GROUPS
+
+
+def present_hints(data: bytes) -> tuple[dict[int, list[bytes]], bytes]:
+    """{row index: its hints that `data` holds}, and `data` in lower case (or `data`
+    when no caseless hint needed it)."""
+    found: dict[int, list[bytes]] = {}
+    # The rarer bytes `data` holds, in one C call: most groups end here.
+    groups = secret_hint_groups()
+    rare = set(data.translate(None, _SECRET_OTHER_BYTES[0]))
+    low = None
+    for byte, caseless, pairs in groups:
+        if caseless:
+            if low is None:
+                low = data.lower()
+            if byte not in low:
+                continue
+        elif byte[0] not in rare:
+            continue
+        haystack = low if caseless else data
+        for index, hint in pairs:
+            if hint in haystack:
+                found.setdefault(index, []).append(hint)
+    return found, data if low is None else low
+
+
+def hint_positions(low: bytes, hints) -> list[int]:
+    """Where each of `hints` starts in `low`, in order."""
+    starts = set()
+    for hint in hints:
+        at = low.find(hint)
+        while at >= 0:
+            starts.add(at)
+            at = low.find(hint, at + 1)
+    return sorted(starts)
+
+
+def secret_matches(data: bytes):
+    """Yield (start, end, pattern index, kind, match) for each match of SECRET_PATTERNS
+    in UTF-8 `data` that passes its kind's checks; (start, end) is the secret itself (a
+    `secret` group, without its quotes), in bytes."""
+    found, low = present_hints(data)
+    for index in sorted(found):
+        kind, pattern, _ = SECRET_PATTERNS[index]
+        hints = found[index]
+        haystack = low if pattern.startswith("(?i)") else data
+        regex, back, reached, run_end = secret_regex(index), SECRET_BACK.get(kind, 0), 0, -1
+        for at in hint_positions(haystack, hints):
+            if at < reached:
+                continue  # inside the last match: secret_token=... is one finding
+            if kind == "credential":
+                # A name ends where its run of name characters ends, at most 40 characters
+                # after its keyword: in a long run only the keywords near its end can match
+                # (`key` repeated a million times would otherwise cost a try each).
+                if at >= run_end:
+                    run_end = SECRET_NAME_RUN_RE.match(data, at).end()
+                if run_end - at > SECRET_NAME_REACH:
+                    continue
+                after = data[run_end : run_end + 9]  # closing quotes, blanks, a separator
+                if b"=" not in after and b":" not in after:
+                    continue
+            match, first = None, at
+            while first > max(reached, at - back) and data[first - 1] in SECRET_NAME_CHARS:
+                first -= 1
+            for start in range(first, at + 1):
+                match = regex.match(data, start, at + SECRET_WINDOW)
+                if match is not None:
+                    break
+            if match is None:
+                continue
+            if not secret_match_ok(kind, match, data):
+                continue  # the text inside it may still hold one: token: PGPASSWORD=...
+            reached = match.end()
+            start, end = match.span("secret") if "secret" in regex.groupindex else match.span()
+            if data[start : start + 1] in (b'"', b"'", b"`") and end - start >= 2:
+                start, end = start + 1, end - 1  # the quotes stay
+            yield start, end, index, kind, match
+
+
+def secret_spans(text: str) -> list[tuple[int, int, str, int, int]]:
+    """The secrets in `text` as (start, end, kind, origin, shown), in `text`'s own
+    positions and in order. Overlapping findings are joined, named by the most specific
+    kind among them (the first in SECRET_PATTERNS: `token: ghp_...` is a GitHub token).
+    text[origin:shown] is what a report may show: the start of the match, never more
+    than six characters and never the secret's own when a name or command precedes it."""
+    form, runs = scan_form(text)
+    data = form.encode("utf-8", "surrogatepass")
+    joined: list = []
+    for start, end, index, kind, match in sorted(secret_matches(data), key=lambda f: f[:2]):
+        origin = match.start()
+        finding = [start, end, index, kind, origin, start if start > origin else end]
+        if joined and start < joined[-1][1]:
+            last = joined[-1]
+            best = last if last[2] <= index else finding
+            joined[-1] = [last[0], max(last[1], end), *best[2:]]
+        else:
+            joined.append(finding)
+    if not joined:
+        return []
+    chars = (
+        None if form.isascii() else char_positions(data, {p for f in joined for p in f[:2] + f[4:]})
+    )
+    spans = []
+    for start, end, _, kind, origin, shown in joined:
+        if chars is not None:
+            start, end, origin, shown = chars[start], chars[end], chars[origin], chars[shown]
+        shown = min(shown, origin + 6)
+        if runs:
+            starts = [run[0] for run in runs]
+            start, end, origin, shown = (
+                text_position(runs, starts, start, False),
+                text_position(runs, starts, end, True),
+                text_position(runs, starts, origin, False),
+                text_position(runs, starts, shown, False),
+            )
+        spans.append((start, end, kind, origin, shown))
+    return spans
+
+
+def find_secrets(text: str, *, allow_marked: bool = True):
+    """Yield (kind, line_no, excerpt) for everything that looks like a credential; a line
+    holding SECRET_ALLOW_MARK is passed unless `allow_marked` is false.
 
     >>> list(find_secrets("ok\\nkey AKIAABCDEFGHIJKLMNOP"))
     [('AWS access key id', 2, 'AKIAAB…')]
+    >>> list(find_secrets("export PGPASSWORD=hunter2 # see docs"))
+    [('credential', 1, 'PASSWO…')]
     """
-    for kind, pattern, hints in SECRET_PATTERNS:
-        if not any(hint in text for hint in hints):
+    for start, end, kind, origin, shown in secret_spans(text):
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", start)
+        line_text = text[line_start : None if line_end < 0 else line_end]
+        if allow_marked and SECRET_ALLOW_MARK in line_text:
             continue
-        for match in re.finditer(pattern, text):
-            line = text.count("\n", 0, match.start()) + 1
-            found = match.group()
-            # Six characters at most: the report must not leak the secret it found.
-            yield kind, line, f"{found[:6]}…" if len(found) > 6 else found
+        line = text.count("\n", 0, start) + 1
+        # The name or command before the secret, six characters at most: the report must
+        # not leak the secret it found.
+        excerpt = text[origin:shown]
+        yield kind, line, f"{excerpt}…" if shown < end else excerpt
 
 
 # ==== Errors =================================================================
@@ -950,6 +1371,19 @@ def refuse_secrets(text: str, flag_hint: str, what: str = "") -> None:
             f"refused: {what}line {line} looks like {a_kind(kind)} ({excerpt}); memory is "
             f"committed to git, so nothing was written: {way}"
         )
+
+
+def mark_allowed_secrets(text: str) -> str:
+    """`text` with SECRET_ALLOW_MARK at the end of each line where the scanner finds
+    something: the writer said it is not a secret (--allow-secret), and the mark keeps
+    check and sync from stopping on it later, visibly in review."""
+    lines = {line for _, line, _ in find_secrets(text)}
+    if not lines:
+        return text
+    return "\n".join(
+        f"{row} ({SECRET_ALLOW_MARK})" if number in lines else row
+        for number, row in enumerate(text.split("\n"), 1)
+    )
 
 
 def clean_text(value: str, flag: str, limit: int = 500) -> str:
@@ -2631,36 +3065,6 @@ def log_complete_end(fd: int, size: int) -> int | None:
     return None  # a person's text after the last entry: keep it
 
 
-SECRET_HINTS_BYTES = tuple(h.encode() for _, _, hints in SECRET_PATTERNS for h in hints)
-
-# Bytes from the most to the least common in notes, logs and code (a rough order; bytes
-# not listed are rarer still). A hint is looked for only where its rarest byte occurs:
-# `in` for one byte is a memchr, an order of magnitude faster than a search for a short
-# hint, and check runs every hint over every log (20 MB on the bench's large store).
-COMMON_BYTES = b" \netaoinsrhldcu0123456789-:/.,mfpgwybvkETAOINSRHLDCUMFPGWYB"
-_SECRET_HINT_GROUPS: list = []
-
-
-def secret_hint_groups() -> list[tuple[bytes, tuple[bytes, ...]]]:
-    """(a byte, the hints whose rarest byte it is), built once: `_` for ghp_, npm_, hf_
-    and the other tokens with an underscore, `J` for eyJ, and so on."""
-    if not _SECRET_HINT_GROUPS:
-        groups: dict[bytes, list[bytes]] = {}
-        for hint in SECRET_HINTS_BYTES:
-            rarest = max(hint, key=lambda b: COMMON_BYTES.find(b) % (len(COMMON_BYTES) + 1))
-            groups.setdefault(bytes([rarest]), []).append(hint)
-        _SECRET_HINT_GROUPS.extend((byte, tuple(hints)) for byte, hints in groups.items())
-    return _SECRET_HINT_GROUPS
-
-
-def may_hold_secret(data: bytes) -> bool:
-    """Whether `data` holds a hint of SECRET_PATTERNS (no regex runs on data without)."""
-    for byte, hints in secret_hint_groups():
-        if byte in data and any(hint in data for hint in hints):
-            return True
-    return False
-
-
 def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     """1-based numbers of the lines outside code fences that are conflict markers:
     `<<<<<<< label`, a bare `=======`, `>>>>>>> label` (bare `<<<<<<<`/`>>>>>>>` too)."""
@@ -3737,7 +4141,10 @@ CODEX_ENTRY_TYPES = ("session_meta", "response_item", "event_msg", "turn_context
 CLAUDE_ENTRY_TYPES = ("user", "assistant", "system", "summary", "attachment", "progress")
 # Where a scanner match is only the start of the secret: a PEM header is what the scanner
 # looks for, but the key is the body below it, up to the END line.
-SECRET_REST = {"private key block": r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"}
+SECRET_REST = {
+    "private key block": LazyRegex(r"(?s:.*?(?:-----END [A-Z0-9 ]*-----|\Z))"),
+    "PuTTY private key": LazyRegex(r"(?s:.*?(?:Private-MAC: *[0-9A-Fa-f]+|\Z))"),
+}
 
 PRIVATE_RE = LazyRegex(r"<private>.*?(?:</private>|\Z)", re.I | re.S)
 # Control characters and the ones that reorder text on screen (Trojan Source).
@@ -3811,19 +4218,25 @@ class GitState(Record):
 
 def redact(text: str) -> str:
     """`text` without what must never be stored: each `<private>…</private>` dropped (an
-    unclosed one drops the rest), and each credential the secret scanner knows
-    (SECRET_PATTERNS) replaced by `[redacted: KIND]`.
+    unclosed one drops the rest), and each credential the secret scanner finds
+    (SECRET_PATTERNS) replaced in place by `[redacted: KIND]`, the rest of the text kept.
 
     >>> redact("key AKIAABCDEFGHIJKLMNOP, <PRIVATE>mine\\n</private>ok <private>x")
     'key [redacted: AWS access key id], ok '
+    >>> redact("PGPASSWORD=hunter2 psql -h db")
+    'PGPASSWORD=[redacted: credential] psql -h db'
     """
     text = PRIVATE_RE.sub("", text)
-    for kind, pattern, hints in SECRET_PATTERNS:
-        if any(hint in text for hint in hints):
-            marker = f"[redacted: {kind}]"
-            # A function, not a string, as the replacement: re.sub reads no escapes in its result.
-            text = re.sub(pattern + SECRET_REST.get(kind, ""), lambda _, m=marker: m, text)
-    return text
+    pieces, done = [], 0
+    for start, end, kind, _, _ in secret_spans(text):
+        if start < done:
+            continue  # inside the rest of a key block already cut
+        rest = SECRET_REST.get(kind)
+        if rest is not None:
+            end = rest.match(text, end).end()
+        pieces += [text[done:start], f"[redacted: {kind}]"]
+        done = end
+    return "".join(pieces) + text[done:] if pieces else text
 
 
 def safe_line(value, limit: int) -> str:
@@ -8499,6 +8912,7 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
     with store.stacks_lock(), store.state_lock():
         head = repo.git.out("rev-parse", "HEAD")
         ours = commit_on(repo, head, memory_tree(repo, head), message)
+    refuse_secrets_to_send(repo, upstream, ours)
     local = local_changes(repo)
     retries = 0
     while True:
@@ -8545,6 +8959,25 @@ def sync_locked(store: Store, repo: SyncRepo, message: str, dry_run: bool) -> di
         report["warnings"] += bring_checkout(store, repo, head, ours, target)
         record_arrivals(store, report, arrived)
     return report
+
+
+def refuse_secrets_to_send(repo: SyncRepo, upstream: str | None, ours: str) -> None:
+    """Refuse (changing nothing) when a memory file that the push would send holds text
+    the secret scanner finds: once on the remote it is in every clone's history."""
+    base = upstream or repo.git.out("hash-object", "-t", "tree", "--stdin")
+    paths = changed_paths(repo, base, ours, *repo.pathspecs())
+    blobs = read_blobs(repo, [f"{ours}:{path}" for path in paths])
+    for path in paths:
+        data = blobs.get(f"{ours}:{path}")
+        if not data:
+            continue
+        for kind, line, excerpt in find_secrets(data.decode("utf-8", "replace")):
+            raise SyncRefused(
+                f"refused: {path_text(path)} line {line} looks like {a_kind(kind)} "
+                f"({excerpt}); nothing was sent. `stm check` lists every finding: edit it "
+                f"out (rotate the credential if it was real), or mark a false finding with "
+                f"{SECRET_ALLOW_MARK} on its line; then run `stm sync` again"
+            )
 
 
 def count_commits(repo: SyncRepo, upstream: str | None, target: str) -> int:
@@ -9209,7 +9642,8 @@ def checked_log_message(message: str, *, allow_secret: bool = False) -> str:
         )
     if not allow_secret:
         refuse_secrets(message, "--allow-secret")
-    return message
+        return message
+    return mark_allowed_secrets(message)
 
 
 @memory_write
@@ -10106,6 +10540,8 @@ def write_memory_note(
         refuse_breaking_body(note)
     if not allow_secret:
         refuse_secrets(note, "--allow-secret")
+    else:
+        note = mark_allowed_secrets(note)
     path = store.agent_path if identity else store.memory_path
     if ref is not None:
         path = os.path.join(store.refs_dir, *ref_name_parts(ref))
@@ -10236,6 +10672,9 @@ def set_fact(
     why = check_fact_value(why, "--why") if why is not None else None
     if not allow_secret:
         refuse_secrets(f"{value}\n{why or ''}", "--allow-secret")
+    else:
+        value = mark_allowed_secrets(value)
+        why = mark_allowed_secrets(why) if why is not None else None
     path = fact_block_path(store, block)
     with store.stacks_lock():
         text = read_fact_block(store, path)
@@ -12836,9 +13275,7 @@ class Checker:
 
     def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
         if isinstance(text, bytes):
-            if not may_hold_secret(text):
-                return  # no decoding for the common case (C-level searches only)
-            text = text.decode("utf-8", "replace")
+            text = text.decode("utf-8", "replace")  # ASCII: a copy (the scanner reads bytes)
         for kind, line, excerpt in find_secrets(text):
             line += first_line - 1
             self.report(
@@ -13093,7 +13530,9 @@ class Checker:
         if isinstance(state, dict) and state.get("task_id"):  # a handoff session
             session_md = os.path.join(path, SESSION_MD)
             if os.path.isfile(session_md) and not os.path.islink(session_md):
-                self.check_conflict_markers(session_md, read_text(session_md))
+                text = read_text(session_md)
+                self.check_conflict_markers(session_md, text)
+                self.scan_secrets(session_md, text)
 
     def check_interrupted_steps(self, path: str, name: str, month, state, context=True) -> None:
         """Multi-file commands killed between steps: an archive marked but not moved, a
@@ -13157,6 +13596,7 @@ class Checker:
         try:
             raw = read_bytes(path)  # O_NOFOLLOW: a symlink fails here, without an lstat
             size = len(raw)
+            self.scan_secrets(path, raw)
             state = load_json(raw.decode("utf-8"))
         except FileNotFoundError:
             self.report("state-invalid", path, "state.json is missing")
@@ -13206,6 +13646,7 @@ class Checker:
             else:
                 self.report("history-invalid", path, f"cannot read it: {exc.strerror}", "fix it")
             return None
+        self.scan_secrets(path, data)
         lines = data.split(b"\n")
         torn_tail = lines.pop()  # b"" when the file ends with a newline
         events = history_events(lines)
@@ -14075,7 +14516,10 @@ def options_log(p) -> None:
         "writes nothing",
     )
     p.add_argument(
-        "--allow-secret", action="store_true", help="log text even if it looks like a credential"
+        "--allow-secret",
+        action="store_true",
+        help="log text even if it looks like a credential (each such line is marked "
+        "`stm:allow-secret`, so check and sync pass it)",
     )
     p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
 
@@ -14633,7 +15077,10 @@ def options_note(p) -> None:
         "-q", "--quiet", action="store_true", help="print nothing on success (not where it went)"
     )
     p.add_argument(
-        "--allow-secret", action="store_true", help="write text even if it looks like a credential"
+        "--allow-secret",
+        action="store_true",
+        help="write text even if it looks like a credential (each such line is marked "
+        "`stm:allow-secret`, so check and sync pass it)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -14660,7 +15107,10 @@ def options_fact_set(p) -> None:
     p.add_argument("value", metavar="VALUE", nargs="+", help="the new value (one line)")
     p.add_argument("--why", metavar="TEXT", help="why it changed: a correction note")
     p.add_argument(
-        "--allow-secret", action="store_true", help="store it even if it looks like a credential"
+        "--allow-secret",
+        action="store_true",
+        help="store it even if it looks like a credential (each such line is marked "
+        "`stm:allow-secret`, so check and sync pass it)",
     )
     options_fact_block(p)
     p.add_argument("--json", action="store_true", help="print JSON")

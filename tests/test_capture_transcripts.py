@@ -583,6 +583,19 @@ SECRET_SAMPLES = {
     "private key block": "-----BEGIN OPENSSH PRIVATE KEY-----\n"
     + KEY_BODY
     + "\n-----END OPENSSH PRIVATE KEY-----",
+    "Discord webhook": "https://discord.com/api/webhooks/1234567890/" + fake_token("", 40, URLSAFE),
+    "Google OAuth token": fake_token("ya29.", 40, URLSAFE),
+    "SendGrid API key": fake_token("SG.", 22, URLSAFE) + fake_token(".", 43, URLSAFE),
+    "Docker access token": fake_token("dckr_pat_", 27, URLSAFE),
+    "PuTTY private key": "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\n"
+    + "Private-Lines: 1\n"
+    + KEY_BODY
+    + "\nPrivate-MAC: "
+    + fake_token("", 64, "0123456789abcdef"),
+    "authorization header": "Bearer " + fake_token("", 24) + "9",
+    "password argument": "mysql -p" + fake_token("", 16) + "9",
+    "user and password argument": "-u deploy:" + fake_token("", 16),
+    "credential": "PGPASSWORD=" + fake_token("", 16),
 }
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, STM_PY, TODAY
-from helpers import GIT, git_out, limited
+from helpers import GIT, fake_token, git_out, limited
 
 import stm
 
@@ -996,3 +996,70 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["agent"]:
         sys.exit(agent(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     sys.exit(f"usage: {sys.argv[0]} agent CLONE NAME ROUNDS")
+
+
+# ---- secrets never leave the machine ---------------------------------------------------
+
+
+def test_sync_refuses_to_send_a_memory_file_holding_a_secret_and_changes_nothing(tmp_path):
+    bare, _ = make_remote(tmp_path)
+    work = clone(bare, tmp_path / "work")
+    token = fake_token("glpat-", 24)
+    ref = work / ".stacks" / "refs" / "deploy.md"
+    ref.write_text(f"# Deploy\n\nSteps:\n\nexport GITLAB_TOKEN={token}\n")
+    before, remote = repo_state(work), git(bare, "rev-parse", "main")
+    done = stm_at(work, "sync")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done
+    assert ".stacks/refs/deploy.md line 5" in done.stderr and token not in done.stderr
+    assert "nothing was sent" in done.stderr and "stm:allow-secret" in done.stderr
+    assert repo_state(work) == before and git(bare, "rev-parse", "main") == remote
+    # the advice works as written: `stm check` names it, a marked line is sent
+    report = stm_at(work, "check")
+    assert "deploy.md:5" in report.stdout + report.stderr and token not in report.stdout
+    ref.write_text(f"# Deploy\n\nSteps:\n\nexport GITLAB_TOKEN={token}  # stm:allow-secret\n")
+    assert stm_at(work, "sync").returncode == 0
+    assert token in git(bare, "show", "main:.stacks/refs/deploy.md")
+
+
+def test_sync_sends_a_capture_of_credentials_only_redacted(tmp_path):
+    """A transcript full of pasted credentials, captured by the hook as a process and
+    synced: neither the clone's memory, its boot, nor the remote holds any of them."""
+    from test_secrets import CASES
+    from transcripts import Claude, write_jsonl
+
+    bare, _ = make_remote(tmp_path)
+    work = clone(bare, tmp_path / "work")
+    cores = [core for _, _, found in CASES for core in found]
+    c = Claude(str(work), "2fc9b73b-1111-4000-8000-0000000000aa")
+    lines = [line for _, line, _ in CASES]
+    entries = [c.user("deploy it:\n" + "\n".join(lines))]
+    for n, line in enumerate(lines):
+        entries += [
+            c.call(f"b{n}", "Bash", command=line),
+            c.result(f"b{n}", f"Exit code 1\nerror: denied for {line}", is_error=True),
+        ]
+    entries.append(c.say("It failed with " + lines[0]))
+    transcript = write_jsonl(tmp_path / "t.jsonl", entries)
+    payload = json.dumps(
+        {
+            "session_id": "2fc9b73b-1111-4000-8000-0000000000aa",
+            "transcript_path": str(transcript),
+            "cwd": str(work),
+            "hook_event_name": "SessionEnd",
+            "reason": "other",
+        }
+    )
+    done = stm_process(work, "capture", "--client", "claude", input=payload)
+    assert done.returncode == 0, done
+    assert any("Captured by stm" in text for text in log_texts(work))
+    shown = stm_process(work, "boot").stdout
+    sent = stm_at(work, "sync")
+    assert sent.returncode == 0, sent
+    memory = b"".join(
+        p.read_bytes() for d in (".stacks", ".state") for p in (work / d).rglob("*") if p.is_file()
+    )
+    remote = git(bare, "log", "-p", "--all")
+    assert "Captured by stm" in remote and "[redacted: credential]" in remote
+    for core in cores:
+        assert core.encode() not in memory, core
+        assert core not in shown and core not in remote, core
