@@ -8629,10 +8629,10 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
             merged, entry = settled_memory(repo, path, decoded, ours, theirs)
             logged.append(entry)
         merged_files[path] = merged.encode("utf-8", "surrogateescape")
-    for path in logs:  # whole entries: git's union merge can interleave two alike
+    for path in logs:  # whole entries where git's union merge would interleave two
         texts = [blobs.get(f"{c}:{path}") or b"" for c in (bases[0], ours, theirs)]
         merged = merge_log_entries(*texts)
-        if merged is not None:
+        if merged is not None and not union_keeps_entries(repo, texts):
             merged_files[path] = merged
     # The older texts go into the log: on both sides when that log is merged here, else
     # on one side only (the union merge keeps them once).
@@ -8656,6 +8656,25 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
         for path, data in left_only.items()
     ]
     return with_entries(repo, ours, left), with_entries(repo, theirs, entries)
+
+
+def union_keeps_entries(repo: SyncRepo, texts: list[bytes]) -> bool:
+    """Whether git's union merge of a day log's three versions keeps every entry whole
+    (the usual case: then sync leaves it to git, and the tree is git's own)."""
+    names = []
+    try:
+        for label, data in zip(("base", "ours", "theirs"), texts):
+            names.append(os.path.join(repo.git_dir, f"stm-sync-log-{label}-{random_hex(4)}"))
+            atomic_write(names[-1], data)
+        code, out, _ = repo.git.run("merge-file", "-p", "--union", names[1], names[0], names[2])
+    finally:
+        for name in names:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+    union = out.encode("utf-8", "surrogateescape")
+    blocks = log_blocks(union) if code == 0 else None
+    wanted = {i for text in texts[1:] for i, _ in log_blocks(text) or []}
+    return blocks is not None and {i for i, _ in blocks} >= wanted
 
 
 def settled_memory(
