@@ -3222,6 +3222,20 @@ def md_has_conflict_markers(text: str, marker_size: int = 7) -> list[int]:
     return found if ends else []
 
 
+def conflict_sections(text: str, lines: list[int]) -> str:
+    """Where conflict markers (md_has_conflict_markers' line numbers) stand, for a
+    message: `; section ## Status` (each section once, in order), or "" for none."""
+    doc = MdDoc.of(text.removeprefix("\ufeff"))
+    names = []
+    for number in lines:
+        part = next((p for p in doc.parts if p.start < number - 1 < p.end), None)
+        name = "the preamble" if part is None else part.name
+        name = f"## {name}" if part is not None and part.level == 2 else name
+        if name not in names:
+            names.append(name)
+    return f"; {'section' if len(names) == 1 else 'sections'} {', '.join(names)}" if names else ""
+
+
 # ==== Formats: fact blocks ===================================================
 #
 # Fact blocks (spec/memory-layers.md, "Facts"): refs/<block>.md, one `## key` section
@@ -6242,6 +6256,165 @@ def merge_states(base: dict | None, ours: dict, theirs: dict) -> dict:
     return merged
 
 
+# Memory disagreements never block (merge.md, "Memory disagreements"): where both sides
+# rewrote the same prose differently, the newer side's lines stand and a comment marks
+# the place; the older side's text goes to the log, where search finds it.
+SETTLE_MARKER_SIZE = 19  # the internal merge's markers: never a line memory holds
+SETTLED_RE = LazyRegex(r"<!-- stm:settled ([0-9a-f]{8}) (\d{4}-\d\d-\d\d) -->")
+
+
+def settle_markdown(
+    base: str, ours: str, theirs: str, ours_newer: bool, comment: str
+) -> tuple[str, list[tuple[str, str]]]:
+    """merge_markdown, but never a conflict: each region both sides rewrote differently
+    becomes the newer side's lines followed by `comment` (a line, `<!-- stm:settled ID
+    DATE -->`). Returns (text, settled): (section, the older side's text) of each region
+    decided, for the caller to keep where search finds it."""
+    size = SETTLE_MARKER_SIZE
+    merged, clean = merge_markdown(base, ours, theirs, size, ("ours", "base", "theirs"))
+    if clean:
+        return merged, []
+    marks = ("<" * size + " ours", "=" * size, ">" * size + " theirs")
+    out, settled, section, where = [], [], "(preamble)", None
+    sides: dict[str, list[str]] = {"ours": [], "theirs": []}
+    for line in merged.split("\n"):
+        bare = line.rstrip("\r")
+        if where is None and bare == marks[0]:
+            where = "ours"
+        elif where == "ours" and bare == marks[1]:
+            where = "theirs"
+        elif where == "theirs" and bare == marks[2]:
+            newer, older = (sides["ours"], sides["theirs"])[:: 1 if ours_newer else -1]
+            ending = "\r" if line.endswith("\r") else ""
+            out += [*newer, comment + ending]
+            settled.append((section, "\n".join(x.rstrip("\r") for x in older).strip("\n")))
+            sides, where = {"ours": [], "theirs": []}, None
+        elif where is not None:
+            sides[where].append(line)
+        else:
+            if bare.startswith("## ") or bare.startswith("# "):
+                section = bare.lstrip("#").strip()
+            out.append(line)
+    return "\n".join(out), settled
+
+
+LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
+
+
+def untangle_log(data: bytes) -> bytes | None:
+    """A day log that git's union merge interleaved, entries whole again; None when it
+    is not such a log. Two clones that appended entries holding the same lines (two
+    compactions of the same bullets, one handoff's receipt) give union merge common
+    lines, which it writes once: headers stacked, one body, end lines stacked. Each entry
+    is its header, the lines between its header and its own end line that are no other
+    entry's frame, and its end: no line is lost (a line shared by two entries is in
+    both). Only a log whose every header has its own end line below it, with nothing but
+    blank lines outside the entries, and where some entry holds another's frame."""
+    lines = data.split(b"\n")
+    heads, ends = {}, {}
+    for index, line in enumerate(lines):
+        head, end = LOG_HEADER_BYTES_RE.fullmatch(line), LOG_END_LINE_RE.fullmatch(line)
+        found = (heads, head) if head else (ends, end) if end else (None, None)
+        if found[0] is not None:
+            key = found[1].group(3 if head else 1)
+            if key in found[0]:
+                return None
+            found[0][key] = index
+    if not heads or set(heads) != set(ends) or any(ends[k] < heads[k] for k in heads):
+        return None
+    frames = set(heads.values()) | set(ends.values())
+    inside = set()
+    for key in heads:
+        inside.update(range(heads[key], ends[key] + 1))
+    if any(lines[i].strip() for i in range(len(lines)) if i not in inside):
+        return None
+    if not any(frames & set(range(heads[k] + 1, ends[k])) for k in heads):
+        return None  # no entry holds another's frame: not interleaved
+    entries = []
+    for key in sorted(heads, key=heads.get):
+        body = [lines[i] for i in range(heads[key] + 1, ends[key]) if i not in frames]
+        text = b"\n".join(body).strip(b"\n")
+        entries.append(lines[heads[key]] + b"\n\n" + text + b"\n\n" + lines[ends[key]] + b"\n")
+    return b"\n".join(entries)
+
+
+def merge_log_entries(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
+    """A day log both sides appended to, merged by whole entries (sync.md, step 4): OURS'
+    entries (less those of BASE that THEIRS removed), then THEIRS' new ones, each entry
+    once by its id. None when a side holds a stray line or a torn entry: git's union
+    merge takes it as it always did."""
+    sides = [log_blocks(data) for data in (base, ours, theirs)]
+    if any(side is None for side in sides):
+        return None
+    had, mine, other = ({entry_id for entry_id, _ in side} for side in sides)
+    blocks = [b for i, b in sides[1] if not (i in had and i not in other)]
+    blocks += [b for i, b in sides[2] if i not in mine and i not in had]
+    return b"\n".join(blocks)
+
+
+def log_blocks(data: bytes) -> list[tuple[str, bytes]] | None:
+    """(entry id, the entry's bytes) of every entry of a log, or None when the log holds
+    anything else (a stray line, a torn entry)."""
+    found = []
+    for item in parse_log(data):
+        if item[0] != "entry" or not item[1].complete:
+            return None
+        found.append((item[1].entry_id, data[item[1].start : item[1].end]))
+    return found
+
+
+def join_session_copies(
+    base: dict[str, bytes], moved: dict[str, bytes], stayed: dict[str, bytes]
+) -> dict[str, bytes] | None:
+    """One session from two copies of it (state-layout.md, "A session archived in one
+    clone and written in another"): `moved` archived in one clone, `stayed` written in
+    place in the other, `base` their common version (may be empty); each maps a file's
+    path inside the session folder to its bytes. history.jsonl: every complete line of
+    either copy once, the moved copy's first; state.json: merge_states; a file changed
+    on one side only: that side's; a Markdown file both changed: merge_markdown. None
+    when that cannot be done without a person (a state that is not a state, a text
+    merge that conflicts, another file both changed differently)."""
+    joined = {}
+    for name in sorted(set(moved) | set(stayed)):
+        one, two, was = moved.get(name), stayed.get(name), base.get(name)
+        if two is None or two == was or one == two:
+            if one is not None:
+                joined[name] = one
+            continue
+        if one is None or one == was:
+            joined[name] = two
+            continue
+        data = join_session_file(name, was, one, two)
+        if data is None:
+            return None
+        joined[name] = data
+    return joined
+
+
+def join_session_file(name: str, base: bytes | None, moved: bytes, stayed: bytes) -> bytes | None:
+    """One file of a session both copies changed (join_session_copies), or None."""
+    if name == HISTORY_FILE:
+        lines = [line + b"\n" for line in moved.split(b"\n")[:-1]]  # after the last \n: torn
+        seen = set(lines)
+        lines += [line + b"\n" for line in stayed.split(b"\n")[:-1] if line + b"\n" not in seen]
+        return b"".join(lines)
+    texts = [(data or b"").decode("utf-8", "surrogateescape") for data in (base, moved, stayed)]
+    if name == STATE_FILE:
+        try:
+            sides = [load_json(text) if text else None for text in texts]
+        except ValueError:
+            return None
+        if not all(
+            isinstance(side, dict) and type(side.get("version")) is int for side in sides[1:]
+        ):
+            return None
+        return dumps_json(merge_states(sides[0], sides[1], sides[2])).encode("utf-8")
+    if name.endswith(".md"):
+        merged, clean = merge_markdown(*texts)
+        return merged.encode("utf-8", "surrogateescape") if clean else None
+    return None
+
+
 # ==== Formats: config and compaction ==========================================
 #
 # .stacks/config.json holds the limits that keep memory lean (spec/memory-layers.md,
@@ -6753,6 +6926,37 @@ STATE_STATIC_FIELDS = (
 )
 
 
+def release_archived_pointer(store: Store, *, locked: bool = False) -> str | None:
+    """Clear this checkout's pointer when it names an archived session (archived in
+    another clone, arrived by a sync or a pull: state-layout.md, "A session archived in
+    one clone and written in another"); the notice that says so, naming the session and
+    where to read it, or None. `locked`: the caller holds the state lock."""
+    try:
+        active = read_pointer(store)
+        ref = locate_session(store, active) if active else None
+    except StmError:
+        return None  # boot and check say what is wrong with the pointer
+    if ref is None or not ref.archived:
+        return None
+    try:
+        with contextlib.nullcontext() if locked else store.state_lock():
+            if read_pointer(store) != active:
+                return None  # switched meanwhile
+            write_pointer(store, None)
+    except (StmError, OSError):
+        return None
+    try:
+        name = load_state(ref).get("name")
+    except StmError:
+        name = None
+    named = f" ({one_line(name, 80)})" if isinstance(name, str) and name else ""
+    return (
+        f"the current session {ref.id}{named} was archived (in another clone?), so this "
+        f"checkout no longer points to it: read it with `stm session show {ref.id}`; start "
+        "another with `stm session new`, or pick one with `stm session switch ID`"
+    )
+
+
 def conflict_sides(text: str) -> tuple[str, str]:
     """(ours, theirs) of a file git left with conflict markers: shared lines in both."""
     ours, theirs, where = [], [], "both"
@@ -6850,7 +7054,9 @@ def replay_problem(event: dict, valid_phases) -> str | None:
     # A created event brings the session's phases: its own phase is judged by them.
     if event["event"] == "created" and event.get("valid_phases"):
         valid_phases = event["valid_phases"]
-    phase = event.get("phase" if event["event"] == "created" else "to")
+    # Only these two name a phase: an `archived` event's `to` is the history folder.
+    phase = {"created": "phase", "phase_change": "to"}.get(event["event"])
+    phase = event.get(phase) if phase else None
     listed = isinstance(valid_phases, list) and valid_phases
     if phase is not None and listed and phase not in valid_phases:
         return f"phase {one_line(phase, 64)!r} is not one of the session's valid_phases"
@@ -7089,8 +7295,11 @@ class BootParts:
         parts.texts, parts.workflow, parts.waiting, parts.refs = {}, None, [], []
         return parts
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, release: bool = False):
         self.store = store
+        # The boot an agent reads (boot_memory) clears a pointer to an archived session;
+        # boot rendered for a measure (check, status) writes nothing.
+        self.release = release
         self.problems: list[str] = []  # for stderr
         self.notices: list[str] = []  # for the top of the boot text itself
         self.raw: dict[str, str] = {}
@@ -7117,6 +7326,7 @@ class BootParts:
         self._arrivals()
         self.refs = self._refs()
         self._memory_notices()
+        self._settled_notice()
         self._size_notice()
         self._template_notice()
         self._capture()
@@ -7188,9 +7398,10 @@ class BootParts:
         if lines:
             shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
             fix = fix or "resolve them (keep what both sides meant), then run `stm check`"
+            where = conflict_sections(text, lines) if not text.lstrip().startswith("{") else ""
             self.notices.append(
                 f"{self.store.rel(path)} has unresolved merge conflict markers "
-                f"(lines {shown}): {fix}"
+                f"(lines {shown}{where}): {fix}"
             )
 
     def _workflow(self) -> None:
@@ -7211,9 +7422,13 @@ class BootParts:
         except StmError as exc:
             self.problems.append(exc.message)
             ref = None
-        # An archived session is read-only history: boot offers the waiting ones instead.
+        # An archived session is read-only history: boot offers the waiting ones instead,
+        # and a pointer to it (archived in another clone) is cleared, saying so.
         if ref is not None and ref.archived:
             self.problems.append(f"the current session {ref.id} is archived")
+            released = release_archived_pointer(store) if self.release else None
+            if released:
+                self.notices.append(released)
             ref = None
         if ref is None:
             stale: list = []
@@ -7338,6 +7553,26 @@ class BootParts:
                 f"session memory was last updated {iso(stamp)[:10]}, {days} days ago: "
                 "check it against the log (`stm search`) before trusting it"
             )
+
+    def _settled_notice(self) -> None:
+        """Text two clones rewrote differently, settled by a merge (merge.md, "Memory
+        disagreements"): boot names the section and the log entry that holds the other
+        version, as long as the section keeps the mark (the next rewrite drops it)."""
+        for layer in ("identity", "session"):
+            text = self.raw.get(layer)
+            if not text or "<!-- stm:settled " not in text:
+                continue
+            doc, name = MdDoc.of(text), self.store.rel(self.store.layer_path(layer))
+            for part in [None, *doc.parts]:
+                lines = doc.preamble if part is None else doc.body(part)
+                for found in SETTLED_RE.finditer("\n".join(lines)):
+                    where = f"## {part.name}" if part is not None else "its preamble"
+                    self.notices.append(
+                        f"{name} {where}: two clones rewrote it differently; the newer "
+                        f"version is shown, the other is kept in the log "
+                        f"(`{self.store.rel(self.store.log_path(found.group(2)))}`, entry "
+                        f"{found.group(1)}; `stm search` finds its words)"
+                    )
 
     def _size_notice(self) -> None:
         """MEMORY.md over its consolidation threshold: the agent is told what to run."""
@@ -9173,7 +9408,7 @@ def boot_memory(store: Store, deliver=None, **options) -> tuple[str, list[str], 
         if deliver is not None:
             deliver(parts, text)
         return text, [problem], parts
-    parts = BootParts(store)
+    parts = BootParts(store, release=True)
     parts.recall = recall_for_boot(parts)
     text, warnings = boot_document(parts, **options)
     if deliver is not None:
@@ -9706,7 +9941,7 @@ def integrate(repo: SyncRepo, ours: str, theirs: str | None) -> str:
     # Ours is behind the upstream: take it as it is (a fast-forward).
     if ours in bases:
         return theirs
-    left, right = premerged(repo, ours, theirs, bases)
+    left, right = premerged(repo, *joined_moves(repo, ours, theirs, bases), bases)
     code, stdout, stderr = repo.git.run(
         *sync_driver_options(repo),
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", left, right,
@@ -9738,31 +9973,171 @@ def premerged(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple
     all three) are merged here, by the driver's own code, and the merged file put on both
     sides, which git then takes as is: a driver process costs a Python start for each
     file at each attempt, and under contention an attempt must be quick to win the race.
-    Anything else, a conflict included, is left to git and the driver as passed."""
+    Prose both rewrote is settled (settled_memory); day logs both appended to are merged
+    by whole entries (merge_log_entries). Anything else is left to git as passed."""
     # Several merge bases: git first merges the bases themselves, which this cannot copy.
     if len(bases) != 1:
         return ours, theirs
     specs = repo.pathspecs()
     both = set(changed_paths(repo, bases[0], ours, *specs))
     both &= set(changed_paths(repo, bases[0], theirs, *specs))
-    paths = [path for path, value in merge_attributes(repo, sorted(both)) if value == "stm"]
-    blobs, _ = read_blobs(repo, [f"{c}:{p}" for p in paths for c in (bases[0], ours, theirs)])
-    modes = tree_modes(repo, ours, paths)
-    entries = []
+    attributes = merge_attributes(repo, sorted(both))
+    paths = [path for path, value in attributes if value == "stm"]
+    logs_dir = f"{repo.memory[0]}/{LOGS_DIR}/"
+    logs = [p for p, value in attributes if value == "union" and p.startswith(logs_dir)]
+    specs = [f"{c}:{p}" for p in paths + logs for c in (bases[0], ours, theirs)]
+    blobs, _ = read_blobs(repo, specs)
+    merged_files, logged = {}, []
     for path in paths:
         texts = [blobs.get(f"{c}:{path}") for c in (bases[0], ours, theirs)]
         if any(text is None for text in texts):
             continue
         decoded = [text.decode("utf-8", "surrogateescape") for text in texts]
         merged, clean = merge_markdown(*decoded)
+        if not clean and not path.endswith(".md"):
+            continue  # a session's state.json: the driver merges it as state
         if not clean:
-            return ours, theirs  # git and the driver say where, with the usual labels
-        data = merged.encode("utf-8", "surrogateescape")
-        oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
-        entries.append(f"{modes.get(path, '100644')} {oid}\t{path}\n")
+            # Both rewrote the same prose: the newer side's stands, the other's is logged.
+            merged, entry = settled_memory(repo, path, decoded, ours, theirs)
+            logged.append(entry)
+        merged_files[path] = merged.encode("utf-8", "surrogateescape")
+    for path in logs:  # whole entries where git's union merge would interleave two
+        texts = [blobs.get(f"{c}:{path}") or b"" for c in (bases[0], ours, theirs)]
+        merged = merge_log_entries(*texts)
+        if merged is not None and not union_keeps_entries(repo, texts):
+            merged_files[path] = merged
+    # The older texts go into the log: on both sides when that log is merged here, else
+    # on one side only (the union merge keeps them once).
+    left_only: dict[str, bytes] = {}
+    for stamp, entry in logged:
+        path = f"{logs_dir}{stamp[:10]}.md"
+        into = merged_files if path in merged_files else left_only
+        if path not in into:
+            into[path] = read_blobs(repo, [f"{ours}:{path}"])[0].get(f"{ours}:{path}") or b""
+        into[path] = into[path] + (b"\n" if into[path] else b"") + entry.encode("utf-8")
+    if not merged_files and not left_only:
+        return ours, theirs
+    modes = tree_modes(repo, ours, list(merged_files))
+    entries = [
+        f"{modes.get(path, '100644')} {repo.git.out('hash-object', '-w', '--stdin', data=data)}"
+        f"\t{path}\n"
+        for path, data in merged_files.items()
+    ]
+    left = entries + [
+        f"100644 {repo.git.out('hash-object', '-w', '--stdin', data=data)}\t{path}\n"
+        for path, data in left_only.items()
+    ]
+    return with_entries(repo, ours, left), with_entries(repo, theirs, entries)
+
+
+def union_keeps_entries(repo: SyncRepo, texts: list[bytes]) -> bool:
+    """Whether git's union merge of a day log's three versions keeps every entry whole
+    (the usual case: then sync leaves it to git, and the tree is git's own)."""
+    names = []
+    try:
+        for label, data in zip(("base", "ours", "theirs"), texts):
+            names.append(os.path.join(repo.git_dir, f"stm-sync-log-{label}-{random_hex(4)}"))
+            atomic_write(names[-1], data)
+        code, out, _ = repo.git.run("merge-file", "-p", "--union", names[1], names[0], names[2])
+    finally:
+        for name in names:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+    union = out.encode("utf-8", "surrogateescape")
+    blocks = log_blocks(union) if code == 0 else None
+    wanted = {i for text in texts[1:] for i, _ in log_blocks(text) or []}
+    return blocks is not None and {i for i, _ in blocks} >= wanted
+
+
+def settled_memory(
+    repo: SyncRepo, path: str, texts: list[str], ours: str, theirs: str
+) -> tuple[str, tuple[str, str]]:
+    """A memory file both sides rewrote in the same place, settled (settle_markdown):
+    the newer side by `## Last Updated`, else by the time of the last commit that
+    changed the file on each side, else by content (both clones decide alike). Returns
+    the text and (stamp, log entry) keeping the older side's text, with who and when."""
+    changes = [last_change(repo, side, path) for side in (ours, theirs)]
+    keys = [
+        (memory_stamp(text) or 0.0, change[1], text) for text, change in zip(texts[1:], changes)
+    ]
+    ours_newer = keys[0] > keys[1]
+    stamp, entry_id = iso_now(), random_hex(4)
+    comment = f"<!-- stm:settled {entry_id} {stamp[:10]} -->"
+    merged, settled = settle_markdown(*texts, ours_newer, comment)
+    who, when = changes[1] if ours_newer else changes[0]
+    name = path.rsplit("/", 1)[-1]
+    parts = [
+        f"stm sync: two clones rewrote the same text of {name}; the newer version stands "
+        f"there. The other version, written by {who} ({iso(when) if when else 'time unknown'}):"
+    ]
+    for section, older in settled:
+        quoted = "\n".join("> " + line if line else ">" for line in older.split("\n"))
+        parts.append(f"{name} ## {section}:\n\n{quoted or '> (empty)'}")
+    return merged, (stamp, render_log_entry("\n\n".join(parts), "stm sync", stamp, entry_id))
+
+
+def last_change(repo: SyncRepo, commit: str, path: str) -> tuple[str, float]:
+    """(author, commit time) of the last commit before `commit` that changed `path`."""
+    found = repo.git.out("log", "-1", "--format=%an%x00%ct", commit, "--", f":(top,literal){path}")
+    author, _, when = found.partition("\0")
+    return author or "unknown", float(when) if when.isdigit() else 0.0
+
+
+def joined_moves(repo: SyncRepo, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
+    """The two sides to merge, with each session that moved on one side (archived: its
+    folder went to history/) and was written where it stood on the other joined into
+    one archived session on both sides (join_session_copies), so git sees the same
+    files on both and no modify/delete conflict: its rename detection cannot pair a
+    state.json that changed much on the way. Anything that cannot be joined is left to
+    git, which reports it."""
+    if len(bases) != 1 or len(repo.memory) < 2:
+        return ours, theirs
+    trees = [session_trees(repo, commit) for commit in (bases[0], ours, theirs)]
+    entries = []
+    for sid, (base_dir, base_files) in trees[0].items():
+        sides = [tree.get(sid) for tree in trees[1:]]
+        if None in sides or sides[0][0] == sides[1][0]:
+            continue
+        folders = [side[0] for side in sides]
+        stay = folders.index(base_dir) if base_dir in folders else None
+        # Unchanged where it stood: git takes the move as it is.
+        if stay is None or sides[stay][1] == base_files:
+            continue
+        (moved_dir, moved), (stay_dir, stayed) = sides[1 - stay], sides[stay]
+        blobs, _ = read_blobs(
+            repo, sorted({*base_files.values(), *moved.values(), *stayed.values()})
+        )
+        copies = [
+            {n: blobs.get(o) or b"" for n, o in f.items()} for f in (base_files, moved, stayed)
+        ]
+        joined = join_session_copies(*copies)
+        if joined is None:
+            return ours, theirs
+        entries += [f"0 {oid}\t{stay_dir}/{name}\n" for name, oid in stayed.items()]
+        for name, data in joined.items():
+            oid = repo.git.out("hash-object", "-w", "--stdin", data=data)
+            entries.append(f"100644 {oid}\t{moved_dir}/{name}\n")
     if not entries:
         return ours, theirs
     return with_entries(repo, ours, entries), with_entries(repo, theirs, entries)
+
+
+def session_trees(repo: SyncRepo, commit: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """{session id: (its folder, {file path inside it: blob id})} of every session, active
+    or archived, in a commit's state folder."""
+    state = repo.memory[1]
+    listing = repo.git.out("ls-tree", "-r", "-z", commit, "--", f":(top,literal){state}")
+    found: dict = {}
+    for record in listing.split("\0"):
+        info, _, path = record.partition("\t")
+        fields = info.split(" ")
+        session = session_of_path(path[len(state) + 1 :]) if len(fields) == 3 else None
+        if session is None or fields[1] != "blob":
+            continue
+        folder = f"{state}/{session[1]}"
+        files = found.setdefault(session[0], (folder, {}))[1]
+        files[path[len(folder) + 1 :]] = fields[2]
+    return found
 
 
 def merge_attributes(repo: SyncRepo, paths: list[str]) -> list[tuple[str, str]]:
@@ -9801,9 +10176,13 @@ def with_entries(repo: SyncRepo, commit: str, entries: list[str]) -> str:
 def conflict_message(repo: SyncRepo, paths: list[str]) -> str:
     shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
     memory = [p for p in paths if repo.is_memory(p)]
+    # Memory first committed (`stm commit`): else git refuses the pull for it. Then check
+    # --fix merges what git left in memory (the driver installed first where missing).
     fix = (
-        "Merge by hand: `stm setup git --install`, `git pull --no-rebase`, resolve the "
-        "markers (keep what both sides meant), `git commit`"
+        "Merge by hand: `stm commit`, `git pull --no-rebase`, resolve the "
+        f"code ({', '.join(p for p in paths if not repo.is_memory(p)) or 'none'}), then "
+        "`stm check --fix` for memory and the `git add … && git commit` "
+        "it names"
         if memory
         else f"Merge by hand: `git pull --no-rebase` (or `git merge {repo.shown}`), resolve, "
         "`git commit`"
@@ -9856,10 +10235,13 @@ def refuse_clashes(repo: SyncRepo, head: str, target: str, local: set[str]) -> N
     clash = sorted(p for p in arriving if p in local or any(p.startswith(q + "/") for q in local))
     if clash:
         shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+        # Those files alone: a bare `git stash` would set memory aside too, and the sync
+        # would then have nothing to send.
+        stash = shell_command("git", "stash", "push", "--include-untracked", "--", *clash)
         raise SyncRefused(
             f"{repo.shown} changed {shown}, which you have changed and not committed; "
-            "nothing changed. Commit those changes (or set them aside with `git stash`), "
-            "then run `stm sync` again"
+            "nothing changed. Commit those changes, or set them aside with "
+            f"`{stash}`, run `stm sync` again, then bring them back with `git stash pop`"
         )
 
 
@@ -10055,7 +10437,10 @@ def bring_checkout(
     push stands whatever happens here."""
     try:
         with memory_locks(store, repo):
-            return move_checkout(repo, head, ours, target, memory_only)
+            warnings = move_checkout(repo, head, ours, target, memory_only)
+            # The current session may have arrived archived (in another clone).
+            released = release_archived_pointer(store, locked=True)
+            return warnings + ([released] if released else [])
     except StmError as exc:
         return {
             "warnings": [
@@ -13030,9 +13415,11 @@ def live_capture_beside(ref: SessionRef, session: str, hooks, written) -> bool:
     mine = next(
         (e for c in HOOK_CLIENTS for e in hook_sessions(hooks, c) if e["id"] == session), None
     )
-    # Stamps in stm's one form (UTC, "Z") compare as text in time order.
+    # Stamps in stm's one form (UTC, "Z") compare as text in time order. Whole seconds:
+    # hooks of two agents in the same second count as overlapping (issue 35), so neither
+    # capture ever lands in the other's session.
     started, seen = (mine or {}).get("started_at"), other.get("seen_at")
-    if started and seen and started < seen:
+    if started and seen and started <= seen:
         return True
     size = transcript_size(other.get("transcript", ""))
     return size is not None and size != position_size(captured.get("position"))
@@ -14690,6 +15077,9 @@ class Checker:
         resolved = []
         for name in unmerged:
             path = os.path.join(top, *name.split("/"))
+            if not os.path.lexists(path):
+                resolved.append(path)  # removed: a moved session joined (fix_session_moved)
+                continue
             with contextlib.suppress(OSError):
                 if not md_has_conflict_markers(read_text(path)):
                     resolved.append(path)
@@ -14697,10 +15087,8 @@ class Checker:
             return  # conflict-markers (or state-conflict) says what to do first
         staged = list(resolved)
         for path in resolved:  # a rebuilt state renumbers its history: it goes with it
-            history = os.path.join(os.path.dirname(path), HISTORY_FILE)
-            if os.path.basename(path) == STATE_FILE and os.path.isfile(history):
-                staged.append(history)
-        hint = git_finish_hint(root, staged)
+            staged += self.unmerged_companions(path)
+        hint = git_finish_hint(root, list(dict.fromkeys(staged)))
         for path in resolved:
             self.report(
                 "git-unmerged",
@@ -14708,6 +15096,21 @@ class Checker:
                 "git still lists it as unmerged: the merge is not finished",
                 f"run {hint}" if hint else None,
             )
+
+    def unmerged_companions(self, path: str) -> list[str]:
+        """The files to add with an unmerged one: a rebuilt state's history; for a file of
+        a session joined into its archived copy, that copy's files (what the join wrote)."""
+        folder = os.path.dirname(path)
+        if os.path.lexists(path):
+            history = os.path.join(folder, HISTORY_FILE)
+            return (
+                [history] if path.endswith(os.sep + STATE_FILE) and os.path.isfile(history) else []
+            )
+        session = os.path.basename(folder)
+        archived = os.path.join(self.store.history_dir, archive_month(session), session)
+        if not is_session_id(session) or not os.path.isdir(archived):
+            return []
+        return [os.path.join(archived, name) for name in (STATE_FILE, HISTORY_FILE)]
 
     # Stacks -----------------------------------------------------------------
 
@@ -14860,7 +15263,8 @@ class Checker:
                 "log-entry",
                 path,
                 f"entry {held.entry_id} has no end line, and later text follows it",
-                f"restore it from git, or end it with `<!-- stm:end {held.entry_id} -->`",
+                f"{FIX_RUN} (it separates entries a union merge interleaved), or restore "
+                f"it from git, or end it with `<!-- stm:end {held.entry_id} -->`",
                 held.line,
             )
         kind, *rest = item
@@ -14871,7 +15275,8 @@ class Checker:
                 "log-entry",
                 path,
                 "text outside any log entry",
-                "add entries only with `stm log`; move this text into one",
+                f"{FIX_RUN} when a union merge interleaved two entries; else add entries "
+                "only with `stm log` and move this text into one",
                 rest[0],
             )
             return None
@@ -14956,7 +15361,8 @@ class Checker:
             self.report(
                 "conflict-markers",
                 path,
-                f"unresolved merge conflict markers (lines {shown}): boot shows it as is, and "
+                f"unresolved merge conflict markers (lines {shown}"
+                f"{conflict_sections(text, lines)}): boot shows it as is, and "
                 "stm will not edit it",
                 line=lines[0],
             )
@@ -15118,9 +15524,9 @@ class Checker:
             )
         elif active and ref.archived:
             self.report(
-                "pointer-invalid",
+                "pointer-archived",
                 store.pointer_path,
-                f"points to {active}, which is archived",
+                f"points to {active}, which is archived (in another clone?)",
             )
 
     def check_import_mark(self) -> None:
@@ -15172,6 +15578,17 @@ class Checker:
                 path,
                 "session folder is a symbolic link",
                 "replace it with a real folder",
+            )
+            return
+        if month is None and os.path.lexists(
+            os.path.join(self.store.history_dir, archive_month(name), name)
+        ):
+            self.report(
+                "session-moved",
+                path,
+                f"session {name} is both here and archived in "
+                f"{self.store.rel(self.store.history_dir)}/{archive_month(name)}/ (archived in "
+                "one clone, written in another, merged by git without `stm sync`)",
             )
             return
         if month is not None and month != archive_month(name):
@@ -15430,6 +15847,21 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
         else:
             os.unlink(path)
     return "removed"
+
+
+def fix_log_untangle(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """A day log git's union merge interleaved (untangle_log): its entries whole again,
+    written atomically. Any other broken entry is left to a person."""
+    try:
+        data = read_bytes(finding.target)
+    except OSError:
+        return None
+    untangled = untangle_log(data)
+    if untangled is None:
+        return None
+    if not dry_run:
+        atomic_write(finding.target, untangled)
+    return "separated the entries a union merge interleaved (no line dropped)"
 
 
 def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
@@ -15704,18 +16136,79 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
 
 
 def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str | None:
-    """Clear a pointer naming an archived session (an archive killed before its pointer
-    write): the session is done, and nothing else reads the pointer as it stands."""
-    try:
-        active = read_pointer(store)
-        ref = locate_session(store, active) if active and is_session_id(active) else None
-    except StmError:
-        return None  # not this case: a person picks the session
-    if ref is None or not ref.archived:
+    """Clear a pointer to an archived session (archived in another clone)."""
+    if dry_run:
+        return "would clear the pointer"
+    released = release_archived_pointer(store, locked=True)
+    return "cleared the pointer: " + released.split(", so ", 1)[0] if released else None
+
+
+def fix_session_moved(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Join a session that is both active and archived (archived in one clone, written
+    in the other, merged by git without stm sync: a modify/delete conflict) into the
+    archived copy, losing no event, then remove the active copy: one rename out of the
+    way, then the removal (a kill between leaves a `.building` folder check sweeps)."""
+    folder = finding.target
+    sid = os.path.basename(folder)
+    archived = os.path.join(store.history_dir, archive_month(sid), sid)
+    stayed, moved = session_copy_files(folder), session_copy_files(archived)
+    if stayed is None or moved is None:
         return None
-    if not dry_run:
-        write_pointer(store, None)
-    return f"cleared: {active} is archived"
+    base = {}
+    for name in (STATE_FILE, HISTORY_FILE):
+        text = git_stage_text(os.path.join(folder, name), 1)
+        if text is not None:
+            base[name] = text.encode("utf-8", "surrogateescape")
+    joined = join_session_copies(base, moved, stayed)
+    if joined is None:
+        return None
+    events = joined.get(HISTORY_FILE, b"").count(b"\n")
+    said = f"joined it into the archived copy {store.rel(archived)} ({plural(events, 'event')})"
+    if dry_run:
+        return "would have " + said[:-1].replace(" (", ", ", 1) + ")"
+    for name, data in joined.items():
+        path = os.path.join(archived, *name.split("/"))
+        refuse_links_below(archived, path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if moved.get(name) != data:
+            atomic_write(path, data)
+    aside = os.path.join(os.path.dirname(folder), f".{sid}.{random_hex(4)}.building")
+    os.rename(folder, aside)
+    import shutil
+
+    shutil.rmtree(aside, ignore_errors=True)
+    if read_pointer_quietly(store) == sid:
+        release_archived_pointer(store, locked=True)
+        said += "; this checkout's pointer to it is cleared"
+    return said
+
+
+def session_copy_files(folder: str) -> dict[str, bytes] | None:
+    """{path inside the folder: bytes} of a session copy's files; None when a link is on
+    the way (never followed) or a file cannot be read."""
+    found = {}
+    try:
+        for top, dirs, files in os.walk(folder):
+            if any(os.path.islink(os.path.join(top, d)) for d in dirs):
+                return None
+            for name in files:
+                path = os.path.join(top, name)
+                if os.path.islink(path):
+                    return None
+                if name.endswith(".tmp"):
+                    continue  # a write killed midway: temp-file says so
+                rel = os.path.relpath(path, folder).replace(os.sep, "/")
+                found[rel] = read_bytes(path)
+    except OSError:
+        return None
+    return found
+
+
+def read_pointer_quietly(store: Store) -> str | None:
+    try:
+        return read_pointer(store)
+    except StmError:
+        return None
 
 
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
@@ -15872,7 +16365,7 @@ RULES = {
             "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
         ),
         Rule("log-name", "error", "rename it to the UTC date of its entries"),
-        Rule("log-entry", "error", FIX_GIT),
+        Rule("log-entry", "error", FIX_GIT, fix_log_untangle),
         Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it", fix_torn_tail),
         Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
         Rule(
@@ -15914,11 +16407,18 @@ RULES = {
             fix_stale_reference,
         ),
         # .state/ (spec/state-layout.md)
+        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
         Rule(
-            "pointer-invalid",
-            "error",
-            "run `stm session switch ID` or `stm session new`",
+            "pointer-archived",
+            "warning",
+            FIX_RUN + " to clear it (the session stays readable: `stm session show ID`)",
             fix_pointer_archived,
+        ),
+        Rule(
+            "session-moved",
+            "error",
+            FIX_RUN + " to join the two copies into the archived one",
+            fix_session_moved,
         ),
         Rule("session-id", "error", "move it out of .state/sessions/"),
         Rule("session-symlink", "error", "replace it with a real file or folder"),

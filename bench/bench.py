@@ -656,6 +656,105 @@ def sync_results(work: str, small: str, env: dict, runs: int) -> dict:
     return {key: summary(values) for key, values in rows.items()}
 
 
+MANY_CLONES, MANY_ROUNDS = 6, 5  # issue 35: "six clones on one remote"
+
+
+def many_clones_results(work: str, small: str, env: dict, clones: int, rounds: int) -> dict:
+    """N clones of one bare remote, each an agent in its own thread doing M rounds of
+    mixed memory operations (a log entry, a note, a fact both set, a checkpoint of one
+    shared session, a `--replace` of one section every other round) and `stm sync`, all
+    at once; then one more sync each. Reports what a team would: refusals (memory
+    conflicts that reached a person: 0 expected), entries lost (written in a clone and
+    absent from the remote at the end: 0 expected), push retries, and the wall time."""
+    import threading
+
+    env = {**env, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    for role in ("AUTHOR", "COMMITTER"):
+        env.update({f"GIT_{role}_NAME": "bench", f"GIT_{role}_EMAIL": "bench@example.invalid"})
+
+    def run(cwd, *argv, ok=True):
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+        if ok and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {done.stderr}")
+        return done
+
+    folder = os.path.join(work, "many")
+    bare, seed = os.path.join(folder, "remote.git"), os.path.join(folder, "seed")
+    shutil.copytree(small, seed, ignore=shutil.ignore_patterns(".stm.lock"))
+    # The state tree's git files, as `stm init` writes them (history by union, state.json
+    # by the stm driver): the bench store is built without them.
+    write(os.path.join(seed, ".state", ".gitattributes"), stm.STATE_GITATTRIBUTES)
+    write(os.path.join(seed, ".state", ".gitignore"), stm.STATE_GITIGNORE)
+    run(folder, "git", "init", "-q", "--bare", "-b", "main", bare)
+    run(seed, "git", "init", "-q", "-b", "main")
+    shared = run(seed, *MODULE, "session", "new", "--name", "shared", "--no-switch").stdout
+    run(seed, "git", "add", "-A")
+    run(seed, "git", "commit", "-q", "-m", "start")
+    run(seed, "git", "push", "-q", bare, "main")
+    paths = [os.path.join(folder, f"clone{n}") for n in range(clones)]
+    for path in paths:
+        run(folder, "git", "clone", "-q", bare, path)
+    tally = {"refusals": [], "retries": 0, "syncs": 0}
+    lock = threading.Lock()
+
+    def sync(path: str) -> None:
+        done = run(path, *MODULE, "sync", "--json", ok=False)
+        with lock:
+            tally["syncs"] += 1
+            if done.returncode != 0:
+                tally["refusals"].append(done.stderr.strip()[:200])
+            else:
+                tally["retries"] += json.loads(done.stdout).get("retries", 0)
+
+    def agent(n: int, path: str) -> None:
+        for r in range(rounds):
+            token = f"agent{n}-round{r}"
+            run(path, *MODULE, "log", f"{token} log")
+            run(path, *MODULE, "note", "Next Steps", f"{token} note")
+            run(path, *MODULE, "fact", "set", "owner", f"{token} fact")
+            run(path, *MODULE, "session", "checkpoint", "--session", shared.strip(),
+                "--pending", f"{token} step")  # fmt: skip
+            if r % 2:
+                run(path, *MODULE, "note", "Status", f"{token} status", "--replace")
+            sync(path)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=agent, args=(n, p)) for n, p in enumerate(paths)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for path in paths:
+        sync(path)
+    wall = time.perf_counter() - started
+    run(paths[0], "git", "fetch", "-q")
+    names = run(paths[0], "git", "ls-tree", "-r", "--name-only", "origin/main").stdout.split()
+    remote = "".join(
+        run(paths[0], "git", "show", f"origin/main:{name}").stdout
+        for name in names
+        if name.startswith((".stacks/", ".state/"))
+    )
+    lost = [
+        f"agent{n}-round{r} {kind}"
+        for n in range(clones)
+        for r in range(rounds)
+        for kind in ("log", "note", "fact", "step")
+        if f"agent{n}-round{r} {kind}" not in remote
+    ]
+    return {
+        "clones": clones,
+        "rounds": rounds,
+        "wall_s": wall,
+        "syncs": tally["syncs"],
+        "refusals": len(tally["refusals"]),
+        "refusal_samples": tally["refusals"][:3],
+        "lost": len(lost),
+        "lost_samples": lost[:5],
+        "retries": tally["retries"],
+        "conflict_markers": remote.count("\n<<<<<<< "),
+    }
+
+
 # ---- cost: search per MB, search against grep, the staged check --------------------------
 
 MEDIUM_DAYS = 183  # about 5,000 entries: the store of the comparison in spec/performance.md
@@ -1179,6 +1278,20 @@ def markdown(results: dict) -> str:
                 f"({row['s']['min'] * 1000:.0f}-{row['s']['max'] * 1000:.0f}) "
                 f"| {row['peak_mib']:.1f} |"
             )
+    many = results.get("many_clones")
+    if many:
+        lines += [
+            "",
+            f"Many clones, one remote (issue 35): {many['clones']} clones x {many['rounds']} "
+            "rounds of log, note, fact set, checkpoint of one shared session, every other "
+            "round a `--replace` of one section, and `stm sync`, all at once:",
+            "",
+            "| clones x rounds | wall | syncs | refusals | lost | conflict markers | retries |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| {many['clones']} x {many['rounds']} | {many['wall_s']:.0f} s | {many['syncs']} "
+            f"| {many['refusals']} | {many['lost']} | {many['conflict_markers']} "
+            f"| {many['retries']} |",
+        ]
     sync = results.get("sync")
     if sync:
         push = sync["git_push_s"]["median"]
@@ -1400,6 +1513,14 @@ def main(argv=None) -> int:
         print(
             "  sync: "
             + ", ".join(f"{k} {v['median'] * 1000:.0f} ms" for k, v in results["sync"].items()),
+            file=sys.stderr,
+        )
+        clones, rounds = (3, 2) if args.quick else (MANY_CLONES, MANY_ROUNDS)
+        results["many_clones"] = many_clones_results(work, small, env, clones, rounds)
+        many = results["many_clones"]
+        print(
+            f"  many clones: {many['clones']} x {many['rounds']} in {many['wall_s']:.0f} s, "
+            f"{many['refusals']} refusals, {many['lost']} lost, {many['retries']} retries",
             file=sys.stderr,
         )
         results["importtime"] = {

@@ -387,14 +387,16 @@ def pointer(project) -> str | None:
 @pytest.mark.parametrize("finish", [["check", "--fix"], ["session", "archive", "SID"]])
 def test_archive_killed_before_its_pointer_write_is_finished(store, run, aux, finish):
     """Killed at its second atomic write (the pointer; the first is state.json): the
-    session is archived, the pointer still names it; check reports it, and check --fix
+    session is archived, the pointer still names it; check reports it (a warning, as a
+    pointer to a session archived in another clone is: issue 35's rule), and check --fix
     (or the archive run again) clears it."""
     sid = run("session", "new", "--name", "done soon").out.strip()
     killed = killed_stm(store, aux, "write-2", "session", "archive")
     assert killed.returncode == 137, killed.stderr
     assert (store / ".state" / "history" / sid[:7] / sid).is_dir() and pointer(store) == sid
     found = json.loads(run("check", "--json").out)["findings"]
-    assert [f["rule"] for f in found if f["severity"] == "error"] == ["pointer-invalid"]
+    assert not [f for f in found if f["severity"] == "error"]
+    assert [f["rule"] for f in found if f["rule"].startswith("pointer")] == ["pointer-archived"]
     result = run(*[sid if x == "SID" else x for x in finish])
     assert result.code == 0, result
     assert pointer(store) is None

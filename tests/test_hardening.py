@@ -1794,15 +1794,21 @@ def test_a_pointer_to_a_session_archived_in_another_clone_is_reported(store, cal
     month = store / ".state" / "history" / sid[:7]
     month.mkdir(parents=True, exist_ok=True)
     folder.rename(month / sid)
-    boot = call("boot")
-    assert boot.code == 0 and "Active workflow" not in boot.out, boot
-    assert sid in boot.out + boot.err and "archived" in boot.out + boot.err, boot
     status = call("status", "--json")
     data = json.loads(status.out)
     assert data["sessions"]["current"] is None, data["sessions"]
     assert any(sid in w and "archived" in w for w in data["warnings"]), data["warnings"]
     text = call("status").out
     assert f"current {sid}" not in text, text
+    boot = call("boot")
+    assert boot.code == 0 and "Active workflow" not in boot.out, boot
+    assert sid in boot.out + boot.err and "archived" in boot.out + boot.err, boot
+    # Boot cleared the pointer, naming the session (issue 35): status has nothing to warn.
+    assert (
+        json.loads((store / ".state" / "current-session.json").read_text())["active_session"]
+        is None
+    )
+    assert not any(sid in w for w in json.loads(call("status", "--json").out)["warnings"])
 
 
 # =========================================================================================

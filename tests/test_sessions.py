@@ -523,9 +523,17 @@ def test_check_pointer_to_missing_or_archived_session(store, run):
     (store / ".state" / "current-session.json").write_text(
         json.dumps({"active_session": sid, "updated_at": "x"})
     )
+    # Archived (in another clone, say): a warning that --fix clears, never an error.
     code, rules, data = check_rules(run)
-    assert code == 1
+    assert code == 0 and ("pointer-archived", "warning") in rules, rules
     assert any("archived" in f["message"] for f in data["findings"])
+    fixed = run("check", "--fix")
+    assert "pointer-archived" in fixed.out and sid in fixed.out, fixed
+    assert (
+        json.loads((store / ".state" / "current-session.json").read_text())["active_session"]
+        is None
+    )
+    assert check_rules(run)[0] == 0
 
 
 def test_check_corrupt_pointer(store, run):
