@@ -7948,12 +7948,13 @@ def render_capture(captured: dict, now: float, *, made_here: bool = True) -> lis
 CAPTURE_INTERRUPTED = "Interrupted: the person stopped the last turn before it finished"
 
 
-def capture_request_lines(captured: dict) -> list[str]:
+def capture_request_lines(captured: dict, shown=quoted) -> list[str]:
     """What the person said, oldest first: `- Asked:` for each message kept, the count
     of those left out between, the newest as `- Asked last:`; then a question the agent
-    asked and never had answered. One message alone is `- Asked:`."""
+    asked and never had answered. One message alone is `- Asked:`. `shown` writes each
+    text: quoted for boot, as it was for the log."""
     earlier = captured.get("requests") if isinstance(captured.get("requests"), list) else []
-    earlier = [quoted(text, 300) for text in earlier if isinstance(text, str) and text]
+    earlier = [shown(text, 300) for text in earlier if isinstance(text, str) and text]
     lines = [f"- Asked: {text}" for text in earlier]
     omitted = captured.get("requests_omitted")
     if isinstance(omitted, int) and not isinstance(omitted, bool) and omitted:
@@ -7962,9 +7963,9 @@ def capture_request_lines(captured: dict) -> list[str]:
         lines.insert(min(REQUESTS_FIRST, len(lines)), f"- ({words} left out here)")
     if captured.get("request"):
         word = "Asked last" if earlier else "Asked"
-        lines.append(f"- {word}: {quoted(captured['request'], 400)}")
+        lines.append(f"- {word}: {shown(captured['request'], 400)}")
     if captured.get("question"):
-        lines.append(f"- Waiting for the person's answer: {quoted(captured['question'], 300)}")
+        lines.append(f"- Waiting for the person's answer: {shown(captured['question'], 300)}")
     return lines
 
 
@@ -13426,13 +13427,14 @@ def live_capture_beside(ref: SessionRef, session: str, hooks, written) -> bool:
 
 
 def capture_log_text(captured: dict) -> str:
-    """The log entry a capture writes: one paragraph a later search finds."""
+    """The log entry a capture writes: one paragraph a later search finds (its text as it
+    was said: a log is history, read by search, never shown at boot)."""
     how = CAPTURE_EVENT_WORDS.get(captured["event"], "by a hook")
     lines = [
         f"Captured by stm {how} from {captured['client']} session "
         f"{session_label(captured['client_session'])} (the agent did not write this itself)."
     ]
-    lines += capture_request_lines(captured)
+    lines += capture_request_lines(captured, one_line)
     for status, word in PLAN_MARKS.items():
         items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
         if items:

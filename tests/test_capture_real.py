@@ -283,12 +283,12 @@ def test_the_task_a_later_constraint_and_the_last_follow_up_all_reach_boot(agent
         line for line in block.splitlines() if line.startswith("- Asked") or line.startswith("- (")
     ]
     assert lines[:3] == [
-        "- Asked: Implement spotter-gqc",
-        "- Asked: don't touch core.py",
+        '- Asked: "Implement spotter-gqc"',
+        '- Asked: "don\'t touch core.py"',
         f"- ({len(said) - kept} more messages left out here)",
     ]
-    assert lines[-1] == "- Asked last: did you push?"
-    assert "- Asked last: did you push?" in log_text(project)
+    assert lines[-1] == '- Asked last: "did you push?"'
+    assert "- Asked last: did you push?" in log_text(project)  # the log: as it was said
     # one message alone is said as before
     single = [c.user("Just this"), c.say("done")]
     assert stm.read_transcript(write_jsonl(folder / "one.jsonl", single)).requests == ["Just this"]
@@ -314,10 +314,10 @@ def test_the_task_set_before_the_tail_is_read_from_the_start(agent, run, monkeyp
     stm_session = stm.read_transcript(path, max_bytes=56 * 1024, head_bytes=8192)
     record = stm.captured_record(stm_session, None, client="claude", session=SID, event="Stop")
     assert stm.capture_request_lines(record) == [
-        "- Asked: Implement spotter-gqc",
-        "- Asked: and keep the API stable",
+        '- Asked: "Implement spotter-gqc"',
+        '- Asked: "and keep the API stable"',
         "- (more messages left out here)",
-        "- Asked last: continue",
+        '- Asked last: "continue"',
     ]
     # the hook reads the start within its window's bytes
     monkeypatch.setattr(stm, "TRANSCRIPT_TAIL_BYTES", 64 * 1024)
@@ -430,7 +430,7 @@ def test_a_question_waiting_for_the_person_is_the_open_question(agent, run):
     )
     block = captured_block(run("boot").out)
     assert (
-        "- Waiting for the person's answer: Which store should the cache use? (SQLite / Redis)"
+        '- Waiting for the person\'s answer: "Which store should the cache use? (SQLite / Redis)"'
         in block
     )
     assert "Cache reads too?" not in block
@@ -589,9 +589,9 @@ def test_mcp_boot_shows_the_persons_messages_and_the_open_failures(agent, run):
     with McpClient(cwd=project) as client:
         client.legacy_handshake()
         text = client.tool_result("boot", {}, era="legacy")["content"][0]["text"]
-    assert "- Asked: Implement spotter-gqc" in text
-    assert "- Asked: don't touch core.py" in text
-    assert "- Asked last: did you push?" in text
+    assert '- Asked: "Implement spotter-gqc"' in text
+    assert '- Asked: "don\'t touch core.py"' in text
+    assert '- Asked last: "did you push?"' in text
     assert "cargo test — error[E0308]: mismatched types" in text
 
 
@@ -601,7 +601,7 @@ def test_mcp_boot_shows_the_persons_messages_and_the_open_failures(agent, run):
 def person_checks(block: str, person: dict) -> list[tuple[str, bool]]:
     """(what a person would write down, whether boot's block says it) for one session."""
     lines = block.splitlines()
-    asked = [line.split(": ", 1)[1] for line in lines if line.startswith("- Asked")]
+    asked = [quoted_texts(line)[0] for line in lines if line.startswith("- Asked")]
     checks = [(f"asked, in order: {asked}", asked == person["asked"])]
     if person["asked"]:
         checks.append(
@@ -615,7 +615,7 @@ def person_checks(block: str, person: dict) -> list[tuple[str, bool]]:
     for text, status in person["plan"]:
         word = stm.PLAN_MARKS[status]
         line = next((x for x in lines if x.startswith(f"- Plan, {word}: ")), "")
-        checks.append((f"plan {status}: {text}", text in line.split(": ", 1)[-1].split("; ")))
+        checks.append((f"plan {status}: {text}", text in quoted_texts(line)))
     if not person["plan"]:
         checks.append(("no plan invented", not lines_with(lines, "- Plan")))
     touched = " ".join(lines_with(lines, "- Touched: "))
@@ -634,6 +634,17 @@ def person_checks(block: str, person: dict) -> list[tuple[str, bool]]:
     checks.append(("interrupted", interrupted == bool(person.get("interrupted"))))
     checks += [(f"never {text!r}", text not in block) for text in person["never"]]
     return checks
+
+
+def quoted_texts(line: str) -> list[str]:
+    """The captured texts a boot line quotes: `- Plan, done: "a"; "b"` gives a and b."""
+    decoder, texts = json.JSONDecoder(), []
+    at = line.find(": ") + 2 if ": " in line else len(line)
+    while at < len(line):
+        value, at = decoder.raw_decode(line, at)
+        texts.append(value)
+        at += len("; ")
+    return texts
 
 
 def lines_with(lines: list, start: str) -> list:

@@ -153,7 +153,7 @@ def test_a_user_name_without_ascii_letters_works_everywhere(store, run, monkeypa
         result = run(*argv)
         assert result.code == 0, (argv, result)
     assert created in run("session", "list").out
-    log = next((store / ".stacks" / "logs").iterdir()).read_text()
+    log = next((store / ".stacks" / "logs").glob("*.md")).read_text()  # not .gitkeep
     assert f"· {user} <!--" in log  # the author is kept verbatim
     folders = [p.name for p in (store / ".state" / "sessions").iterdir() if p.is_dir()]
     assert folders == [f"user-{stm.user_slug(user)}"]
