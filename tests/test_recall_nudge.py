@@ -232,6 +232,24 @@ def test_an_archived_sessions_captured_request_is_recalled(topics, run):
     assert f"- Archived session {sid} — Sprint chores: request: Why do the Postgres" in related
 
 
+def test_summaries_archived_on_two_branches_merge_by_union(topics, run):
+    who = ("-c", "user.name=t", "-c", "user.email=t@t")
+    git(topics, "init", "-q", "-b", "main")
+    git(topics, "add", "-A")
+    git(topics, *who, "commit", "-qm", "start")
+    git(topics, "checkout", "-q", "-b", "other")
+    theirs = archive(run, *ARCHIVED["billing"])
+    git(topics, "add", "-A")
+    git(topics, *who, "commit", "-qm", "archived on a branch")
+    git(topics, "checkout", "-q", "main")
+    ours = archive(run, *ARCHIVED["oauth"])
+    git(topics, "add", "-A")
+    git(topics, *who, "commit", "-qm", "archived on main")
+    git(topics, *who, "merge", "-q", "--no-edit", "other")  # no conflict: both lines kept
+    lines = (topics / ".state" / "archived.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted([ours, theirs])
+
+
 def test_check_fix_finishing_a_killed_archive_writes_its_summary(topics, run):
     sid = run("session", "new", "--name", "OAuth refresh race", "--no-switch").out.split()[0]
     state_path = topics / ".state" / "sessions" / sid / "state.json"
