@@ -13,6 +13,7 @@ Memory lives in two trees beside each other in a project:
     .state/                   session-isolated workflow state (see spec/state-layout.md)
       sessions/<id>/          state.json, history.jsonl, context/, artifacts/
       history/YYYY-MM/<id>/   archived sessions
+      archived.jsonl          one summary line per archived session (boot's recall)
       current-session.json    which session this checkout works on (local, not committed)
 
 Usage:
@@ -171,6 +172,7 @@ LOCAL_STATE_FILES = (
 )
 STATE_FILE = "state.json"
 HISTORY_FILE = "history.jsonl"
+ARCHIVED_FILE = "archived.jsonl"  # one summary line per archived session (boot's recall)
 SESSION_MD = "Session.md"
 HANDOFF_JSON = "handoff.json"
 
@@ -283,6 +285,8 @@ history.jsonl merge=union eol=lf
 # A session's state merges field by field (`stm merge-file`, in a clone that ran
 # `stm setup git --install`): the same session checkpointed in two clones never conflicts.
 state.json merge=stm
+# One summary line per archived session, appended by `stm session archive`: both kept.
+archived.jsonl merge=union eol=lf
 """
 
 STATE_GITIGNORE = """\
@@ -317,6 +321,7 @@ sessions never edit the same file and git merges stay clean.
   .gitignore                the local pointer, lock and temp files
   .gitattributes            history.jsonl merges by union, state.json by `stm merge-file`
   current-session.json      pointer to this checkout's session (local, not committed)
+  archived.jsonl            one summary line per archived session (boot recalls from it)
   sessions/<id>/            one folder per active session
   sessions/user-<name>/<id>/  the same, namespaced by --user / STM_USER
     state.json              small workflow state (phase, checkpoint, recovery)
@@ -2286,6 +2291,10 @@ class Store:
     def pointer_path(self) -> str:
         return os.path.join(self.state, POINTER_FILE)
 
+    @property
+    def archived_path(self) -> str:
+        return os.path.join(self.state, ARCHIVED_FILE)
+
     def state_lock(self) -> FileLock:
         self.refuse_linked_roots()
         # The state tree is created on demand: the lock file must have a folder to live in.
@@ -3618,6 +3627,24 @@ def append_event(ref: SessionRef, event: dict):
     """Append one event; returns the undo (see append_record)."""
     line = dumps_json(event, indent=None) + "\n"
     return append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
+
+
+def archived_summary(session_id: str, state: dict) -> dict:
+    """The line `session archive` appends to .state/archived.jsonl: what boot's recall
+    weighs of an archived session (its name, last completed step, Resume line and
+    captured request), so that boot never reads history/ to find it."""
+    checkpoint = state.get("checkpoint") if isinstance(state.get("checkpoint"), dict) else {}
+    captured = state.get("captured") if isinstance(state.get("captured"), dict) else {}
+    summary = {"id": session_id, "archived_at": state.get("archived_at")}
+    for key, value, limit in (
+        ("name", state.get("name"), 120),
+        ("done", checkpoint.get("last_completed_step"), 200),
+        ("resume", checkpoint.get("resume_instruction"), 200),
+        ("request", captured.get("request"), 300),
+    ):
+        if isinstance(value, str) and value.strip():
+            summary[key] = one_line(value, limit)
+    return summary
 
 
 def make_event(store: Store, kind: str, state: dict, /, **details) -> dict:
@@ -7693,8 +7720,12 @@ BOOT_OTHER_CAPTURES_DAYS = 7  # an older capture of another session is not named
 # one) rank refs and facts by BM25; the best few are shown, and the refs index follows
 # the same order. No work at hand: nothing is read. Boot's cost stays flat as history
 # grows: logs are counted only in the day files of the last RECALL_LOG_DAYS days (named
-# by date, never listed), and archived sessions are not read (`stm search --rank` is).
+# by date, never listed), and archived sessions only by the summary lines `session
+# archive` appends to .state/archived.jsonl, of which boot reads the last
+# RECALL_ARCHIVED_BYTES (never history/; `stm search --rank` ranks every session).
 RECALL_ITEMS_MAX = 5
+RECALL_ARCHIVED_BYTES = 65536  # the tail of archived.jsonl boot reads: about 150 sessions
+RECALL_ARCHIVED_MAX = 100  # the newest archived sessions weighed, at most
 RECALL_MIN_SCORE = 1.0  # below it a match is one common word: no filler
 RECALL_LOG_DAYS = 14
 RECALL_HINT_WORDS = 6  # words in the `stm search --rank` hint
@@ -7739,7 +7770,8 @@ def work_words(parts: BootParts) -> list[str]:
 
 def recall_candidates(parts: BootParts) -> list[tuple[int, str, str, list[str]]]:
     """(index of the ref in parts.refs, full line, short line, words) of every ref and of
-    every fact of a fact block (each fact its own item; the block itself is not one)."""
+    every fact of a fact block (each fact its own item; the block itself is not one); then
+    each recently archived session (index -1: no ref)."""
     found = []
     for index, ref in enumerate(parts.refs):
         if ref.head is None:
@@ -7761,7 +7793,60 @@ def recall_candidates(parts: BootParts) -> list[tuple[int, str, str, list[str]]]
         words = recall_words(f"{stem} {ref.title or ''} {ref.summary or ''}")
         safe = (full.replace("<!--", "&lt;!--"), short.replace("<!--", "&lt;!--"))
         found.append((index, *safe, words))
-    return found
+    return found + recall_archived(parts.store)
+
+
+def recall_archived(store: Store) -> list[tuple[int, str, str, list[str]]]:
+    """Recall candidates of the newest archived sessions, from the last
+    RECALL_ARCHIVED_BYTES of .state/archived.jsonl (one file, one read: boot's cost does
+    not grow with history). A line that is not a summary is skipped; a session summed
+    up twice (archived in two clones) counts once, by its newest line."""
+    path = store.archived_path
+    if not os.path.lexists(path):
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        return []  # a link, unreadable: check reports what it can
+    try:
+        info = require_regular(fd, path)
+        data = tail_bytes(fd, info.st_size, RECALL_ARCHIVED_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    lines = data.split(b"\n")[:-1]  # the last is empty or torn
+    if len(data) < info.st_size and lines:
+        lines = lines[1:]  # the first is cut by the tail's start
+    found, seen = [], set()
+    for raw in reversed(lines):
+        if len(found) == RECALL_ARCHIVED_MAX:
+            break
+        try:
+            summary = load_json(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            continue
+        sid = summary.get("id") if isinstance(summary, dict) else None
+        if not isinstance(sid, str) or not is_session_id(sid) or sid in seen:
+            continue
+        seen.add(sid)
+        texts = {
+            key: one_line(summary[key], limit)
+            for key, limit in (("name", 120), ("done", 200), ("resume", 200), ("request", 300))
+            if isinstance(summary.get(key), str) and summary[key].strip()
+        }
+        show = f"(`stm session show {sid}`)"
+        short = f"- Archived session {sid}" + (f" — {texts['name']}" if "name" in texts else "")
+        details = [
+            f"{label}: {texts[key]}"
+            for key, label in (("request", "request"), ("done", "done"), ("resume", "resume"))
+            if key in texts
+        ]
+        full = short + (f": {'; '.join(details)}" if details else "")
+        words = recall_words(" ".join(texts.values()))
+        safe = (f"{full} {show}", f"{short} {show}")
+        found.append((-1, *(line.replace("<!--", "&lt;!--") for line in safe), words))
+    return found[::-1]
 
 
 def recall_for_boot(parts: BootParts) -> Recall | None:
@@ -7778,7 +7863,8 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
     scores, log_scores = scores[: len(candidates)], scores[len(candidates) :]
     by_ref: dict = {}
     for (index, _, _, _), score in zip(candidates, scores):
-        by_ref[index] = max(by_ref.get(index, 0.0), score)
+        if index >= 0:  # an archived session has no place in the refs index
+            by_ref[index] = max(by_ref.get(index, 0.0), score)
     if any(by_ref.values()):
         order = sorted(range(len(parts.refs)), key=lambda i: -by_ref.get(i, 0.0))
         parts.refs = [parts.refs[i] for i in order]  # stable: ties keep path order
@@ -11406,6 +11492,8 @@ def archive_session(
         save_state(ref, state)
         event = make_event(store, "archived", state, to=store.rel(destination))
         rollback.add(append_event(ref, event))
+        line = dumps_json(archived_summary(ref.id, state), indent=None) + "\n"
+        rollback.add(append_record(store.archived_path, line.encode(), jsonl_complete_end))
         os.rename(ref.path, destination)  # one rename: the session is never half-moved
         rollback.add(lambda: os.rename(destination, ref.path))
         # A rename changes two folders: both entries must survive a power cut.
@@ -16236,6 +16324,11 @@ def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str
         with contextlib.suppress(StmError):
             if read_pointer(store) == session_id:
                 write_pointer(store, None)
+        # Boot's recall reads archived sessions there (a second line, if the killed
+        # archive wrote one, counts once).
+        line = dumps_json(archived_summary(session_id, state), indent=None) + "\n"
+        with contextlib.suppress(StmError):
+            append_record(store.archived_path, line.encode(), jsonl_complete_end)
     return f"moved to {store.rel(destination)}"
 
 

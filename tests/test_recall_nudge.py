@@ -174,6 +174,171 @@ def test_mcp_boot_brings_the_same_related_block_and_search_ranks(topics, run):
         client.kill()
 
 
+def archive(run, name, done, resume) -> str:
+    """A session with a name, a completed step and a Resume line, archived; its id."""
+    sid = run("session", "new", "--name", name, "--no-switch").out.split()[0]
+    run("session", "checkpoint", "--session", sid, "--pending", done)
+    run("session", "checkpoint", "--session", sid, "--done", done, "--resume", resume)
+    assert run("session", "archive", sid).code == 0
+    return sid
+
+
+ARCHIVED = {
+    "oauth": ("OAuth refresh race", "serialised token refresh", "check the refresh lock"),
+    "styles": ("Dark theme", "CSS grid gap fixed", "finish the colour tokens"),
+    "billing": ("Stripe dunning", "retry schedule written", "send the dunning mails"),
+}
+
+
+def test_boot_recalls_the_archived_session_about_the_work(topics, run):
+    ids = {topic: archive(run, *fields) for topic, fields in ARCHIVED.items()}
+    summary = json.loads((topics / ".state" / "archived.jsonl").read_text().splitlines()[0])
+    assert summary["id"] == ids["oauth"] and summary["name"] == "OAuth refresh race"
+    assert summary["done"] == "serialised token refresh"
+    assert summary["resume"] == "check the refresh lock"
+    run("session", "new", "--name", "OAuth token refresh fails after login")
+    related = related_block(run("boot").out)
+    assert related is not None
+    sid = ids["oauth"]
+    line = next(line for line in related.splitlines() if sid in line)
+    assert line == (
+        f"- Archived session {sid} — OAuth refresh race: done: serialised token refresh; "
+        f"resume: check the refresh lock (`stm session show {sid}`)"
+    )
+    for other in ("styles", "billing"):
+        assert ids[other] not in related  # archived sessions about other topics are absent
+    # The command it names shows that session.
+    assert "OAuth refresh race" in run("session", "show", sid).out
+    items = json.loads(run("boot", "--json").out)["sections"]["related"]["items"]
+    assert any(item.startswith(f"Archived session {sid} — OAuth") for item in items)
+    # Cut to titles: the name and the command stay, the details go.
+    parts = stm.BootParts(stm.open_store(stacks=str(topics / ".stacks")))
+    parts.recall = stm.recall_for_boot(parts)
+    cut = stm.BootCut()
+    cut.refs, cut.limit = "titles", "--max-chars 900"
+    text = stm.render_related(parts, cut)[0][0][1]
+    assert f"- Archived session {sid} — OAuth refresh race (`stm session show {sid}`)" in text
+
+
+def test_an_archived_sessions_captured_request_is_recalled(topics, run):
+    sid = run("session", "new", "--name", "Sprint chores", "--no-switch").out.split()[0]
+    state_path = topics / ".state" / "sessions" / sid / "state.json"
+    state = json.loads(state_path.read_text())
+    state["captured"] = {"request": "Why do the Postgres migrations time out on deploy?"}
+    state_path.write_text(json.dumps(state))
+    assert run("session", "archive", sid).code == 0
+    run("session", "new", "--name", "slow postgres migrations")
+    related = related_block(run("boot").out)
+    assert f"- Archived session {sid} — Sprint chores: request: Why do the Postgres" in related
+
+
+def test_summaries_archived_on_two_branches_merge_by_union(topics, run):
+    who = ("-c", "user.name=t", "-c", "user.email=t@t")
+    git(topics, "init", "-q", "-b", "main")
+    git(topics, "add", "-A")
+    git(topics, *who, "commit", "-qm", "start")
+    git(topics, "checkout", "-q", "-b", "other")
+    theirs = archive(run, *ARCHIVED["billing"])
+    git(topics, "add", "-A")
+    git(topics, *who, "commit", "-qm", "archived on a branch")
+    git(topics, "checkout", "-q", "main")
+    ours = archive(run, *ARCHIVED["oauth"])
+    git(topics, "add", "-A")
+    git(topics, *who, "commit", "-qm", "archived on main")
+    git(topics, *who, "merge", "-q", "--no-edit", "other")  # no conflict: both lines kept
+    lines = (topics / ".state" / "archived.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted([ours, theirs])
+
+
+def test_check_fix_finishing_a_killed_archive_writes_its_summary(topics, run):
+    sid = run("session", "new", "--name", "OAuth refresh race", "--no-switch").out.split()[0]
+    state_path = topics / ".state" / "sessions" / sid / "state.json"
+    state = json.loads(state_path.read_text())
+    state["archived_at"] = state["updated_at"]  # marked, then killed before the move
+    state_path.write_text(json.dumps(state))
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert "archive-incomplete" in [f["rule"] for f in found]
+    run("check", "--fix")
+    lines = (topics / ".state" / "archived.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [sid]
+    run("session", "new", "--name", "OAuth token refresh fails after login")
+    assert f"- Archived session {sid} — OAuth refresh race" in related_block(run("boot").out)
+
+
+def test_boot_reads_only_the_tail_of_the_archived_summaries(topics, run, monkeypatch):
+    old = archive(run, *ARCHIVED["oauth"])
+    index = topics / ".state" / "archived.jsonl"
+    # Thousands of sessions archived since: the OAuth one is beyond the newest
+    # RECALL_ARCHIVED_MAX, so it is not weighed, and boot reads one bounded tail.
+    filler = "".join(
+        json.dumps({"id": f"2020-01-01-{n:08x}", "name": f"chore number {n}"}) + "\n"
+        for n in range(5000)
+    )
+    with index.open("a") as handle:
+        handle.write(filler)
+    assert index.stat().st_size > 4 * stm.RECALL_ARCHIVED_BYTES
+    run("session", "new", "--name", "OAuth token refresh fails after login")
+    read = []
+    real_pread = stm.pread
+    monkeypatch.setattr(stm, "pread", lambda fd, n, at: read.append(n) or real_pread(fd, n, at))
+    boot = run("boot").out
+    assert old not in (related_block(boot) or "")
+    assert sum(read) <= stm.RECALL_ARCHIVED_BYTES  # whatever the file's size
+    candidates = stm.recall_archived(stm.open_store(stacks=str(topics / ".stacks")))
+    assert len(candidates) == stm.RECALL_ARCHIVED_MAX
+    # A torn line, a line that is not a summary, a duplicate: skipped, never an error.
+    lines = [
+        {"id": "not an id"},
+        [1],
+        {"id": old, "name": "older summary"},
+        {"id": old, "name": "OAuth"},
+    ]
+    torn = json.dumps({"id": old, "name": "torn"})[:-5]
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines) + torn)
+    candidates = stm.recall_archived(stm.open_store(stacks=str(topics / ".stacks")))
+    assert [line for _, line, _, _ in candidates] == [
+        f"- Archived session {old} — OAuth (`stm session show {old}`)"
+    ]
+
+
+def test_many_archived_sessions_leave_boots_reads_the_same(tmp_path, run, monkeypatch):
+    from test_performance import listed, opened, probe
+
+    stores = []
+    for count in (2, 40):
+        root = tmp_path / f"archived{count}"
+        root.mkdir()
+        monkeypatch.chdir(root)
+        assert run("init").code == 0
+        for n in range(count):
+            archive(run, f"chore {n}", f"step {n}", "nothing left")
+        archive(run, *ARCHIVED["oauth"])
+        current = run("session", "new", "--name", "OAuth token refresh").out.split()[0]
+        stores.append((root, current))
+    (small, small_id), (big, big_id) = ((probe(root, ["boot"]), sid) for root, sid in stores)
+    assert "Archived session" in small["out"] and "Archived session" in big["out"]
+    # The same files, but for the current session's own id.
+    assert sorted(opened(small)) == sorted(p.replace(big_id, small_id) for p in opened(big))
+    assert opened(big).count(".state/archived.jsonl") == 1
+    assert not [path for path in opened(big) if path.startswith(".state/history/")]
+    for report in (small, big):
+        assert listed(report) == [".stacks/refs"]  # never sessions/ or history/
+
+
+def test_mcp_boot_recalls_the_archived_session_too(topics, run):
+    sid = archive(run, *ARCHIVED["oauth"])
+    archive(run, *ARCHIVED["styles"])
+    run("session", "new", "--name", "OAuth token refresh fails after login")
+    client = McpClient(stacks=topics / ".stacks", cwd=topics)
+    try:
+        related = related_block(client.tool_result("boot")["content"][0]["text"])
+    finally:
+        client.kill()
+    line = next(line for line in related.splitlines() if sid in line)
+    assert line.startswith(f"- Archived session {sid} — OAuth refresh race: done: ")
+    assert "Dark theme" not in related
+
+
 # ---- search --rank ----------------------------------------------------------------------
 
 
