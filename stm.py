@@ -10524,10 +10524,11 @@ def bring_checkout(
     push stands whatever happens here."""
     try:
         with memory_locks(store, repo):
-            warnings = move_checkout(repo, head, ours, target, memory_only)
+            moved = move_checkout(repo, head, ours, target, memory_only)
             # The current session may have arrived archived (in another clone).
             released = release_archived_pointer(store, locked=True)
-            return warnings + ([released] if released else [])
+            moved["warnings"] += [released] if released else []
+            return moved
     except StmError as exc:
         return {
             "warnings": [
