@@ -4652,7 +4652,10 @@ class TranscriptReader:
 
     def __init__(self):
         self.client = self.session_id = self.cwd = self.request = self.message = ""
-        self.last_id = self.ended_at = ""
+        self.last_id = ""
+        # Every entry's time, checked at finish newest first: only the last valid one is
+        # kept, so a window of thousands of entries checks one (or the few after it).
+        self.stamps: list = []
         self.compacted = self.interrupted = False
         self.requests: list = []  # the person's first REQUESTS_FIRST messages, then the newest
         self.requests_omitted = 0  # messages dropped from the middle of `requests`
@@ -4683,8 +4686,8 @@ class TranscriptReader:
             return
         self.client = client
         stamp = entry.get("timestamp")
-        if isinstance(stamp, str) and parse_iso(stamp, need_zone=True) is not None:
-            self.ended_at = stamp
+        if isinstance(stamp, str):
+            self.stamps.append(stamp)
         if client == "claude":
             self.claude_entry(entry)
         else:
@@ -4797,7 +4800,7 @@ class TranscriptReader:
         blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
         # Subagents' lines, meta lines (expanded commands, caveats) and the summary written
         # after compaction are no one's request or answer.
-        aside = any(entry.get(k) for k in ("isSidechain", "isMeta", "isCompactSummary"))
+        aside = entry.get("isSidechain") or entry.get("isMeta") or entry.get("isCompactSummary")
         if kind == "assistant":
             for block in blocks:
                 if block.get("type") == "tool_use":
@@ -5013,7 +5016,8 @@ class TranscriptReader:
     def finish(self, size: int | None, root: str | None = None) -> Transcript:
         """The Transcript; `size` is the file's (None when it could not be read). Paths
         are shown relative to `root` (the project), else to the session's folder."""
-        ended = parse_iso(self.ended_at, need_zone=True) if self.ended_at else None
+        times = (parse_iso(stamp, need_zone=True) for stamp in reversed(self.stamps))
+        ended = next((seconds for seconds in times if seconds is not None), None)
         files = [shown_path(path, root or self.cwd) for path in list(self.files)[-FILES_MAX:]]
         # One file named two ways (a snapshot's relative path, an edit's absolute): once,
         # where it was last.
