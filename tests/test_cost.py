@@ -446,3 +446,25 @@ def test_search_since_opens_no_older_file(repos):
     assert all(p.split("/")[-2][:10] >= since for p in sessions)
     listed_months = [p for p in listed(report) if p.startswith(".state/history/")]
     assert all(p.rsplit("/", 1)[1] >= since[:7] for p in listed_months)
+
+
+# ---- capture: what a read of a transcript's window costs -------------------------------
+
+
+def test_a_transcript_read_checks_the_newest_valid_entry_time_not_every_one(tmp_path, monkeypatch):
+    """The window's entries carry a time each; only the newest valid one is kept
+    (`ended_at`), so a read parses that one (and any invalid ones after it), not all."""
+    from transcripts import Claude, write_jsonl
+
+    claude = Claude(str(tmp_path))
+    entries = [claude.say(f"step {n}") for n in range(400)]
+    *older, valid, bad, worse = entries[-4:]  # the last two carry times that are not times
+    bad["timestamp"], worse["timestamp"] = "2026-02-30T00:00:00Z", "yesterday"
+    path = write_jsonl(tmp_path / "t.jsonl", entries)
+    calls = []
+    real = stm.parse_iso
+    monkeypatch.setattr(stm, "parse_iso", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    transcript = stm.read_transcript(path)
+    assert calls == ["yesterday", "2026-02-30T00:00:00Z", valid["timestamp"]]
+    assert transcript.ended_at == stm.iso(real(valid["timestamp"]))
+    assert transcript.last_message == "step 399"
