@@ -19040,6 +19040,46 @@ def looks_like_option(word: str) -> bool:
     return word.startswith("-") and word != "-" and not any(c.isspace() for c in word)
 
 
+@contextlib.contextmanager
+def argparse_untranslated():
+    """argparse asks gettext to translate every label it builds (`options`, `show this
+    help message and exit`, ...), and gettext's first question imports `locale` (about 5
+    ms, a thirtieth of a boot) to normalise the language's name before looking for a
+    catalog. Where no catalog can exist (the folder gettext looks in is absent and
+    nothing bound another one) every answer is the text itself: argparse is given that
+    answer directly while stm builds its parser and parses, and its own back after. With
+    a catalog folder, or gettext or argparse not as shipped, nothing is changed."""
+    import argparse
+    import gettext
+
+    folder = getattr(gettext, "_default_localedir", None)
+    bound = getattr(gettext, "_localedirs", None)
+    untranslated = (
+        getattr(argparse, "_", None) is gettext.gettext
+        and getattr(argparse, "ngettext", None) is gettext.ngettext
+        and bound == {}
+        and isinstance(folder, str)
+        and not os.path.isdir(folder)
+    )
+    if not untranslated:
+        yield
+        return
+    argparse._ = _untranslated
+    argparse.ngettext = _untranslated_plural
+    try:
+        yield
+    finally:
+        argparse._, argparse.ngettext = gettext.gettext, gettext.ngettext
+
+
+def _untranslated(message: str) -> str:
+    return message
+
+
+def _untranslated_plural(singular: str, plural: str, n: int) -> str:
+    return singular if n == 1 else plural
+
+
 def run_command(argv: list[str]) -> int:
     """Parse the command line and run the command's handler; returns its exit code."""
     for arg in argv:
@@ -19049,9 +19089,10 @@ def run_command(argv: list[str]) -> int:
             refused.prog = command_name()
             raise refused
     argv = json_after_command(argv)
-    parser = build_parser(*command_of(argv))
     try:
-        args, extra = parser.parse_known_args(argv)
+        with argparse_untranslated():
+            parser = build_parser(*command_of(argv))
+            args, extra = parser.parse_known_args(argv)
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
             flags = [word for word in extra if looks_like_option(word)]

@@ -468,3 +468,65 @@ def test_a_transcript_read_checks_the_newest_valid_entry_time_not_every_one(tmp_
     assert calls == ["yesterday", "2026-02-30T00:00:00Z", valid["timestamp"]]
     assert transcript.ended_at == stm.iso(real(valid["timestamp"]))
     assert transcript.last_message == "step 399"
+
+
+# ---- boot's start: argparse's translations ---------------------------------------------
+
+
+def write_catalog(path, translations: dict) -> None:
+    """A GNU gettext catalog (.mo) holding `translations`, in its documented layout."""
+    import struct
+
+    keys = sorted(translations)
+    ids = b"".join(k.encode() + b"\0" for k in keys)
+    strs = b"".join(translations[k].encode() + b"\0" for k in keys)
+    start = 7 * 4 + 16 * len(keys)
+    table, offset = [], start
+    for k in keys:
+        table += [len(k.encode()), offset]
+        offset += len(k.encode()) + 1
+    values, offset = [], start + len(ids)
+    for k in keys:
+        values += [len(translations[k].encode()), offset]
+        offset += len(translations[k].encode()) + 1
+    header = struct.pack("Iiiiiii", 0x950412DE, 0, len(keys), 28, 28 + 8 * len(keys), 0, 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(
+        header
+        + struct.pack(f"{len(table)}i", *table)
+        + struct.pack(f"{len(values)}i", *values)
+        + ids
+        + strs
+    )
+
+
+def test_boot_asks_gettext_nothing_where_no_catalog_can_exist(store, run, monkeypatch, tmp_path):
+    """Where gettext's catalog folder is absent, argparse's labels are its own text: boot
+    never asks gettext (whose first question imports `locale`), and argparse is given
+    gettext back afterwards."""
+    import argparse
+    import gettext
+
+    monkeypatch.setattr(gettext, "_default_localedir", str(tmp_path / "no-locale"))
+    asked = []
+    real = gettext.find
+    monkeypatch.setattr(gettext, "find", lambda *a, **k: asked.append(a) or real(*a, **k))
+    assert run("boot").code == 0
+    assert asked == []
+    assert argparse._ is gettext.gettext and argparse.ngettext is gettext.ngettext
+    assert run("boot", "--bogus").code == 2  # an error path is as before
+    assert "unrecognized arguments: --bogus" in run("boot", "--bogus").err
+
+
+def test_argparse_is_translated_where_a_catalog_exists(store, run, monkeypatch, tmp_path):
+    """With a catalog folder, argparse asks gettext as it always did: its labels come
+    translated (a catalog of our own, in a language of our own)."""
+    import gettext
+
+    catalog = tmp_path / "locale" / "xx" / "LC_MESSAGES" / "messages.mo"
+    write_catalog(catalog, {"show this help message and exit": "zeige diese Hilfe"})
+    monkeypatch.setattr(gettext, "_default_localedir", str(tmp_path / "locale"))
+    monkeypatch.setenv("LANGUAGE", "xx")
+    result = run("boot", "--help")
+    assert result.code == 0
+    assert "zeige diese Hilfe" in result.out
