@@ -1399,9 +1399,9 @@ def bm25_scores(query, documents: list) -> list[float]:
     counts = [{} for _ in documents]
     seen: dict = {}  # word: how many documents hold it
     for index, words in enumerate(documents):
-        for word in words:
-            if word in query:
-                counts[index][word] = counts[index].get(word, 0) + 1
+        found = counts[index]
+        for word in filter(query.__contains__, words):  # the query's words only, found in C
+            found[word] = found.get(word, 0) + 1
         for word in counts[index]:
             seen[word] = seen.get(word, 0) + 1
     total = len(documents)
@@ -3118,7 +3118,9 @@ def parse_log(data: bytes, line: int = 1):
         line += gap.count(b"\n")
         if match is None:
             return
-        stamp, author, entry_id = (g.decode("utf-8", "replace") for g in match.groups())
+        stamp, author, entry_id = match.groups()  # decoded one by one: no generator per entry
+        stamp, author = stamp.decode("utf-8", "replace"), author.decode("utf-8", "replace")
+        entry_id = entry_id.decode("utf-8", "replace")
         entry = LogEntry(stamp, author, entry_id, line, match.start())
         # The end line must carry this entry's own id: an end line that belongs to another
         # entry does not complete this one.
@@ -7561,8 +7563,9 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
         return None
     # The hint's words: the work's words these entries hold, the rarest first (they are
     # what tells these entries from the others).
-    held = {word for words in matching for word in words} & set(query)
-    counts = {word: sum(word in words for words in entries) for word in held}
+    held = set().union(*matching) & set(query)
+    # How many entries hold each word: list.__contains__ over them all, in C.
+    counts = {word: sum(map(list.__contains__, entries, [word] * len(entries))) for word in held}
     hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
     return Recall(items=items, log_count=len(matching), hint=hint)
 
