@@ -530,3 +530,27 @@ def test_argparse_is_translated_where_a_catalog_exists(store, run, monkeypatch, 
     result = run("boot", "--help")
     assert result.code == 0
     assert "zeige diese Hilfe" in result.out
+
+
+# ---- boot's recall: words of ASCII text by a plain range --------------------------------
+
+
+def test_recall_words_of_ascii_text_are_the_unicode_definitions_words():
+    """An ASCII text (after lowering: the Kelvin sign lowers to `k`) is tokenised with a
+    plain [a-z0-9] range, anything else with the Unicode class; both give exactly the
+    words `[^\\W_]{2,}` finds in the lowered text, stopwords left out."""
+    rng = random.Random(37)
+    alphabet = "abcXYZ019_- .,/\\n\\tß\u212aéİſ"
+    texts = [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 60))) for _ in range(2000)
+    ]
+    texts += [
+        "Fix THE OAuth login (src/auth_login.py)",
+        "\u212aelvin and the X1 cache",
+        "a_b c9 9c",
+    ]
+    general = re.compile(r"[^\W_]{2,}")
+    for text in texts:
+        expected = [w for w in general.findall(text.lower()) if w not in stm.RECALL_STOPWORDS]
+        assert stm.recall_words(text) == expected, text
+    assert stm.RECALL_ASCII_WORD_RE.findall("\u212aelvin".lower()) == ["kelvin"]
