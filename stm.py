@@ -1350,6 +1350,9 @@ def find_secrets(text: str, *, allow_marked: bool = True):
 # Relevance by words (boot's "Related" block, `search --rank`): BM25 over lowercase words,
 # the standard ranking of search engines, in a few lines of the standard library.
 RECALL_WORD_RE = LazyRegex(r"[^\W_]{2,}")
+# The same words in an ASCII text (where [^\W_] is [A-Za-z0-9], and lowered [a-z0-9]): a
+# plain range is quicker to test than a Unicode category (boot tokenises 14 days of logs).
+RECALL_ASCII_WORD_RE = LazyRegex(r"[a-z0-9]{2,}")
 RECALL_STOPWORDS_TEXT = (
     "a an and are as at be but by can do does done for from has have how if in into is it "
     "its not of on or our so than that the then there these this to up was we were what "
@@ -1387,8 +1390,11 @@ def recall_words(text: str) -> list[str]:
     >>> recall_words("Fix the OAuth login (src/auth_login.py)")
     ['fix', 'oauth', 'login', 'src', 'auth', 'login']
     """
-    words = RECALL_WORD_RE.findall(text.lower()) if text else []
-    return [word for word in words if word not in RECALL_STOPWORDS]
+    if not text:
+        return []
+    lowered = text.lower()
+    finder = RECALL_ASCII_WORD_RE if lowered.isascii() else RECALL_WORD_RE
+    return [word for word in finder.findall(lowered) if word not in RECALL_STOPWORDS]
 
 
 def bm25_scores(query, documents: list) -> list[float]:
@@ -1404,9 +1410,9 @@ def bm25_scores(query, documents: list) -> list[float]:
     counts = [{} for _ in documents]
     seen: dict = {}  # word: how many documents hold it
     for index, words in enumerate(documents):
-        for word in words:
-            if word in query:
-                counts[index][word] = counts[index].get(word, 0) + 1
+        found = counts[index]
+        for word in filter(query.__contains__, words):  # the query's words only, found in C
+            found[word] = found.get(word, 0) + 1
         for word in counts[index]:
             seen[word] = seen.get(word, 0) + 1
     total = len(documents)
@@ -3127,7 +3133,9 @@ def parse_log(data: bytes, line: int = 1):
         line += gap.count(b"\n")
         if match is None:
             return
-        stamp, author, entry_id = (g.decode("utf-8", "replace") for g in match.groups())
+        stamp, author, entry_id = match.groups()  # decoded one by one: no generator per entry
+        stamp, author = stamp.decode("utf-8", "replace"), author.decode("utf-8", "replace")
+        entry_id = entry_id.decode("utf-8", "replace")
         entry = LogEntry(stamp, author, entry_id, line, match.start())
         # The end line must carry this entry's own id: an end line that belongs to another
         # entry does not complete this one.
@@ -4693,7 +4701,10 @@ class TranscriptReader:
 
     def __init__(self):
         self.client = self.session_id = self.cwd = self.request = self.message = ""
-        self.last_id = self.ended_at = ""
+        self.last_id = ""
+        # Every entry's time, checked at finish newest first: only the last valid one is
+        # kept, so a window of thousands of entries checks one (or the few after it).
+        self.stamps: list = []
         self.compacted = self.interrupted = False
         self.requests: list = []  # the person's first REQUESTS_FIRST messages, then the newest
         self.requests_omitted = 0  # messages dropped from the middle of `requests`
@@ -4724,8 +4735,8 @@ class TranscriptReader:
             return
         self.client = client
         stamp = entry.get("timestamp")
-        if isinstance(stamp, str) and parse_iso(stamp, need_zone=True) is not None:
-            self.ended_at = stamp
+        if isinstance(stamp, str):
+            self.stamps.append(stamp)
         if client == "claude":
             self.claude_entry(entry)
         else:
@@ -4838,7 +4849,7 @@ class TranscriptReader:
         blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
         # Subagents' lines, meta lines (expanded commands, caveats) and the summary written
         # after compaction are no one's request or answer.
-        aside = any(entry.get(k) for k in ("isSidechain", "isMeta", "isCompactSummary"))
+        aside = entry.get("isSidechain") or entry.get("isMeta") or entry.get("isCompactSummary")
         if kind == "assistant":
             for block in blocks:
                 if block.get("type") == "tool_use":
@@ -5054,7 +5065,8 @@ class TranscriptReader:
     def finish(self, size: int | None, root: str | None = None) -> Transcript:
         """The Transcript; `size` is the file's (None when it could not be read). Paths
         are shown relative to `root` (the project), else to the session's folder."""
-        ended = parse_iso(self.ended_at, need_zone=True) if self.ended_at else None
+        times = (parse_iso(stamp, need_zone=True) for stamp in reversed(self.stamps))
+        ended = next((seconds for seconds in times if seconds is not None), None)
         files = [shown_path(path, root or self.cwd) for path in list(self.files)[-FILES_MAX:]]
         # One file named two ways (a snapshot's relative path, an edit's absolute): once,
         # where it was last.
@@ -7878,8 +7890,9 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
         return None
     # The hint's words: the work's words these entries hold, the rarest first (they are
     # what tells these entries from the others).
-    held = {word for words in matching for word in words} & set(query)
-    counts = {word: sum(word in words for words in entries) for word in held}
+    held = set().union(*matching) & set(query)
+    # How many entries hold each word: list.__contains__ over them all, in C.
+    counts = {word: sum(map(list.__contains__, entries, [word] * len(entries))) for word in held}
     hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
     return Recall(items=items, log_count=len(matching), hint=hint)
 
@@ -19632,6 +19645,46 @@ def looks_like_option(word: str) -> bool:
     return word.startswith("-") and word != "-" and not any(c.isspace() for c in word)
 
 
+@contextlib.contextmanager
+def argparse_untranslated():
+    """argparse asks gettext to translate every label it builds (`options`, `show this
+    help message and exit`, ...), and gettext's first question imports `locale` (about 5
+    ms, a thirtieth of a boot) to normalise the language's name before looking for a
+    catalog. Where no catalog can exist (the folder gettext looks in is absent and
+    nothing bound another one) every answer is the text itself: argparse is given that
+    answer directly while stm builds its parser and parses, and its own back after. With
+    a catalog folder, or gettext or argparse not as shipped, nothing is changed."""
+    import argparse
+    import gettext
+
+    folder = getattr(gettext, "_default_localedir", None)
+    bound = getattr(gettext, "_localedirs", None)
+    untranslated = (
+        getattr(argparse, "_", None) is gettext.gettext
+        and getattr(argparse, "ngettext", None) is gettext.ngettext
+        and bound == {}
+        and isinstance(folder, str)
+        and not os.path.isdir(folder)
+    )
+    if not untranslated:
+        yield
+        return
+    argparse._ = _untranslated
+    argparse.ngettext = _untranslated_plural
+    try:
+        yield
+    finally:
+        argparse._, argparse.ngettext = gettext.gettext, gettext.ngettext
+
+
+def _untranslated(message: str) -> str:
+    return message
+
+
+def _untranslated_plural(singular: str, plural: str, n: int) -> str:
+    return singular if n == 1 else plural
+
+
 def run_command(argv: list[str]) -> int:
     """Parse the command line and run the command's handler; returns its exit code."""
     for arg in argv:
@@ -19641,9 +19694,10 @@ def run_command(argv: list[str]) -> int:
             refused.prog = command_name()
             raise refused
     argv = json_after_command(argv)
-    parser = build_parser(*command_of(argv))
     try:
-        args, extra = parser.parse_known_args(argv)
+        with argparse_untranslated():
+            parser = build_parser(*command_of(argv))
+            args, extra = parser.parse_known_args(argv)
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
             flags = [word for word in extra if looks_like_option(word)]

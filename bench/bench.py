@@ -473,7 +473,7 @@ def capture_results(work: str, small: str, env: dict, runs: int) -> dict:
             out.write(claude_line("assistant", [{"type": "text", "text": f"turn {n}"}], n, small))
         times.append(run_hook(capture, small, env, hook_payload("PreCompact", transcript, small)))
     rows["capture_s"] = summary(times)
-    times = []
+    times, none = [], []
     for n in range(runs):  # each start is for a new session: the previous one is recovered
         with open(transcript, "a", encoding="utf-8") as out:
             out.write(claude_line("assistant", [{"type": "text", "text": f"more {n}"}], n, small))
@@ -482,7 +482,11 @@ def capture_results(work: str, small: str, env: dict, runs: int) -> dict:
         first = hook_payload("SessionStart", transcript, small, source="startup")
         run_hook(start_hook, small, env, first)  # records the worked-in session
         times.append(run_hook(start_hook, small, env, body))
+        # The same start again: the session is logged at its size, nothing to recover.
+        none.append(run_hook(start_hook, small, env, body))
     rows["session_start_hook_s"] = summary(times)
+    rows["session_start_none_s"] = summary(none)
+    rows["session_start_ratio"] = statistics.median(r / b for r, b in zip(times, none))
     boot_captured = [run_once([*MODULE, "boot"], small, env)[0] for _ in range(runs)]
     rows["boot_with_capture_s"] = summary(boot_captured)
     rows.update(nudge_results(transcript, small, env, runs * 3))
@@ -1182,6 +1186,9 @@ def targets(results: dict) -> list[dict]:
         target("capture, 100 MB transcript", capture["capture_s"]["median"], 0.5, "s")
         hook = capture["session_start_hook_s"]["median"]
         target("SessionStart hook (capture + boot), 100 MB transcript", hook, 1.0, "s")
+        if "session_start_ratio" in capture:
+            label = "SessionStart recovering 100 MB transcript / SessionStart with none"
+            target(label, capture["session_start_ratio"], 1.3, "x")
         if "nudge_ratio" in capture:
             label = "nudge hook, nothing to say, 100 MB transcript / python3 -c pass"
             target(label, capture["nudge_ratio"], 1.2, "x")
@@ -1264,6 +1271,7 @@ def markdown(results: dict) -> str:
         for key, label in (
             ("capture_s", "`capture` (PreCompact, SessionEnd; a Stop hook's cost per turn)"),
             ("session_start_hook_s", "SessionStart hook: recover the last session, then boot"),
+            ("session_start_none_s", "SessionStart hook with nothing to recover, then boot"),
             ("boot_without_capture_s", "`boot` (small store, no capture)"),
             ("boot_with_capture_s", "`boot` (small store, with the Last session block)"),
             ("nudge_s", "`nudge` hook (PostToolUse) with nothing to say, as installed"),

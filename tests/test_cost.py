@@ -446,3 +446,111 @@ def test_search_since_opens_no_older_file(repos):
     assert all(p.split("/")[-2][:10] >= since for p in sessions)
     listed_months = [p for p in listed(report) if p.startswith(".state/history/")]
     assert all(p.rsplit("/", 1)[1] >= since[:7] for p in listed_months)
+
+
+# ---- capture: what a read of a transcript's window costs -------------------------------
+
+
+def test_a_transcript_read_checks_the_newest_valid_entry_time_not_every_one(tmp_path, monkeypatch):
+    """The window's entries carry a time each; only the newest valid one is kept
+    (`ended_at`), so a read parses that one (and any invalid ones after it), not all."""
+    from transcripts import Claude, write_jsonl
+
+    claude = Claude(str(tmp_path))
+    entries = [claude.say(f"step {n}") for n in range(400)]
+    *older, valid, bad, worse = entries[-4:]  # the last two carry times that are not times
+    bad["timestamp"], worse["timestamp"] = "2026-02-30T00:00:00Z", "yesterday"
+    path = write_jsonl(tmp_path / "t.jsonl", entries)
+    calls = []
+    real = stm.parse_iso
+    monkeypatch.setattr(stm, "parse_iso", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    transcript = stm.read_transcript(path)
+    assert calls == ["yesterday", "2026-02-30T00:00:00Z", valid["timestamp"]]
+    assert transcript.ended_at == stm.iso(real(valid["timestamp"]))
+    assert transcript.last_message == "step 399"
+
+
+# ---- boot's start: argparse's translations ---------------------------------------------
+
+
+def write_catalog(path, translations: dict) -> None:
+    """A GNU gettext catalog (.mo) holding `translations`, in its documented layout."""
+    import struct
+
+    keys = sorted(translations)
+    ids = b"".join(k.encode() + b"\0" for k in keys)
+    strs = b"".join(translations[k].encode() + b"\0" for k in keys)
+    start = 7 * 4 + 16 * len(keys)
+    table, offset = [], start
+    for k in keys:
+        table += [len(k.encode()), offset]
+        offset += len(k.encode()) + 1
+    values, offset = [], start + len(ids)
+    for k in keys:
+        values += [len(translations[k].encode()), offset]
+        offset += len(translations[k].encode()) + 1
+    header = struct.pack("Iiiiiii", 0x950412DE, 0, len(keys), 28, 28 + 8 * len(keys), 0, 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(
+        header
+        + struct.pack(f"{len(table)}i", *table)
+        + struct.pack(f"{len(values)}i", *values)
+        + ids
+        + strs
+    )
+
+
+def test_boot_asks_gettext_nothing_where_no_catalog_can_exist(store, run, monkeypatch, tmp_path):
+    """Where gettext's catalog folder is absent, argparse's labels are its own text: boot
+    never asks gettext (whose first question imports `locale`), and argparse is given
+    gettext back afterwards."""
+    import argparse
+    import gettext
+
+    monkeypatch.setattr(gettext, "_default_localedir", str(tmp_path / "no-locale"))
+    asked = []
+    real = gettext.find
+    monkeypatch.setattr(gettext, "find", lambda *a, **k: asked.append(a) or real(*a, **k))
+    assert run("boot").code == 0
+    assert asked == []
+    assert argparse._ is gettext.gettext and argparse.ngettext is gettext.ngettext
+    assert run("boot", "--bogus").code == 2  # an error path is as before
+    assert "unrecognized arguments: --bogus" in run("boot", "--bogus").err
+
+
+def test_argparse_is_translated_where_a_catalog_exists(store, run, monkeypatch, tmp_path):
+    """With a catalog folder, argparse asks gettext as it always did: its labels come
+    translated (a catalog of our own, in a language of our own)."""
+    import gettext
+
+    catalog = tmp_path / "locale" / "xx" / "LC_MESSAGES" / "messages.mo"
+    write_catalog(catalog, {"show this help message and exit": "zeige diese Hilfe"})
+    monkeypatch.setattr(gettext, "_default_localedir", str(tmp_path / "locale"))
+    monkeypatch.setenv("LANGUAGE", "xx")
+    result = run("boot", "--help")
+    assert result.code == 0
+    assert "zeige diese Hilfe" in result.out
+
+
+# ---- boot's recall: words of ASCII text by a plain range --------------------------------
+
+
+def test_recall_words_of_ascii_text_are_the_unicode_definitions_words():
+    """An ASCII text (after lowering: the Kelvin sign lowers to `k`) is tokenised with a
+    plain [a-z0-9] range, anything else with the Unicode class; both give exactly the
+    words `[^\\W_]{2,}` finds in the lowered text, stopwords left out."""
+    rng = random.Random(37)
+    alphabet = "abcXYZ019_- .,/\\n\\tß\u212aéİſ"
+    texts = [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 60))) for _ in range(2000)
+    ]
+    texts += [
+        "Fix THE OAuth login (src/auth_login.py)",
+        "\u212aelvin and the X1 cache",
+        "a_b c9 9c",
+    ]
+    general = re.compile(r"[^\W_]{2,}")
+    for text in texts:
+        expected = [w for w in general.findall(text.lower()) if w not in stm.RECALL_STOPWORDS]
+        assert stm.recall_words(text) == expected, text
+    assert stm.RECALL_ASCII_WORD_RE.findall("\u212aelvin".lower()) == ["kelvin"]
