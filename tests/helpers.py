@@ -223,6 +223,26 @@ class World:
         self.stm(repo, "session", "checkpoint", "--session", sid, *args, user=user)
 
 
+def driver_world(tmp_path: Path, run, monkeypatch) -> World:
+    """A World whose clones run the merge driver by this Python, with no `stm` on PATH
+    (the driver must work from the command setup writes), stm's clock ticking a second
+    per command from the run's now."""
+    from conftest import clock
+
+    import stm
+
+    assert GIT, "git is needed for these tests"
+    use_private_git(monkeypatch, tmp_path)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if not is_command(p, "stm")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # the driver runs this Python
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *path]))
+    ticking = Clock(float(int(clock())))  # the run's now, in whole seconds
+    monkeypatch.setattr(stm, "utc_now", ticking)
+    return World(tmp_path, run, monkeypatch, ticking, push_ref="HEAD:main")
+
+
 # ---- stm as a process -----------------------------------------------------------------
 
 # The environment of an stm process a test starts itself: no fsync, a fixed author, none

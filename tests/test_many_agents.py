@@ -13,7 +13,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,17 +20,14 @@ import pytest
 from conftest import clock
 from helpers import (
     EXAMPLE,
-    GIT,
-    Clock,
     World,
     boot_section,
+    driver_world,
     findings,
-    is_command,
     log_entries,
     log_text,
     marker_lines,
     read_jsonl,
-    use_private_git,
     write_config,
 )
 
@@ -40,16 +36,7 @@ import stm
 
 @pytest.fixture
 def world(tmp_path, run, monkeypatch) -> World:
-    assert GIT, "git is needed for these tests"
-    use_private_git(monkeypatch, tmp_path)
-    path = [p for p in os.environ["PATH"].split(os.pathsep) if not is_command(p, "stm")]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(sys.executable)  # the driver runs this Python
-    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *path]))
-    ticking = Clock(float(int(clock())))  # the run's now, in whole seconds
-    monkeypatch.setattr(stm, "utc_now", ticking)
-    return World(tmp_path, run, monkeypatch, ticking, push_ref="HEAD:main")
+    return driver_world(tmp_path, run, monkeypatch)
 
 
 # ---- sessions that move: archived in one clone, written in the other ---------------------

@@ -22,18 +22,15 @@ from pathlib import Path
 import pytest
 from conftest import MEMORY, STM_PY, clock, snapshot
 from helpers import (
-    GIT,
     MARKER_RE,
-    Clock,
     World,
     boot_section,
+    driver_world,
     findings,
-    is_command,
     read_jsonl,
     read_state,
     rules,
     state_path,
-    use_private_git,
 )
 
 import stm
@@ -43,16 +40,7 @@ import stm
 
 @pytest.fixture
 def world(tmp_path, run, monkeypatch) -> World:
-    assert GIT, "git is needed for these tests"
-    use_private_git(monkeypatch, tmp_path)
-    path = [p for p in os.environ["PATH"].split(os.pathsep) if not is_command(p, "stm")]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(sys.executable)  # the driver runs this Python
-    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *path]))
-    ticking = Clock(float(int(clock())))  # the run's now, in whole seconds
-    monkeypatch.setattr(stm, "utc_now", ticking)
-    return World(tmp_path, run, monkeypatch, ticking, push_ref="HEAD:main")
+    return driver_world(tmp_path, run, monkeypatch)
 
 
 def read_events(repo: Path, sid: str) -> list[dict]:
