@@ -17679,12 +17679,17 @@ def cmd_capture(args) -> int:
     return EXIT_OK
 
 
-def options_capture(p) -> None:
+def options_hook_client(p) -> None:
+    """--client, for every hook's command (capture, nudge)."""
     p.add_argument(
         "--client",
         choices=HOOK_CLIENTS,
         help="the agent client running the hook (default: worked out from the payload)",
     )
+
+
+def options_capture(p) -> None:
+    options_hook_client(p)
     p.add_argument(
         "--boot",
         action="store_true",
@@ -17716,11 +17721,7 @@ def cmd_nudge(args) -> int:
 
 
 def options_nudge(p) -> None:
-    p.add_argument(
-        "--client",
-        choices=HOOK_CLIENTS,
-        help="the agent client running the hook (default: worked out from the payload)",
-    )
+    options_hook_client(p)
 
 
 def hook_boot(args, store) -> None:
