@@ -16646,10 +16646,62 @@ def check_store(
 
 
 # ==== Front ends: the commands ==============================================
+#
+# A command is one room: its `cmd_<verb>` handler, its `options_<verb>`, and its row,
+# command(...), right below them. The row names the command (`session new` for a verb),
+# its help line and example, whether it takes --json and whether it needs the store; the
+# Command line section builds the argparse tree from the rows, adds --json, and opens
+# the store for the handler (`cmd_<verb>(args, store)`), so no handler does either.
 
 
-def options_json(p) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
+class Command:
+    """One command, or one verb of a command that takes verbs (`session new`), as its
+    command(...) row declares it: `group` is the command it is a verb of (None: a command
+    of its own), `handler` the `cmd_<verb>` that runs it (None: a command whose verbs
+    run), `options` the function that adds its arguments, `json` the help of the --json
+    the dispatcher adds (None: no --json), `store` how the dispatcher opens the store for
+    the handler: "open", "init" (the folders may not exist yet) or None (the handler opens
+    it itself, if and when it needs it)."""
+
+    __slots__ = ("name", "group", "handler", "help", "example", "options", "json", "store")
+
+    def __init__(self, name, group, handler, help_text, example, options, json, store) -> None:
+        self.name, self.group, self.handler, self.options = name, group, handler, options
+        self.help, self.example, self.json, self.store = help_text, example, json, store
+
+
+# Every command and verb, in the order their rows are declared: (group, name) -> Command.
+COMMAND_ROWS: dict = {}
+
+
+def command(
+    name: str,
+    handler,
+    options,
+    help_text: str,
+    example: str,
+    *,
+    json: bool | str = False,
+    store: str | None = None,
+) -> Command:
+    """Declare a command where its handler is: `name` is `log`, or `session new` for a
+    verb; `json` True adds --json ("print JSON"), a string is that --json's own help;
+    `store` is "open" or "init" for a handler `cmd_<verb>(args, store)`."""
+    group, _, verb = name.rpartition(" ")
+    row = Command(
+        verb,
+        group or None,
+        handler,
+        help_text,
+        example,
+        options,
+        "print JSON" if json is True else json or None,
+        store,
+    )
+    if (row.group, row.name) in COMMAND_ROWS:
+        raise ValueError(f"command {name!r} is declared twice")
+    COMMAND_ROWS[row.group, row.name] = row
+    return row
 
 
 def setup_actions(p, *, shows: str, installs: str, removes: str, check: bool = True) -> None:
@@ -16682,7 +16734,6 @@ def options_update(p) -> None:
         metavar="N",
         help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def out(text: str = "") -> None:
@@ -16695,8 +16746,7 @@ def print_json(obj: dict) -> None:
     print(dumps_json({"schema_version": JSON_SCHEMA_VERSION, **obj}), end="")
 
 
-def cmd_init(args) -> int:
-    store = store_from_args(args, for_init=True)
+def cmd_init(args, store: Store) -> int:
     report: list = []
     refuse_symlink(store.stacks, "stacks folder")
     # Before the lock: the lock file lives in .stacks/, which must exist first.
@@ -16753,11 +16803,20 @@ def options_init(p) -> None:
         action="store_true",
         help="rewrite the template files, keeping the old content as a .bak beside them",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_boot(args) -> int:
-    store = store_from_args(args)
+command(
+    "init",
+    cmd_init,
+    options_init,
+    "create .stacks/ and .state/ from the templates",
+    "stm init",
+    json=True,
+    store="init",
+)
+
+
+def cmd_boot(args, store: Store) -> int:
     for flag, value in (("--max-tokens", args.max_tokens), ("--max-chars", args.max_chars)):
         if value is not None and value < 1:
             raise usage_error(f"{flag} must be a positive number")
@@ -16800,7 +16859,17 @@ def options_boot(p) -> None:
         action="store_true",
         help="ignore --max-tokens and --max-chars: print everything (what a cut boot points to)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
+
+
+command(
+    "boot",
+    cmd_boot,
+    options_boot,
+    "print identity, session memory, active workflow and refs index",
+    "stm boot --max-tokens 1500",
+    json="print JSON with sections and token counts",
+    store="open",
+)
 
 
 def read_message(args) -> str:
@@ -16859,11 +16928,19 @@ def options_log(p) -> None:
         help="log text even if it looks like a credential (each such line is marked "
         "`stm:allow-secret`, so check and sync pass it)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
 
 
-def cmd_check(args) -> int:
-    store = store_from_args(args)
+command(
+    "log",
+    cmd_log,
+    options_log,
+    "append an entry to today's log",
+    'stm log "fixed the parser; see refs/parser.md"',
+    json="print JSON (path, timestamp, author)",
+)
+
+
+def cmd_check(args, store: Store) -> int:
     only = None
     if args.staged:
         only = staged_store_paths(store)
@@ -16924,11 +17001,20 @@ def options_check(p) -> None:
         "moved paths in notes",
     )
     p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
 
 
-def cmd_status(args) -> int:
-    store = store_from_args(args)
+command(
+    "check",
+    cmd_check,
+    options_check,
+    "validate the memory; exit 1 on errors",
+    "stm check --strict",
+    json="print findings as JSON",
+    store="open",
+)
+
+
+def cmd_status(args, store: Store) -> int:
     status = gather_status(store)
     if args.json:
         print_json(status)
@@ -16966,8 +17052,27 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
-def cmd_session_new(args) -> int:
-    store = store_from_args(args)
+command(
+    "status",
+    cmd_status,
+    None,
+    "sizes, ages, budget, sessions and staleness",
+    "stm status --json",
+    json=True,
+    store="open",
+)
+
+
+command(
+    "session",
+    None,
+    None,
+    "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
+    "stm session new --name 'port parser' --phases plan,build,ship",
+)
+
+
+def cmd_session_new(args, store: Store) -> int:
     phases = parse_phase_list(args.phases) if args.phases is not None else None
     ref, state = new_session(
         store, name=args.name, phases=phases, phase=args.phase, switch=not args.no_switch
@@ -16987,11 +17092,20 @@ def options_session_new(p) -> None:
     p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
     p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
     p.add_argument("--no-switch", action="store_true", help="do not make it current")
-    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
 
 
-def cmd_session_switch(args) -> int:
-    store = store_from_args(args)
+command(
+    "session new",
+    cmd_session_new,
+    options_session_new,
+    "start a session and make it current",
+    "stm session new --name 'port parser' --phases plan,build,ship",
+    json="print a JSON object, not the id",
+    store="open",
+)
+
+
+def cmd_session_switch(args, store: Store) -> int:
     ref = switch_session(store, args.id)
     warn_about_pin(store, ref.id)
     if args.json:
@@ -17004,11 +17118,20 @@ def cmd_session_switch(args) -> int:
 
 def options_session_switch(p) -> None:
     p.add_argument("id", metavar="ID", help="full id, or 4+ characters of it, e.g. 3f9a")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_session_archive(args) -> int:
-    store = store_from_args(args)
+command(
+    "session switch",
+    cmd_session_switch,
+    options_session_switch,
+    "make a session current",
+    "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_archive(args, store: Store) -> int:
     if args.stale:
         return report_archive_stale(args, store)
     if args.dry_run:
@@ -17042,7 +17165,17 @@ def options_session_archive(p) -> None:
         metavar="N",
         help="refuse (exit 3) unless the stored version is N",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "session archive",
+    cmd_session_archive,
+    options_session_archive,
+    "move a session to history/YYYY-MM/ (read-only from then on)",
+    "stm session archive            (the current session)",
+    json=True,
+    store="open",
+)
 
 
 def report_archive_stale(args, store: Store) -> int:
@@ -17069,8 +17202,7 @@ def report_archive_stale(args, store: Store) -> int:
     return EXIT_OK
 
 
-def cmd_session_list(args) -> int:
-    store = store_from_args(args)
+def cmd_session_list(args, store: Store) -> int:
     current = current_id_quietly(store)
     listing = [(sid, path, False) for sid, path in iter_active_sessions(store)]
     if args.all:
@@ -17119,11 +17251,20 @@ def cmd_session_list(args) -> int:
 
 def options_session_list(p) -> None:
     p.add_argument("--all", action="store_true", help="include archived sessions")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_session_show(args) -> int:
-    store = store_from_args(args)
+command(
+    "session list",
+    cmd_session_list,
+    options_session_list,
+    "list sessions (* marks the current one)",
+    "stm session list --all",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_show(args, store: Store) -> int:
     ref = require_session(store, args.id)
     state = load_state(ref)
     events = read_last_events(ref, 10)
@@ -17149,11 +17290,20 @@ def cmd_session_show(args) -> int:
 
 def options_session_show(p) -> None:
     p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_session_phase(args) -> int:
-    store = store_from_args(args)
+command(
+    "session show",
+    cmd_session_show,
+    options_session_show,
+    "show a session's state and recent events",
+    "stm session show --json",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_phase(args, store: Store) -> int:
     ref, state, changed = set_phase(
         store, args.name, session=args.session, expect_version=args.expect_version
     )
@@ -17164,6 +17314,17 @@ def cmd_session_phase(args) -> int:
 def options_session_phase(p) -> None:
     p.add_argument("name", metavar="NAME", help="the new phase")
     options_update(p)
+
+
+command(
+    "session phase",
+    cmd_session_phase,
+    options_session_phase,
+    "move the session to another phase",
+    "stm session phase build",
+    json=True,
+    store="open",
+)
 
 
 def report_update(args, store, ref, state, changed: bool, what: str) -> None:
@@ -17177,8 +17338,7 @@ def report_update(args, store, ref, state, changed: bool, what: str) -> None:
         out(f"{ref.id}: {what}; nothing changed (version {state['version']})")
 
 
-def cmd_session_checkpoint(args) -> int:
-    store = store_from_args(args)
+def cmd_session_checkpoint(args, store: Store) -> int:
     ref, state, changed, warnings = checkpoint_session(
         store,
         session=args.session,
@@ -17197,8 +17357,51 @@ def cmd_session_checkpoint(args) -> int:
     return EXIT_OK
 
 
-def cmd_session_handoff(args) -> int:
-    store = store_from_args(args)
+def options_session_checkpoint(p) -> None:
+    p.add_argument(
+        "--done",
+        metavar="STEP",
+        action="append",
+        help="a pending step just completed (repeat for several): its text, its number in "
+        "boot, or a part of its text that only it holds; a phase is changed with `session "
+        "phase`",
+    )
+    p.add_argument(
+        "--pending",
+        metavar="STEP",
+        action="append",
+        help="a pending step (repeat; given, the steps replace the pending list)",
+    )
+    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
+    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
+    p.add_argument(
+        "--note", metavar="TEXT", help='recovery notes for whoever resumes ("" clears them)'
+    )
+    p.add_argument(
+        "--interrupted",
+        action="store_true",
+        help="record that the work was cut off (recovery.interrupted_at; a later --done clears it)",
+    )
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="mark the work finished without archiving it: pending cleared, nothing to resume",
+    )
+    options_update(p)
+
+
+command(
+    "session checkpoint",
+    cmd_session_checkpoint,
+    options_session_checkpoint,
+    "record progress so a crashed or replaced agent can resume",
+    "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_handoff(args, store: Store) -> int:
     handoff = session_handoff(
         store,
         to=args.to,
@@ -17234,6 +17437,16 @@ def options_session_handoff(p) -> None:
     )
     p.add_argument("--session", metavar="ID", help="write it from this session, not the current")
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE, not stdout")
+
+
+command(
+    "session handoff",
+    cmd_session_handoff,
+    options_session_handoff,
+    "write a handoff (the JSON compose-handoff reads) from the current session",
+    "stm session handoff --to builder-agent --task 'port the grammar' -o handoff.json",
+    store="open",
+)
 
 
 def cmd_compose_handoff(args) -> int:
@@ -17316,7 +17529,16 @@ def options_compose_handoff(p) -> None:
         action="store_true",
         help="print a handoff JSON to fill in (every field, created_at now) and exit",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "compose-handoff",
+    cmd_compose_handoff,
+    options_compose_handoff,
+    "turn a handoff JSON into a resumable session with a Session.md",
+    "stm compose-handoff handoff.json",
+    json=True,
+)
 
 
 def read_note_text(args) -> str:
@@ -17433,11 +17655,28 @@ def options_note(p) -> None:
         help="write text even if it looks like a credential (each such line is marked "
         "`stm:allow-secret`, so check and sync pass it)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_set(args) -> int:
-    store = store_from_args(args)
+command(
+    "note",
+    cmd_note,
+    options_note,
+    "add a bullet to a MEMORY.md section (or replace it), safely",
+    'stm note "Next Steps" "port the expression grammar"',
+    json=True,
+)
+
+
+command(
+    "fact",
+    None,
+    None,
+    "facts with history in refs/facts.md: set, get, list, rm",
+    'stm fact set primary_language Go --why "switched from Python"',
+)
+
+
+def cmd_fact_set(args, store: Store) -> int:
     result = set_fact(
         store,
         args.key,
@@ -17464,11 +17703,21 @@ def options_fact_set(p) -> None:
         "`stm:allow-secret`, so check and sync pass it)",
     )
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_get(args) -> int:
-    fact = get_fact(store_from_args(args), args.key, block=args.block)
+command(
+    "fact set",
+    cmd_fact_set,
+    options_fact_set,
+    "set a fact's current value; the old one stays in its history",
+    'stm fact set primary_language Go --why "switched from Python"',
+    json=True,
+    store="open",
+)
+
+
+def cmd_fact_get(args, store: Store) -> int:
+    fact = get_fact(store, args.key, block=args.block)
     if args.json:
         print_json(fact.as_dict(with_history=args.history))
         return EXIT_OK
@@ -17485,11 +17734,21 @@ def options_fact_get(p) -> None:
     p.add_argument("key", metavar="KEY", help="the fact's key")
     p.add_argument("--history", action="store_true", help="also every earlier value")
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_list(args) -> int:
-    path, facts = load_facts(store_from_args(args), args.block)
+command(
+    "fact get",
+    cmd_fact_get,
+    options_fact_get,
+    "print a fact's current value (--history: every value)",
+    "stm fact get primary_language --history",
+    json=True,
+    store="open",
+)
+
+
+def cmd_fact_list(args, store: Store) -> int:
+    path, facts = load_facts(store, args.block)
     if args.json:
         print_json({"block": args.block, "facts": [fact.as_dict() for fact in facts]})
         return EXIT_OK
@@ -17500,11 +17759,21 @@ def cmd_fact_list(args) -> int:
 
 def options_fact_list(p) -> None:
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_rm(args) -> int:
-    result = remove_fact(store_from_args(args), args.key, why=args.why, block=args.block)
+command(
+    "fact list",
+    cmd_fact_list,
+    options_fact_list,
+    "list the facts of a block",
+    "stm fact list --json",
+    json=True,
+    store="open",
+)
+
+
+def cmd_fact_rm(args, store: Store) -> int:
+    result = remove_fact(store, args.key, why=args.why, block=args.block)
     if args.json:
         print_json(result)
     return EXIT_OK
@@ -17514,11 +17783,21 @@ def options_fact_rm(p) -> None:
     p.add_argument("key", metavar="KEY", help="the fact's key")
     p.add_argument("--why", metavar="TEXT", required=True, help="why it goes (logged)")
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_compact(args) -> int:
-    result = compact_store(store_from_args(args), dry_run=args.dry_run)
+command(
+    "fact rm",
+    cmd_fact_rm,
+    options_fact_rm,
+    "remove a fact; its history goes to today's log",
+    'stm fact rm old_key --why "no longer true"',
+    json=True,
+    store="open",
+)
+
+
+def cmd_compact(args, store: Store) -> int:
+    result = compact_store(store, dry_run=args.dry_run)
     if args.json:
         print_json(result)
         return EXIT_OK
@@ -17534,11 +17813,21 @@ def cmd_compact(args) -> int:
 
 def options_compact(p) -> None:
     p.add_argument("--dry-run", action="store_true", help="say what would move; change nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_digest(args) -> int:
-    result = digest(store_from_args(args), since=args.since)
+command(
+    "compact",
+    cmd_compact,
+    options_compact,
+    "move MEMORY.md's oldest bullets (and old fact history) over their limits to the log",
+    "stm compact --dry-run",
+    json=True,
+    store="open",
+)
+
+
+def cmd_digest(args, store: Store) -> int:
+    result = digest(store, since=args.since)
     if args.json:
         print_json(result)
         return EXIT_OK
@@ -17561,11 +17850,29 @@ def options_digest(p) -> None:
         help="from DATE (YYYY-MM-DD, an ISO time, or last-boot: this checkout's last `stm "
         "boot`) on (default: MEMORY.md's Last Updated)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_refs_show(args) -> int:
-    store = store_from_args(args)
+command(
+    "digest",
+    cmd_digest,
+    options_digest,
+    "what happened since MEMORY.md was last updated: log entries and fact changes",
+    "stm digest --json",
+    json=True,
+    store="open",
+)
+
+
+command(
+    "refs",
+    None,
+    None,
+    "read the reference layer: list, show",
+    "stm refs list",
+)
+
+
+def cmd_refs_show(args, store: Store) -> int:
     path = ref_path(store, args.name)
     text = read_text(path)
     if args.json:
@@ -17578,11 +17885,20 @@ def cmd_refs_show(args) -> int:
 
 def options_refs_show(p) -> None:
     p.add_argument("name", metavar="NAME", help="the ref: deploy, deploy.md, refs/ops/deploy.md")
-    p.add_argument("--json", action="store_true", help="print JSON (path, text)")
 
 
-def cmd_refs_list(args) -> int:
-    store = store_from_args(args)
+command(
+    "refs show",
+    cmd_refs_show,
+    options_refs_show,
+    "print one ref (deploy, deploy.md or refs/deploy.md)",
+    "stm refs show facts   (refs/facts.md, where `stm fact` keeps facts)",
+    json="print JSON (path, text)",
+    store="open",
+)
+
+
+def cmd_refs_list(args, store: Store) -> int:
     refs = BootParts(store).refs
     if args.json:
         rows = [{"path": r.path, "title": r.title, "summary": r.summary} for r in refs]
@@ -17595,8 +17911,18 @@ def cmd_refs_list(args) -> int:
     return EXIT_OK
 
 
-def cmd_search(args) -> int:
-    store = store_from_args(args)
+command(
+    "refs list",
+    cmd_refs_list,
+    None,
+    "list the refs as boot's index does: path, title, summary",
+    "stm refs list",
+    json=True,
+    store="open",
+)
+
+
+def cmd_search(args, store: Store) -> int:
     if args.rank and args.regex:
         raise usage_error("--rank takes words, not a regular expression: drop --regex")
     if args.rank:
@@ -17631,7 +17957,17 @@ def options_search(p) -> None:
         help="PATTERN is words: lines holding any of them, best match first (BM25, as boot's "
         "Related block ranks)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "search",
+    cmd_search,
+    options_search,
+    "search memory, newest logs first (exit 1 when nothing matched)",
+    "stm search parser --layer logs --since 2026-11-01",
+    json=True,
+    store="open",
+)
 
 
 def cmd_capture(args) -> int:
@@ -17702,6 +18038,15 @@ def options_capture(p) -> None:
     )
 
 
+command(
+    "capture",
+    cmd_capture,
+    options_capture,
+    "record what an agent session did, from its client's hook payload (exit 0 always)",
+    "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
+)
+
+
 def cmd_nudge(args) -> int:
     """A hook's entry point (UserPromptSubmit, PostToolUse): exit 0 and nothing printed on
     every input; one line of JSON for the client when the work has outgrown memory."""
@@ -17722,6 +18067,15 @@ def cmd_nudge(args) -> int:
 
 def options_nudge(p) -> None:
     options_hook_client(p)
+
+
+command(
+    "nudge",
+    cmd_nudge,
+    options_nudge,
+    "tell the agent, once, when its work has outgrown memory (a hook; exit 0 always)",
+    "stm nudge --client claude   (a PostToolUse hook: the payload on stdin)",
+)
 
 
 def hook_boot(args, store) -> None:
@@ -17836,6 +18190,15 @@ def check_hooks(args, client, root, shown, wanted, installed) -> int:
     return EXIT_OK
 
 
+command(
+    "setup",
+    None,
+    None,
+    "wire stm into agent tools and git: claude, codex, agents-md, mcp, git",
+    "stm setup claude --install",
+)
+
+
 def cmd_setup_claude(args) -> int:
     return setup_hooks(args, hook_client("claude"))
 
@@ -17856,6 +18219,15 @@ def options_setup_claude(p) -> None:
     )
 
 
+command(
+    "setup claude",
+    cmd_setup_claude,
+    options_setup_claude,
+    "Claude Code: hooks that capture each session and boot at every start (.claude/settings.json)",
+    "stm setup claude --install",
+)
+
+
 def cmd_setup_codex(args) -> int:
     return setup_hooks(args, hook_client("codex"))
 
@@ -17867,6 +18239,15 @@ def options_setup_codex(p) -> None:
         installs="merge the hooks into .codex/hooks.json (keeps one backup)",
         removes="take out only what stm added",
     )
+
+
+command(
+    "setup codex",
+    cmd_setup_codex,
+    options_setup_codex,
+    "Codex: hooks that capture each session and boot at every start (.codex/hooks.json)",
+    "stm setup codex --install",
+)
 
 
 def cmd_setup_mcp(args) -> int:
@@ -17938,6 +18319,15 @@ def options_setup_mcp(p) -> None:
     )
 
 
+command(
+    "setup mcp",
+    cmd_setup_mcp,
+    options_setup_mcp,
+    "MCP clients (Claude Code, Cursor, VS Code, Codex): run `stm mcp` as a server",
+    "stm setup mcp --install --client cursor",
+)
+
+
 def cmd_setup_agents_md(args) -> int:
     root = project_root(args)
     path = args.file or os.path.join(root, "AGENTS.md")
@@ -17988,8 +18378,16 @@ def options_setup_agents_md(p) -> None:
     )
 
 
-def cmd_export(args) -> int:
-    store = store_from_args(args)
+command(
+    "setup agents-md",
+    cmd_setup_agents_md,
+    options_setup_agents_md,
+    "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
+    "stm setup agents-md --install --file CLAUDE.md",
+)
+
+
+def cmd_export(args, store: Store) -> int:
     target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
     refuse_output_target(target, "a .zip file")
     names = write_export(store, target, args.include_state)
@@ -18008,12 +18406,20 @@ def options_export(p) -> None:
         help="the zip to write (default: stm-memory-YYYY-MM-DD.zip here)",
     )
     p.add_argument("--include-state", action="store_true", help="add .state/ (sessions)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_import(args) -> int:
-    # An import may be what makes the store: a new container restoring its checkpoint.
-    store = store_from_args(args, for_init=True)
+command(
+    "export",
+    cmd_export,
+    options_export,
+    "write the memory to one zip file",
+    "stm export -o memory.zip --include-state",
+    json=True,
+    store="open",
+)
+
+
+def cmd_import(args, store: Store) -> int:
     source = args.file
     if source is None:
         source = newest_checkpoint(store)
@@ -18070,7 +18476,18 @@ def options_import(p) -> None:
         action="store_true",
         help="also list the files already the same (by default: the changes and the counts)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "import",
+    cmd_import,
+    options_import,
+    "restore memory from a zip made by stm export",
+    "stm import memory.zip --dry-run",
+    json=True,
+    # An import may be what makes the store: a new container restoring its checkpoint.
+    store="init",
+)
 
 
 def report_import(args, plan: list, skipped: list[str]) -> None:
@@ -18112,6 +18529,15 @@ def options_merge_file(p) -> None:
         help="conflict marker length (git's %%L; default %(default)s)",
     )
     p.add_argument("--path", metavar="P", help="the file's path in the repository (%%P)")
+
+
+command(
+    "merge-file",
+    cmd_merge_file,
+    options_merge_file,
+    "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
+    "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
+)
 
 
 def add_merge_attributes(root: str, args) -> list[str]:
@@ -18184,10 +18610,18 @@ def options_setup_git(p) -> None:
     )
 
 
-def cmd_commit(args) -> int:
+command(
+    "setup git",
+    cmd_setup_git,
+    options_setup_git,
+    "git: the merge driver that merges MEMORY.md, AGENT.md and refs section by section",
+    "stm setup git --install   (once per clone)",
+)
+
+
+def cmd_commit(args, store: Store) -> int:
     import shutil
 
-    store = store_from_args(args)
     root = os.path.dirname(store.stacks)
     if shutil.which("git") is None:
         raise StmError("git is not installed (or not on PATH); stm commit needs it")
@@ -18222,11 +18656,20 @@ def cmd_commit(args) -> int:
 
 def options_commit(p) -> None:
     p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_sync(args) -> int:
-    store = store_from_args(args)
+command(
+    "commit",
+    cmd_commit,
+    options_commit,
+    "commit the memory directories, and only them, with git",
+    'stm commit -m "memory: parser work"',
+    json=True,
+    store="open",
+)
+
+
+def cmd_sync(args, store: Store) -> int:
     report = sync_memory(
         store, remote=args.remote, message=args.commit_message, dry_run=args.dry_run
     )
@@ -18259,7 +18702,17 @@ def options_sync(p) -> None:
         action="store_true",
         help="fetch, then say what would be sent and received; commit and push nothing",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "sync",
+    cmd_sync,
+    options_sync,
+    "commit memory, merge the upstream's, push; your other changes stay as they are",
+    "stm sync --dry-run",
+    json=True,
+    store="open",
+)
 
 
 def sync_at_session_end(store: Store, started: float) -> None:
@@ -18974,19 +19427,16 @@ def options_mcp(p) -> None:
     p.set_defaults()  # --dir, --state-dir and --user are the global options
 
 
+command(
+    "mcp",
+    cmd_mcp,
+    options_mcp,
+    "serve memory as MCP tools over stdio (revisions 2026-07-28 and 2024-11-05..2025-11-25)",
+    "stm mcp --dir .stacks   (run by an agent client; see `stm setup mcp`)",
+)
+
+
 # ==== Command line ===========================================================
-
-
-class Command:
-    """One row of a command table (COMMANDS, and a verb table for a command that takes
-    verbs): its name, the `cmd_<verb>` that runs it, the one-line help, an example, and
-    the function that adds its options (None: it has verbs of its own, in VERBS)."""
-
-    __slots__ = ("name", "handler", "help", "example", "options")
-
-    def __init__(self, name: str, handler, help_text: str, example: str, options) -> None:
-        self.name, self.handler, self.help, self.example = name, handler, help_text, example
-        self.options = options
 
 
 EXIT_CODES_HELP = """\
@@ -19048,256 +19498,30 @@ def global_options(*, shown: bool = True):
     return parent
 
 
-def options_session_checkpoint(p) -> None:
-    p.add_argument(
-        "--done",
-        metavar="STEP",
-        action="append",
-        help="a pending step just completed (repeat for several): its text, its number in "
-        "boot, or a part of its text that only it holds; a phase is changed with `session "
-        "phase`",
+# The order `stm --help` lists the commands in, and `stm X --help` the verbs of X: what a
+# newcomer needs first comes first. A command or verb not named here is listed after
+# these, in the order its row was declared.
+HELP_ORDER = {
+    None: "init boot log check status session compose-handoff note search compact digest "
+    "fact refs setup capture nudge merge-file mcp export import commit sync",
+    "refs": "list show",
+    "setup": "claude codex agents-md mcp git",
+}
+
+
+def command_table(group: str | None) -> tuple:
+    """The rows of the commands (group None) or of a command's verbs, in HELP_ORDER."""
+    rows = [row for row in COMMAND_ROWS.values() if row.group == group]
+    order = HELP_ORDER.get(group, "").split()
+    return tuple(
+        sorted(rows, key=lambda row: order.index(row.name) if row.name in order else len(order))
     )
-    p.add_argument(
-        "--pending",
-        metavar="STEP",
-        action="append",
-        help="a pending step (repeat; given, the steps replace the pending list)",
-    )
-    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
-    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
-    p.add_argument(
-        "--note", metavar="TEXT", help='recovery notes for whoever resumes ("" clears them)'
-    )
-    p.add_argument(
-        "--interrupted",
-        action="store_true",
-        help="record that the work was cut off (recovery.interrupted_at; a later --done clears it)",
-    )
-    p.add_argument(
-        "--finish",
-        action="store_true",
-        help="mark the work finished without archiving it: pending cleared, nothing to resume",
-    )
-    options_update(p)
 
 
 # The parser of a command is built only when that command runs (or for --help): argparse
 # costs about half a millisecond per subparser.
-COMMANDS = (
-    Command(
-        "init",
-        cmd_init,
-        "create .stacks/ and .state/ from the templates",
-        "stm init",
-        options_init,
-    ),
-    Command(
-        "boot",
-        cmd_boot,
-        "print identity, session memory, active workflow and refs index",
-        "stm boot --max-tokens 1500",
-        options_boot,
-    ),
-    Command(
-        "log",
-        cmd_log,
-        "append an entry to today's log",
-        'stm log "fixed the parser; see refs/parser.md"',
-        options_log,
-    ),
-    Command(
-        "check",
-        cmd_check,
-        "validate the memory; exit 1 on errors",
-        "stm check --strict",
-        options_check,
-    ),
-    Command(
-        "status",
-        cmd_status,
-        "sizes, ages, budget, sessions and staleness",
-        "stm status --json",
-        options_json,
-    ),
-    Command(
-        "session",
-        None,
-        "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
-        "stm session new --name 'port parser' --phases plan,build,ship",
-        None,
-    ),
-    Command(
-        "compose-handoff",
-        cmd_compose_handoff,
-        "turn a handoff JSON into a resumable session with a Session.md",
-        "stm compose-handoff handoff.json",
-        options_compose_handoff,
-    ),
-    Command(
-        "note",
-        cmd_note,
-        "add a bullet to a MEMORY.md section (or replace it), safely",
-        'stm note "Next Steps" "port the expression grammar"',
-        options_note,
-    ),
-    Command(
-        "search",
-        cmd_search,
-        "search memory, newest logs first (exit 1 when nothing matched)",
-        "stm search parser --layer logs --since 2026-11-01",
-        options_search,
-    ),
-    Command(
-        "compact",
-        cmd_compact,
-        "move MEMORY.md's oldest bullets (and old fact history) over their limits to the log",
-        "stm compact --dry-run",
-        options_compact,
-    ),
-    Command(
-        "digest",
-        cmd_digest,
-        "what happened since MEMORY.md was last updated: log entries and fact changes",
-        "stm digest --json",
-        options_digest,
-    ),
-    Command(
-        "fact",
-        None,
-        "facts with history in refs/facts.md: set, get, list, rm",
-        'stm fact set primary_language Go --why "switched from Python"',
-        None,
-    ),
-    Command(
-        "refs",
-        None,
-        "read the reference layer: list, show",
-        "stm refs list",
-        None,
-    ),
-    Command(
-        "setup",
-        None,
-        "wire stm into agent tools and git: claude, codex, agents-md, mcp, git",
-        "stm setup claude --install",
-        None,
-    ),
-    Command(
-        "capture",
-        cmd_capture,
-        "record what an agent session did, from its client's hook payload (exit 0 always)",
-        "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
-        options_capture,
-    ),
-    Command(
-        "nudge",
-        cmd_nudge,
-        "tell the agent, once, when its work has outgrown memory (a hook; exit 0 always)",
-        "stm nudge --client claude   (a PostToolUse hook: the payload on stdin)",
-        options_nudge,
-    ),
-    Command(
-        "merge-file",
-        cmd_merge_file,
-        "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
-        "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
-        options_merge_file,
-    ),
-    Command(
-        "mcp",
-        cmd_mcp,
-        "serve memory as MCP tools over stdio (revisions 2026-07-28 and 2024-11-05..2025-11-25)",
-        "stm mcp --dir .stacks   (run by an agent client; see `stm setup mcp`)",
-        options_mcp,
-    ),
-    Command(
-        "export",
-        cmd_export,
-        "write the memory to one zip file",
-        "stm export -o memory.zip --include-state",
-        options_export,
-    ),
-    Command(
-        "import",
-        cmd_import,
-        "restore memory from a zip made by stm export",
-        "stm import memory.zip --dry-run",
-        options_import,
-    ),
-    Command(
-        "commit",
-        cmd_commit,
-        "commit the memory directories, and only them, with git",
-        'stm commit -m "memory: parser work"',
-        options_commit,
-    ),
-    Command(
-        "sync",
-        cmd_sync,
-        "commit memory, merge the upstream's, push; your other changes stay as they are",
-        "stm sync --dry-run",
-        options_sync,
-    ),
-)
-
-SESSION_VERBS = (
-    Command(
-        "new",
-        cmd_session_new,
-        "start a session and make it current",
-        "stm session new --name 'port parser' --phases plan,build,ship",
-        options_session_new,
-    ),
-    Command(
-        "switch",
-        cmd_session_switch,
-        "make a session current",
-        "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
-        options_session_switch,
-    ),
-    Command(
-        "archive",
-        cmd_session_archive,
-        "move a session to history/YYYY-MM/ (read-only from then on)",
-        "stm session archive            (the current session)",
-        options_session_archive,
-    ),
-    Command(
-        "list",
-        cmd_session_list,
-        "list sessions (* marks the current one)",
-        "stm session list --all",
-        options_session_list,
-    ),
-    Command(
-        "show",
-        cmd_session_show,
-        "show a session's state and recent events",
-        "stm session show --json",
-        options_session_show,
-    ),
-    Command(
-        "phase",
-        cmd_session_phase,
-        "move the session to another phase",
-        "stm session phase build",
-        options_session_phase,
-    ),
-    Command(
-        "checkpoint",
-        cmd_session_checkpoint,
-        "record progress so a crashed or replaced agent can resume",
-        "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
-        options_session_checkpoint,
-    ),
-    Command(
-        "handoff",
-        cmd_session_handoff,
-        "write a handoff (the JSON compose-handoff reads) from the current session",
-        "stm session handoff --to builder-agent --task 'port the grammar' -o handoff.json",
-        options_session_handoff,
-    ),
-)
+COMMANDS = command_table(None)
+VERBS = {row.name: command_table(row.name) for row in COMMANDS if row.handler is None}
 
 
 def usage_exit(prog: str, message: str):
@@ -19391,96 +19615,6 @@ def help_formatter():
     return Formatter
 
 
-SETUP_VERBS = (
-    Command(
-        "claude",
-        cmd_setup_claude,
-        "Claude Code: hooks that capture each session and boot at every start "
-        "(.claude/settings.json)",
-        "stm setup claude --install",
-        options_setup_claude,
-    ),
-    Command(
-        "codex",
-        cmd_setup_codex,
-        "Codex: hooks that capture each session and boot at every start (.codex/hooks.json)",
-        "stm setup codex --install",
-        options_setup_codex,
-    ),
-    Command(
-        "agents-md",
-        cmd_setup_agents_md,
-        "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
-        "stm setup agents-md --install --file CLAUDE.md",
-        options_setup_agents_md,
-    ),
-    Command(
-        "mcp",
-        cmd_setup_mcp,
-        "MCP clients (Claude Code, Cursor, VS Code, Codex): run `stm mcp` as a server",
-        "stm setup mcp --install --client cursor",
-        options_setup_mcp,
-    ),
-    Command(
-        "git",
-        cmd_setup_git,
-        "git: the merge driver that merges MEMORY.md, AGENT.md and refs section by section",
-        "stm setup git --install   (once per clone)",
-        options_setup_git,
-    ),
-)
-
-FACT_VERBS = (
-    Command(
-        "set",
-        cmd_fact_set,
-        "set a fact's current value; the old one stays in its history",
-        'stm fact set primary_language Go --why "switched from Python"',
-        options_fact_set,
-    ),
-    Command(
-        "get",
-        cmd_fact_get,
-        "print a fact's current value (--history: every value)",
-        "stm fact get primary_language --history",
-        options_fact_get,
-    ),
-    Command(
-        "list",
-        cmd_fact_list,
-        "list the facts of a block",
-        "stm fact list --json",
-        options_fact_list,
-    ),
-    Command(
-        "rm",
-        cmd_fact_rm,
-        "remove a fact; its history goes to today's log",
-        'stm fact rm old_key --why "no longer true"',
-        options_fact_rm,
-    ),
-)
-
-REFS_VERBS = (
-    Command(
-        "list",
-        cmd_refs_list,
-        "list the refs as boot's index does: path, title, summary",
-        "stm refs list",
-        options_json,
-    ),
-    Command(
-        "show",
-        cmd_refs_show,
-        "print one ref (deploy, deploy.md or refs/deploy.md)",
-        "stm refs show facts   (refs/facts.md, where `stm fact` keeps facts)",
-        options_refs_show,
-    ),
-)
-
-VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS, "refs": REFS_VERBS}
-
-
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:
     formatter = help_formatter()
     for command in table:
@@ -19495,9 +19629,12 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
             formatter_class=formatter,
             allow_abbrev=False,
         )
-        if command.options is not None:
-            parser.set_defaults(handler=command.handler)
-            command.options(parser)
+        if command.handler is not None:
+            parser.set_defaults(command_row=command)
+            if command.options is not None:
+                command.options(parser)
+            if command.json is not None:  # every --json is this one: declared by the row
+                parser.add_argument("--json", action="store_true", help=command.json)
         else:  # session, setup: a second level of verbs
             verbs = parser.add_subparsers(dest=f"{command.name}_command", metavar="VERB")
             add_commands(verbs, VERBS[command.name], common, only_verb)
@@ -19712,8 +19849,8 @@ def run_command(argv: list[str]) -> int:
             words.extend(extra)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    handler = getattr(args, "handler", None)
-    if handler is None:  # `stm` or `stm session` alone: show what there is, as an error
+    row = getattr(args, "command_row", None)
+    if row is None:  # `stm` or `stm session` alone: show what there is, as an error
         words = [args.command, "--help"] if args.command in VERBS else ["--help"]
         with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(SystemExit):
             parser.parse_args(words)
@@ -19721,7 +19858,10 @@ def run_command(argv: list[str]) -> int:
     if _signals["received"] is not None:  # lost on the way here: do not start the work
         raise _signal_exception(_signals["received"])
     try:
-        code = handler(args)
+        if row.store is None:  # the handler opens it itself, if it needs it
+            code = row.handler(args)
+        else:
+            code = row.handler(args, store_from_args(args, for_init=row.store == "init"))
     except StmError as exc:
         exc.prog = exc.prog or command_prog(args)
         raise
