@@ -11470,11 +11470,18 @@ def switch_session(store: Store, token: str) -> SessionRef:
 
 @memory_write
 def archive_session(
-    store: Store, token: str | None = None, *, expect_version: int | None = None
+    store: Store,
+    token: str | None = None,
+    *,
+    expect_version: int | None = None,
+    dry_run: bool = False,
 ) -> tuple[SessionRef, dict, bool]:
     """The `session archive` operation: mark the session archived and move it to
     history/YYYY-MM/ in one rename, clearing the pointer if it pointed there. Returns
-    (archived ref, state, moved); moved is False when it was archived already."""
+    (archived ref, state, moved); moved is False when it was archived already. A
+    `dry_run` goes with archive_stale only: here it is refused, for every front end."""
+    if dry_run:
+        raise usage_error("--dry-run goes with --stale")
     ref = require_session(store, token)
     with store.state_lock(), Rollback() as rollback:
         # Found again under the lock: another process may have archived it while we waited.
@@ -11537,10 +11544,19 @@ def stale_sessions(store: Store) -> list[tuple[SessionRef, dict]]:
     return found
 
 
-def archive_stale(store: Store, *, dry_run: bool = False) -> list[tuple[SessionRef, dict]]:
+def archive_stale(
+    store: Store,
+    *,
+    dry_run: bool = False,
+    token: str | None = None,
+    expect_version: int | None = None,
+) -> list[tuple[SessionRef, dict]]:
     """The `session archive --stale` operation: archive every stale session (see
     stale_sessions), one by one, each as `session archive ID` would; returns the archived
-    (or, dry_run, the stale) sessions."""
+    (or, dry_run, the stale) sessions. It names no session: a `token` or an
+    `expect_version` given with it is refused, for every front end."""
+    if token is not None or expect_version is not None:
+        raise usage_error("--stale archives every stale session: give no ID or --expect-version")
     stale = stale_sessions(store)
     if dry_run:
         return stale
@@ -12956,10 +12972,16 @@ def search_memory(
     layer: str | None = None,
     since: str | None = None,
     regex: bool = False,
+    rank: bool = False,
 ):
     """The `search` operation: yield each matching line as {path, line, text, layer},
-    in search_files' order, reading files as it goes (a caller may stop at any time).
-    Bad arguments are refused before the first file is opened."""
+    in search_files' order, reading files as it goes (a caller may stop at any time);
+    with `rank`, ranked_search's hits, best first. Bad arguments are refused before the
+    first file is opened."""
+    if rank and regex:
+        raise usage_error("--rank takes words, not a regular expression: drop --regex")
+    if rank:
+        return iter(ranked_search(store, pattern, layer=layer, since=since))
     if since is not None and parse_iso(since, date_only_ok=True) is None:
         raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD)")
     if layer is not None and layer not in search_layers():
@@ -17134,9 +17156,9 @@ command(
 def cmd_session_archive(args, store: Store) -> int:
     if args.stale:
         return report_archive_stale(args, store)
-    if args.dry_run:
-        raise usage_error("--dry-run goes with --stale")
-    ref, state, moved = archive_session(store, args.id, expect_version=args.expect_version)
+    ref, state, moved = archive_session(
+        store, args.id, expect_version=args.expect_version, dry_run=args.dry_run
+    )
     if args.json:
         print_json(session_summary(store, ref, state, current=False))
         return EXIT_OK
@@ -17179,9 +17201,9 @@ command(
 
 
 def report_archive_stale(args, store: Store) -> int:
-    if args.id is not None or args.expect_version is not None:
-        raise usage_error("--stale archives every stale session: give no ID or --expect-version")
-    sessions = archive_stale(store, dry_run=args.dry_run)
+    sessions = archive_stale(
+        store, dry_run=args.dry_run, token=args.id, expect_version=args.expect_version
+    )
     if args.json:
         rows = [session_summary(store, ref, state, current=False) for ref, state in sessions]
         print_json({"dry_run": bool(args.dry_run), "sessions": rows})
@@ -17923,14 +17945,9 @@ command(
 
 
 def cmd_search(args, store: Store) -> int:
-    if args.rank and args.regex:
-        raise usage_error("--rank takes words, not a regular expression: drop --regex")
-    if args.rank:
-        hits = ranked_search(store, args.pattern, layer=args.layer, since=args.since)
-    else:
-        hits = search_memory(
-            store, args.pattern, layer=args.layer, since=args.since, regex=args.regex
-        )
+    hits = search_memory(
+        store, args.pattern, layer=args.layer, since=args.since, regex=args.regex, rank=args.rank
+    )
     found = []
     for hit in hits:
         if args.json:
@@ -18846,13 +18863,9 @@ def mcp_tool_note(store: Store, args: dict):
 
 def mcp_tool_search(store: Store, args: dict):
     limit = args.get("limit", 50)
-    if args.get("rank") and args.get("regex"):
-        raise usage_error("rank takes words, not a regular expression: drop regex")
     where = {"layer": args.get("layer"), "since": args.get("since")}
-    if args.get("rank"):
-        hits = ranked_search(store, args["query"], **where)
-    else:
-        hits = search_memory(store, args["query"], regex=args.get("regex", False), **where)
+    regex, rank = args.get("regex", False), args.get("rank", False)
+    hits = search_memory(store, args["query"], regex=regex, rank=rank, **where)
     matches = []
     for hit in hits:
         # A match past the limit is what says there are more: `truncated` is never a guess,
@@ -18917,16 +18930,16 @@ def mcp_tool_session_switch(store: Store, args: dict):
 
 def mcp_tool_session_archive(store: Store, args: dict):
     if args.get("stale"):
-        if args.get("session"):
-            raise usage_error("stale archives every stale session: give no session")
-        sessions = archive_stale(store, dry_run=args.get("dry_run", False))
+        sessions = archive_stale(
+            store, dry_run=args.get("dry_run", False), token=args.get("session")
+        )
         verb = "would archive" if args.get("dry_run") else "archived"
         lines = [f"{verb} {ref.id}" for ref, _ in sessions] or ["no stale session"]
         rows = [session_summary(store, ref, state, False) for ref, state in sessions]
         return "\n".join(lines), {"dry_run": bool(args.get("dry_run")), "sessions": rows}
-    if args.get("dry_run"):
-        raise usage_error("dry_run goes with stale")
-    ref, state, moved = archive_session(store, args.get("session"))
+    ref, state, moved = archive_session(
+        store, args.get("session"), dry_run=args.get("dry_run", False)
+    )
     said = f"archived to {store.rel(ref.path)}" if moved else "already archived; nothing to do"
     return f"{ref.id}: {said}", session_summary(store, ref, state, False)
 
