@@ -78,9 +78,9 @@ holds this):
     Operations: import
     Operations: status
     Check                      Checker, the fixers, the RULES registry, check_store
-    Front ends: the commands   each cmd_<verb> beside its options; out, print_json
+    Front ends: the commands   each cmd_<verb>, its options and its command(...) row
     MCP server                 McpServer: the operations as MCP tools
-    Command line               the command tables, build_parser(), main()
+    Command line               the argparse tree built from the rows, main()
 
 Operations return or raise and print nothing; the front ends word, print and exit.
 
@@ -91,6 +91,22 @@ search_memory(store, "parser") (a generator of matches), boot_memory(store,
 max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
 fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
 Failures raise StmError (.code, .line()).
+
+Recipes: where an ordinary change goes (one room of stm.py, its spec, and the test that
+says when the two disagree)
+
+A new command: one room, "Front ends: the commands". Write cmd_<verb>(args, store) (or
+cmd_<verb>(args) when it opens the store itself, or never), its options_<verb>(p), and
+right below them its row: command("verb", cmd_<verb>, options_<verb>, "help",
+"stm verb example", json=True, store="open") ("group verb" for a verb of session, fact,
+refs, setup). The command line builds its parser, adds --json and opens the store from
+the row (HELP_ORDER places it in `stm --help`; unnamed, it comes last). Its work is an
+operation ("Operations: …"), which also checks any rule joining two of its arguments,
+so `stm mcp` shares it. Spec: its part of spec/ (memory-layers.md "Commands", or its
+area's file) and its --json keys in spec/json.md; tests/test_architecture.py
+(test_every_command_and_verb_is_named_in_the_spec, the row's place) and
+test_integration.py::test_json_spec_covers_every_command_that_reports say when they
+disagree, tests/test_help_examples.py runs its example.
 """
 
 from __future__ import annotations

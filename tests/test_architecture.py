@@ -427,3 +427,19 @@ def test_a_rule_joining_two_arguments_is_the_operations_so_both_front_ends_share
         assert answer["isError"] is True
         assert answer["content"][0]["text"] == f"stm: error: {told}"
     assert snapshot(store) == before
+
+
+def test_every_command_and_verb_is_named_in_the_spec():
+    """The recipe's check that a new command was written into spec/ (its --json keys:
+    test_json_spec_covers_every_command_that_reports)."""
+    spec = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in sorted((ROOT / "spec").glob("*.md"))
+        if path.name != "json.md"  # the JSON keys say nothing of what a command does
+    )
+    missing = []
+    for group, name in stm.COMMAND_ROWS:
+        words = f"{group} {name}" if group else name
+        if not re.search(r"`(?:stm )?" + re.escape(words) + r"[ `\]]", spec):
+            missing.append(words)
+    assert missing == [], "describe each in its spec/ file, as `stm WORDS …` or `WORDS …`"
