@@ -19538,19 +19538,22 @@ HELP_ORDER = {
 }
 
 
-def command_table(group: str | None) -> tuple:
-    """The rows of the commands (group None) or of a command's verbs, in HELP_ORDER."""
-    rows = [row for row in COMMAND_ROWS.values() if row.group == group]
-    order = HELP_ORDER.get(group, "").split()
-    return tuple(
-        sorted(rows, key=lambda row: order.index(row.name) if row.name in order else len(order))
-    )
+def command_tables() -> tuple[tuple, dict]:
+    """(the commands, {a command of verbs: its verbs}), from the rows, in HELP_ORDER."""
+    groups: dict = {}
+    for row in COMMAND_ROWS.values():
+        groups.setdefault(row.group, []).append(row)
+    for group, names in HELP_ORDER.items():
+        rank = {name: at for at, name in enumerate(names.split())}
+        # A stable sort: the rows HELP_ORDER does not name keep their order, last.
+        groups.get(group, []).sort(key=lambda row: rank.get(row.name, len(rank)))
+    commands = tuple(groups.pop(None, ()))
+    return commands, {group: tuple(rows) for group, rows in groups.items()}
 
 
 # The parser of a command is built only when that command runs (or for --help): argparse
 # costs about half a millisecond per subparser.
-COMMANDS = command_table(None)
-VERBS = {row.name: command_table(row.name) for row in COMMANDS if row.handler is None}
+COMMANDS, VERBS = command_tables()
 
 
 def usage_exit(prog: str, message: str):

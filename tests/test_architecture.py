@@ -343,7 +343,7 @@ def test_a_new_command_is_one_row(store, run, monkeypatch):
         return stm.EXIT_OK
 
     stm.command("hello", cmd_hello, None, "say hello", "stm hello --json", json=True, store="open")
-    monkeypatch.setattr(stm, "COMMANDS", stm.command_table(None))
+    monkeypatch.setattr(stm, "COMMANDS", stm.command_tables()[0])
     assert run("hello").out == "hello from .stacks\n"
     import json
 
@@ -367,7 +367,7 @@ def test_a_command_that_needs_the_store_refuses_a_missing_one_before_its_handler
     stm.command(
         "hello", lambda args, store: ran.append(store), None, "hi", "stm hello", store="open"
     )
-    monkeypatch.setattr(stm, "COMMANDS", stm.command_table(None))
+    monkeypatch.setattr(stm, "COMMANDS", stm.command_tables()[0])
     result = run("hello")
     assert result.code == 1 and result.err.startswith("stm: error: ") and ran == []
 
