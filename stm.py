@@ -58,7 +58,7 @@ holds this):
     Store locations            Store, open_store
     Formats: Markdown layers   the one Markdown model (MdDoc), refs, log entries
     Formats: fact blocks       read_fact, render_fact_body, the refs index entry
-    Formats: sessions          ids, state.json and its validation, history.jsonl
+    Formats: sessions          ids, state.json, its validation, history.jsonl, CAPTURE_FIELDS
     Formats: handoffs
     Formats: transcripts       read_transcript, find_project_transcript, git_state, redact
     Formats: three-way merge   merge_markdown (the git merge driver's core)
@@ -91,6 +91,18 @@ search_memory(store, "parser") (a generator of matches), boot_memory(store,
 max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
 fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
 Failures raise StmError (.code, .line()).
+
+Recipes (where one change goes):
+
+A new capture field (what `stm capture` keeps of a transcript or of git): one row of
+CAPTURE_FIELDS (Formats: sessions): name, kind, source, the characters kept (cut once,
+when read) and shown, the items kept, how boot and the log show it (style and label,
+in the table's order), whether it is volatile and whether it is work. The row gives
+Transcript its slot, state.json its validation, captured_record its key, emptiness,
+volatility and the one renderer (capture_body_lines) its line. What the row cannot
+say is how to read it: set it in TranscriptReader.finish (a transcript's), cut at
+CAPTURE_LIMITS[name]. Then name it in spec/capture.md and spec/state-layout.md, which
+tests/test_capture_trust.py holds to the table.
 """
 
 from __future__ import annotations
