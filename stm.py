@@ -102,7 +102,8 @@ Transcript its slot, state.json its validation, captured_record its key, emptine
 volatility and the one renderer (capture_body_lines) its line. What the row cannot
 say is how to read it: set it in TranscriptReader.finish (a transcript's), cut at
 CAPTURE_LIMITS[name]. Then name it in spec/capture.md and spec/state-layout.md, which
-tests/test_capture_trust.py holds to the table.
+tests/test_architecture.py holds to the table; its test_a_new_capture_field_is_one_row
+adds one, row and reading line, and follows it to boot and the log.
 """
 
 from __future__ import annotations
@@ -8103,8 +8104,8 @@ def render_capture(captured: dict, now: float, *, made_here: bool = True) -> lis
 
 def capture_body_lines(captured: dict, *, log: bool = False) -> list[str]:
     """The lines of a capture below its header, one for each row of CAPTURE_FIELDS shown
-    and holding something, in the table's order, each stored text at most its row's
-    limit. Boot quotes free text and shows paths and failures as code, and shows what
+    and holding something, in the table's order, each stored text at most the characters
+    its row shows. Boot quotes free text and shows paths and failures as code, and shows what
     any stored value holds; the log (`log`) writes text as it was said, files as one
     comma-separated list, and fails (KeyError, TypeError) on a malformed earlier
     capture's lists, which same_log_body takes as "not the same"."""
