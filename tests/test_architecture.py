@@ -355,3 +355,40 @@ def test_the_spec_names_the_capture_fields_of_the_table():
     listed = capture.split("the `captured` object (state-layout.md):", 1)[1]
     listed = listed.split("The agent's own fields", 1)[0]
     assert set(BACKTICKED.findall(listed)) == fields
+
+
+def test_each_captured_text_is_cut_once_when_read(tmp_path):
+    """The read cuts each text at its field's limit; the stored record keeps it as read
+    (no second cut), and boot shows it as stored."""
+    from transcripts import Claude, write_jsonl
+
+    c = Claude(str(tmp_path))
+    long = "word " * 200
+    entries = [
+        c.user("first " + long),
+        c.user("second " + long),
+        c.call("t1", "TodoWrite", todos=[{"content": long, "status": "pending"}]),
+        c.result("t1", "ok"),
+        c.call("b1", "Bash", command="make " + long),
+        c.result("b1", "Exit code 1\nerror: " + long, is_error=True),
+        c.say(long),
+    ]
+    read = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    limit = stm.CAPTURE_LIMITS
+    cut = {
+        "plan": read.plan[0][0],
+        "request": read.request,
+        "requests": read.requests[0],
+        "last_message": read.last_message,
+    }
+    for name, text in cut.items():
+        assert text.endswith("...") and limit[name] - 1 <= len(text) <= limit[name], name
+    record = stm.captured_record(read, None, client="claude", session="s1", event="Stop")
+    assert record["plan"] == [{"text": read.plan[0][0], "status": "pending"}]
+    assert record["requests"] == read.requests[:1] and record["request"] == read.request
+    assert record["last_message"] == read.last_message
+    assert record["failures"] == [stm.failure_item(*read.failures[0])]
+    assert len(record["failures"][0]) == limit["failures"]
+    boot = stm.render_capture(record, stm.utc_now())
+    assert f"- Plan, pending: {stm.quoted(read.plan[0][0], 10**6)}" in boot
+    assert f"- Last message: {stm.quoted(read.last_message, 10**6)}" in boot
