@@ -91,6 +91,19 @@ search_memory(store, "parser") (a generator of matches), boot_memory(store,
 max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
 fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
 Failures raise StmError (.code, .line()).
+
+Recipes:
+
+A new MCP tool. One room, the MCP server section: write `mcp_tool_<name>(store, args)`,
+returning (text, structuredContent or None), and put its row on it with `@mcp_tool(name,
+description, required=..., optional=..., output=..., flags=...)`; tools/list lists the
+tools in the order they are declared, so declare a new one after the last. Name it and
+its arguments after its command (the naming rule in spec/mcp.md; `flags=` only for a
+flag whose argument has another name). MCP_INSTRUCTIONS names only the tools every
+session should call; leave it alone otherwise. Then give it a row in spec/mcp.md's table
+of tools and a test in tests/test_mcp.py that calls it through tests/mcp_client.py:
+test_the_spec_tool_table_matches_the_registry and
+test_every_registered_tool_is_called_by_a_server_test fail until both are there.
 """
 
 from __future__ import annotations
