@@ -97,11 +97,15 @@ Recipes:
 A new MCP tool. One room, the MCP server section: write `mcp_tool_<name>(store, args)`,
 returning (text, structuredContent or None), and put its row on it with `@mcp_tool(name,
 description, required=..., optional=..., output=..., flags=...)`; tools/list lists the
-tools in the order they are declared, so declare a new one after the last. Name it and
-its arguments after its command (the naming rule in spec/mcp.md; `flags=` only for a
-flag whose argument has another name). MCP_INSTRUCTIONS names only the tools every
-session should call; leave it alone otherwise. Then give it a row in spec/mcp.md's table
-of tools and a test in tests/test_mcp.py that calls it through tests/mcp_client.py:
+tools in the order they are declared, so declare a new one after the last. Name it after
+its command, words joined by `_` (`session switch` -> `session_switch`), each argument
+after its flag, dashes as `_` (`--dry-run` -> `dry_run`), and the command's positional
+words as its required arguments in order: that is how a hint naming `stm session switch
+ID` becomes a call of the tool (spec/mcp.md); `flags=` only for a flag whose argument
+has another name (`--clear-pending` -> `pending: []`), the one place hints learn it.
+MCP_INSTRUCTIONS names only the tools every session should call; leave it alone
+otherwise. Then give it a row in spec/mcp.md's table of tools and a test in
+tests/test_mcp.py that calls it through tests/mcp_client.py:
 test_the_spec_tool_table_matches_the_registry and
 test_every_registered_tool_is_called_by_a_server_test fail until both are there.
 """
