@@ -1230,6 +1230,29 @@ def test_each_handler_is_named_after_its_tool_and_the_instructions_name_real_too
     assert named and named <= set(stm.MCP_TOOL_BY_NAME), named
 
 
+@pytest.mark.parametrize(
+    ("hint", "reads"),
+    [
+        ("`stm session switch abc`", "the `session_switch` tool with session: abc"),
+        ("`stm fact set lang Go`", "the `fact_set` tool with key: lang, value: Go"),
+        (
+            "`stm session archive --stale --dry-run`",
+            "the `session_archive` tool with stale: true, dry_run: true",
+        ),
+        ("`stm boot --max-tokens 3`", "the `boot` tool with max_tokens: 3"),
+        ("`stm boot --no-limit`", "the `boot` tool without max_tokens or max_chars"),
+        ("`stm compose-handoff f.json`", "`stm compose-handoff f.json`"),
+        ("`stm session checkpoint --clear-pending`", "`stm session checkpoint --clear-pending`"),
+        ("`stm compact`", "`stm compact`"),
+    ],
+)
+def test_hints_name_tools_by_the_naming_rule(hint, reads):
+    """spec/mcp.md's naming rule, case by case: a command's words joined by `_` name
+    its tool, a flag's dashes become `_`, positional words fill the required arguments."""
+    with stm.with_hint_voice(command="stm", tools=stm.MCP_TOOL_ARGUMENTS):
+        assert stm.as_invoked(hint) == reads
+
+
 def test_a_new_tool_is_one_row_on_its_handler(store, monkeypatch):
     """What adding a tool costs: the decorated handler is listed last, its arguments are
     checked, and hints from it name its arguments, its declared flag words included."""
