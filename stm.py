@@ -11688,7 +11688,9 @@ def archive_stale(
     (or, dry_run, the stale) sessions. It names no session: a `token` or an
     `expect_version` given with it is refused, for every front end."""
     if token is not None or expect_version is not None:
-        raise usage_error("--stale archives every stale session: give no ID or --expect-version")
+        raise usage_error(
+            "--stale archives every stale session: give no session ID or --expect-version"
+        )
     stale = stale_sessions(store)
     if dry_run:
         return stale
@@ -19164,6 +19166,8 @@ def mcp_tool_session_switch(store: Store, args: dict):
     "session_archive",
     "Archive a session (stale: every one untouched for 14 days).",
     optional={"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
+    # The operation's refusals name these flags: "dry_run goes with stale" reads as said.
+    flags={"dry-run": "dry_run", "stale": "stale"},
 )
 def mcp_tool_session_archive(store: Store, args: dict):
     if args.get("stale"):

@@ -387,20 +387,20 @@ JOINED_RULES = [
         ("session", "archive", "--dry-run"),
         ("session_archive", {"dry_run": True}),
         "--dry-run goes with --stale",
-        "`dry_run: true` goes with `stale: true`",
+        "dry_run goes with stale",
     ),
     (
         lambda memory: stm.archive_stale(memory, token="2026-01-01-abcdef12"),
         ("session", "archive", "--stale", "2026-01-01-abcdef12"),
         ("session_archive", {"stale": True, "session": "2026-01-01-abcdef12"}),
-        "--stale archives every stale session: give no ID or --expect-version",
-        "`stale: true` archives every stale session: give no ID or --expect-version",
+        "--stale archives every stale session: give no session ID or --expect-version",
+        "stale archives every stale session: give no session ID or --expect-version",
     ),
     (
         lambda memory: stm.archive_stale(memory, expect_version=1),
         ("session", "archive", "--stale", "--expect-version", "1"),
         None,  # the tool has no expect_version
-        "--stale archives every stale session: give no ID or --expect-version",
+        "--stale archives every stale session: give no session ID or --expect-version",
         None,
     ),
 ]
