@@ -1360,6 +1360,14 @@ RECALL_STOPWORDS_TEXT = (
     "md py txt json js ts yml yaml toml cfg ini html css sh"
 )
 RECALL_STOPWORDS = frozenset(RECALL_STOPWORDS_TEXT.split())
+# Counting the words of ASCII text without the regex (boot counts 14 days of log entries):
+# every byte but [a-z0-9] made a space, the text splits into the runs the regex would
+# find, of which those of one character and the stopwords are not words.
+RECALL_ASCII_SPACES = bytes(c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256))
+RECALL_ASCII_SKIPPED = frozenset(
+    [word.encode() for word in RECALL_STOPWORDS]
+    + [bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyz0123456789"]
+)
 BM25_K1 = 1.2  # how fast a repeated word stops adding (the usual value)
 BM25_B = 0.75  # how much a long text is discounted (the usual value)
 LN_2 = 0.6931471805599453
@@ -1397,12 +1405,17 @@ def recall_words(text: str) -> list[str]:
     return [word for word in finder.findall(lowered) if word not in RECALL_STOPWORDS]
 
 
-def bm25_scores(query, documents: list) -> list[float]:
+def bm25_scores(query, documents: list, unseen: tuple[int, int] = (0, 0)) -> list[float]:
     """The BM25 score of each document (a list of words) for the `query` words (each
     counted once), with IDF log(1 + (N - n + 0.5) / (n + 0.5)), which is never negative.
+    `unseen` is (how many, how many words in all) of more documents that hold none of the
+    query's words: they score 0, and count only in N and the average length.
 
     >>> [round(s, 2) for s in bm25_scores(["oauth"], [["oauth", "login"], ["deploy"]])]
     [0.61, 0.0]
+    >>> one = bm25_scores(["oauth"], [["oauth", "login"]], unseen=(1, 1))
+    >>> one == bm25_scores(["oauth"], [["oauth", "login"], ["deploy"]])[:1]
+    True
     """
     query = set(query)
     if not query or not documents:
@@ -1415,8 +1428,8 @@ def bm25_scores(query, documents: list) -> list[float]:
             found[word] = found.get(word, 0) + 1
         for word in counts[index]:
             seen[word] = seen.get(word, 0) + 1
-    total = len(documents)
-    average = sum(len(words) for words in documents) / total or 1.0
+    total = len(documents) + unseen[0]
+    average = (sum(len(words) for words in documents) + unseen[1]) / total or 1.0
     idf = {word: natural_log(1 + (total - n + 0.5) / (n + 0.5)) for word, n in seen.items()}
     scores = []
     for words, found in zip(documents, counts):
@@ -3155,6 +3168,35 @@ def parse_log(data: bytes, line: int = 1):
         line += data.count(b"\n", match.start(), entry.end)
         pos = entry.end
         yield ("entry", entry)
+
+
+def log_entry_bodies(data: bytes) -> list[bytes]:
+    """The body of each entry parse_log(data) yields, in order (`b"".join(entry.raw_body)`),
+    and nothing else: boot's recall wants only the words of 14 days of entries, and
+    parse_log's line numbers, decoded headers and stray lines cost five times more. It
+    cuts where parse_log cuts (the same header search, the same end line); a test keeps
+    the two equal on torn, interleaved and hand-edited logs.
+
+    >>> entry = render_log_entry("fixed it", "al", "2026-01-02T03:04:05Z", "0a1b2c3d")
+    >>> log_entry_bodies(entry.encode() + b"stray text")
+    [b'\\nfixed it\\n\\n']
+    """
+    bodies, pos, size = [], 0, len(data)
+    search = LOG_HEADER_BYTES_RE.search
+    while pos < size:
+        match = search(data, pos)
+        if match is None:
+            break
+        start = match.end()
+        end = data.find(b"\n<!-- stm:end " + match.group(3) + b" -->\n", start)
+        if end < 0:  # torn: it runs to the next entry's header, or to the end of the data
+            following = search(data, start)
+            pos = following.start() if following else size
+            bodies.append(data[start + 1 : pos])
+            continue
+        bodies.append(data[start + 1 : end + 1])
+        pos = end + 27  # the end line: "\n<!-- stm:end " (14), the id (8), " -->\n" (5)
+    return bodies
 
 
 def iter_log_blocks(path: str):
@@ -7870,8 +7912,9 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
     if not query:
         return None
     candidates = recall_candidates(parts)
-    entries = recall_log_entries(parts.store)
-    scores = bm25_scores(query, [words for _, _, _, words in candidates] + entries)
+    entries, *unseen = recall_log_entries(parts.store, query)  # those that can score
+    documents = [words for _, _, _, words in candidates] + entries
+    scores = bm25_scores(query, documents, unseen=tuple(unseen))
     scores, log_scores = scores[: len(candidates)], scores[len(candidates) :]
     by_ref: dict = {}
     for (index, _, _, _), score in zip(candidates, scores):
@@ -7891,30 +7934,60 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
     # The hint's words: the work's words these entries hold, the rarest first (they are
     # what tells these entries from the others).
     held = set().union(*matching) & set(query)
-    # How many entries hold each word: list.__contains__ over them all, in C.
+    # How many entries hold each word: list.__contains__ over them all, in C (an entry
+    # that holds none of the work's words was not kept, and holds none of these).
     counts = {word: sum(map(list.__contains__, entries, [word] * len(entries))) for word in held}
     hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
     return Recall(items=items, log_count=len(matching), hint=hint)
 
 
-def recall_log_entries(store: Store) -> list[list[str]]:
-    """The words of each entry of the last RECALL_LOG_DAYS day logs (named by date, never
-    listed: boot's cost does not grow with the log's history)."""
+def recall_log_entries(store: Store, query: list[str]) -> tuple[list[list[str]], int, int]:
+    """The entries of the last RECALL_LOG_DAYS day logs (named by date, never listed: boot's
+    cost does not grow with the log's history), for BM25 over `query`: the words of each
+    entry that holds one of its words, and of the others only how many there are and how
+    many words they have (all BM25 needs of an entry that scores 0: they count in the
+    number of documents and their average length).
+
+    Most entries hold none of the work's words, and tokenising each was boot's largest own
+    cost. A block of ASCII entries is counted whole: its bodies, lowered, with every byte
+    but [a-z0-9] made a space, split into the runs RECALL_ASCII_WORD_RE would find (the
+    runs of one character and the stopwords are not words); only an entry whose lowered
+    bytes hold a query word is tokenised by recall_words. A block with other bytes is
+    tokenised entry by entry (the Unicode definition)."""
     today = int(utc_now() // 86400)
-    entries = []
+    found, unseen, unseen_words = [], 0, 0
+    wanted = [word.encode() for word in query if word.isascii()]
+    words = set(query)
     for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
         path = store.log_path(iso(day * 86400)[:10])
         if not os.path.lexists(path):
             continue
         try:
-            for data, line, _ in iter_log_blocks(path):
-                for kind, *item in parse_log(data, line):
-                    if kind == "entry":
-                        body = b"".join(item[0].raw_body).decode("utf-8", "replace")
-                        entries.append(recall_words(body))
+            for data, _, _ in iter_log_blocks(path):
+                bodies = log_entry_bodies(data)
+                joined = b"\n".join(bodies)  # a word never runs from one entry into the next
+                if joined.isascii():
+                    lowered = joined.lower()
+                    held = [word for word in wanted if word in lowered]
+                    chosen = (
+                        [b for b in bodies if any(map(b.lower().__contains__, held))]
+                        if held
+                        else []
+                    )
+                    runs = lowered.translate(RECALL_ASCII_SPACES).split()
+                    block_words = len(runs) - sum(map(RECALL_ASCII_SKIPPED.__contains__, runs))
+                else:
+                    chosen, block_words = bodies, None
+                tokenised = [recall_words(body.decode("utf-8", "replace")) for body in chosen]
+                if block_words is None:
+                    block_words = sum(map(len, tokenised))
+                hits = [entry for entry in tokenised if not words.isdisjoint(entry)]
+                found += hits
+                unseen += len(bodies) - len(hits)
+                unseen_words += block_words - sum(map(len, hits))
         except OSError:
             continue  # unreadable, a link, a FIFO: check reports it
-    return entries
+    return found, unseen, unseen_words
 
 
 def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:

@@ -554,3 +554,131 @@ def test_recall_words_of_ascii_text_are_the_unicode_definitions_words():
         expected = [w for w in general.findall(text.lower()) if w not in stm.RECALL_STOPWORDS]
         assert stm.recall_words(text) == expected, text
     assert stm.RECALL_ASCII_WORD_RE.findall("\u212aelvin".lower()) == ["kelvin"]
+
+
+# ---- boot's recall: only the entries that hold the work's words are tokenised -----------
+
+
+def shuffled_log(rng: random.Random, texts: list[str]) -> bytes:
+    """A log of `texts` as stm writes it, then hand-edited: some entries torn, interleaved,
+    given a foreign end line or a CRLF, stray text between them."""
+    pieces = []
+    for text in texts:
+        entry_id = f"{rng.getrandbits(32):08x}"
+        entry = stm.render_log_entry(text, "al", "2026-01-02T03:04:05Z", entry_id)
+        roll = rng.random()
+        if roll < 0.1:
+            entry = entry.rsplit("<!-- stm:end", 1)[0]  # torn
+        elif roll < 0.15:
+            entry = entry.replace(f"end {entry_id}", f"end {rng.getrandbits(32):08x}")
+        elif roll < 0.2:
+            entry = entry.replace("\n", "\r\n")
+        elif roll < 0.25:
+            entry += f"<!-- stm:end {entry_id} -->\nstray text\n"
+        pieces.append(entry)
+    lines = "".join(pieces).encode().split(b"\n")
+    for _ in range(rng.randrange(3)):  # a union merge's interleaving, a lost line
+        i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    if rng.random() < 0.3:
+        del lines[rng.randrange(len(lines))]
+    return b"\n".join(lines) + rng.choice([b"", b"\xff", b"## 2026 \xc2\xb7 x"])
+
+
+RECALL_PIECES = [
+    *("OAuth", "login", "LOGIN,", "tokens", "the", "a", "x", "99", "0", "x1", "a_b", "auth_login"),
+    *(
+        "deploy",
+        "ß",
+        "stra\u00dfe",
+        "\u212aelvin",
+        "caf\u00e9",
+        "\u0130stanbul",
+        "\u017ft",
+        "\ufb01le",
+    ),
+    *(
+        "\u03a3\u03af\u03c3\u03c5\u03c6\u03bf\u03c2",
+        "\t",
+        "\r",
+        "\x00",
+        "(src/auth.py)",
+        "<!-- stm:",
+    ),
+]
+
+
+def random_texts(rng: random.Random, count: int, ascii_only: bool) -> list[str]:
+    pieces = [p for p in RECALL_PIECES if p.isascii()] if ascii_only else RECALL_PIECES
+    return [
+        " ".join(rng.choice(pieces) for _ in range(rng.randrange(12))) + rng.choice(["", "\nmore"])
+        for _ in range(count)
+    ]
+
+
+def test_log_entry_bodies_are_the_bodies_parse_log_yields():
+    rng = random.Random(3701)
+    for _ in range(1500):
+        data = shuffled_log(rng, random_texts(rng, rng.randrange(8), rng.random() < 0.5))
+        expected = [
+            b"".join(item[0].raw_body) for kind, *item in stm.parse_log(data) if kind == "entry"
+        ]
+        assert stm.log_entry_bodies(data) == expected, data
+
+
+def test_recall_counts_the_log_as_tokenising_every_entry_would(store, monkeypatch):
+    """recall_log_entries keeps the words of the entries that hold a word of the work and
+    counts the others; BM25 over that gives the scores tokenising every entry gives."""
+    rng = random.Random(3702)
+    logs = store / ".stacks" / "logs"
+    today = int(stm.utc_now() // 86400)
+    opened_store = stm.open_store(stacks=str(store / ".stacks"))
+    for trial in range(40):
+        for day in range(stm.RECALL_LOG_DAYS + 2):  # two days too old to count
+            name = stm.iso((today - day) * 86400)[:10] + ".md"
+            texts = random_texts(rng, rng.randrange(6), ascii_only=day % 3 != 1)
+            (logs / name).write_bytes(shuffled_log(rng, texts))
+        query = stm.recall_words(" ".join(rng.sample(RECALL_PIECES, 4)))
+        every = []
+        for day in range(today - stm.RECALL_LOG_DAYS + 1, today + 1):
+            path = str(logs / (stm.iso(day * 86400)[:10] + ".md"))
+            for data, line, _ in stm.iter_log_blocks(path):  # as boot has always read
+                for kind, *item in stm.parse_log(data, line):
+                    if kind == "entry":
+                        body = b"".join(item[0].raw_body).decode("utf-8", "replace")
+                        every.append(stm.recall_words(body))
+        found, unseen, unseen_words = stm.recall_log_entries(opened_store, query)
+        assert found == [words for words in every if set(words) & set(query)], trial
+        assert unseen == len(every) - len(found)
+        assert unseen_words == sum(map(len, every)) - sum(map(len, found))
+        refs = [stm.recall_words("OAuth login tokens"), stm.recall_words("deploy caf\u00e9")]
+        scores = stm.bm25_scores(query, refs + found, unseen=(unseen, unseen_words))
+        expected = stm.bm25_scores(query, refs + every)
+        kept = [i for i, words in enumerate(refs + every) if i < 2 or set(words) & set(query)]
+        assert scores == [expected[i] for i in kept]
+        assert all(expected[i] == 0.0 for i in range(len(expected)) if i not in kept)
+
+
+def test_boot_tokenises_only_the_log_entries_holding_the_works_words(store, run, monkeypatch):
+    """60 entries today, 3 of them about the work: boot tokenises those 3 (the others are
+    counted in bulk) and parses no log entry by entry."""
+    for n in range(60):
+        topic = "OAuth login refresh" if n % 20 == 0 else "the CSS grid gap"
+        assert run("log", f"filler{n}: {topic}").code == 0
+    run("session", "new", "--name", "OAuth login tokens")
+    tokenised, parsed = [], []
+    recall_words, parse_log = stm.recall_words, stm.parse_log
+
+    def counted_words(text):
+        tokenised.extend(["log"] if "filler" in text else [])
+        return recall_words(text)
+
+    def counted_parse(*args):
+        parsed.append(args)
+        return parse_log(*args)
+
+    monkeypatch.setattr(stm, "recall_words", counted_words)
+    monkeypatch.setattr(stm, "parse_log", counted_parse)
+    boot = run("boot").out
+    assert "3 log entries match this work in the last 14 days" in boot
+    assert len(tokenised) == 3 and parsed == []
