@@ -7966,7 +7966,28 @@ def recall_log_entries(store: Store, query: list[str]) -> tuple[list[list[str]],
     cost does not grow with the log's history), for BM25 over `query`: the words of each
     entry that holds one of its words, and of the others only how many there are and how
     many words they have (all BM25 needs of an entry that scores 0: they count in the
-    number of documents and their average length).
+    number of documents and their average length)."""
+    today = int(utc_now() // 86400)
+    found, unseen, unseen_words = [], 0, 0
+    wanted = [word.encode() for word in query if word.isascii()]
+    for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
+        path = store.log_path(iso(day * 86400)[:10])
+        if not os.path.lexists(path):
+            continue
+        try:
+            for data, _, _ in iter_log_blocks(path):
+                hits, others, other_words = recall_log_block(data, set(query), wanted)
+                found += hits
+                unseen, unseen_words = unseen + others, unseen_words + other_words
+        except OSError:
+            continue  # unreadable, a link, a FIFO: check reports it
+    return found, unseen, unseen_words
+
+
+def recall_log_block(data: bytes, query: set, wanted: list[bytes]) -> tuple[list, int, int]:
+    """recall_log_entries for one block of a log: (the words of each entry holding a word
+    of `query`, how many others, how many words they have). `wanted` is the query's ASCII
+    words as bytes.
 
     Most entries hold none of the work's words, and tokenising each was boot's largest own
     cost. A block of ASCII entries is counted whole: its bodies, lowered, with every byte
@@ -7974,40 +7995,21 @@ def recall_log_entries(store: Store, query: list[str]) -> tuple[list[list[str]],
     runs of one character and the stopwords are not words); only an entry whose lowered
     bytes hold a query word is tokenised by recall_words. A block with other bytes is
     tokenised entry by entry (the Unicode definition)."""
-    today = int(utc_now() // 86400)
-    found, unseen, unseen_words = [], 0, 0
-    wanted = [word.encode() for word in query if word.isascii()]
-    words = set(query)
-    for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
-        path = store.log_path(iso(day * 86400)[:10])
-        if not os.path.lexists(path):
-            continue
-        try:
-            for data, _, _ in iter_log_blocks(path):
-                bodies = log_entry_bodies(data)
-                joined = b"\n".join(bodies)  # a word never runs from one entry into the next
-                if joined.isascii():
-                    lowered = joined.lower()
-                    held = [word for word in wanted if word in lowered]
-                    chosen = (
-                        [b for b in bodies if any(map(b.lower().__contains__, held))]
-                        if held
-                        else []
-                    )
-                    runs = lowered.translate(RECALL_ASCII_SPACES).split()
-                    block_words = len(runs) - sum(map(RECALL_ASCII_SKIPPED.__contains__, runs))
-                else:
-                    chosen, block_words = bodies, None
-                tokenised = [recall_words(body.decode("utf-8", "replace")) for body in chosen]
-                if block_words is None:
-                    block_words = sum(map(len, tokenised))
-                hits = [entry for entry in tokenised if not words.isdisjoint(entry)]
-                found += hits
-                unseen += len(bodies) - len(hits)
-                unseen_words += block_words - sum(map(len, hits))
-        except OSError:
-            continue  # unreadable, a link, a FIFO: check reports it
-    return found, unseen, unseen_words
+    bodies = log_entry_bodies(data)
+    joined = b"\n".join(bodies)  # a word never runs from one entry into the next
+    if joined.isascii():
+        lowered = joined.lower()
+        held = [word for word in wanted if word in lowered]
+        chosen = [b for b in bodies if any(map(b.lower().__contains__, held))] if held else []
+        runs = lowered.translate(RECALL_ASCII_SPACES).split()
+        block_words = len(runs) - sum(map(RECALL_ASCII_SKIPPED.__contains__, runs))
+    else:
+        chosen, block_words = bodies, None
+    tokenised = [recall_words(body.decode("utf-8", "replace")) for body in chosen]
+    if block_words is None:
+        block_words = sum(map(len, tokenised))
+    hits = [entry for entry in tokenised if not query.isdisjoint(entry)]
+    return hits, len(bodies) - len(hits), block_words - sum(map(len, hits))
 
 
 def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:
