@@ -310,6 +310,35 @@ class Unprivileged:
         return False
 
 
+class FaultyOS:
+    """Stands in for `os` inside stm (monkeypatched over stm.os): the `fail_at`th call
+    to a write-path function fails with OSError(`error`), "(injected)" in its message
+    and, for the calls that name a path, that path, as the real call reports it;
+    `calls` counts the write-path calls (fail_at=0 never fails: count the steps)."""
+
+    WRAPPED = {"open", "write", "fsync", "replace", "rename", "ftruncate", "mkdir", "fchmod"}
+    NAMED = {"open", "replace", "rename", "mkdir"}  # the calls that name their path
+
+    def __init__(self, real, fail_at: int, error: int):
+        self._real, self.fail_at, self.error, self.calls = real, fail_at, error, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name not in self.WRAPPED:
+            return attr
+
+        def wrapper(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                message = os.strerror(self.error) + " (injected)"
+                if name in self.NAMED and isinstance(args[0], str):  # as the real call says
+                    raise OSError(self.error, message, args[0])
+                raise OSError(self.error, message)
+            return attr(*args, **kwargs)
+
+        return wrapper
+
+
 def limited(nbytes: int):
     """A preexec_fn: a child process whose files may not grow past `nbytes` bytes (a
     full disk for it)."""

@@ -22,7 +22,17 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, MEMORY, STM_PY, snapshot
-from helpers import PROC_ENV, Unprivileged, check_findings, killed_stm, log_text, ok, read, rules
+from helpers import (
+    PROC_ENV,
+    FaultyOS,
+    Unprivileged,
+    check_findings,
+    killed_stm,
+    log_text,
+    ok,
+    read,
+    rules,
+)
 
 import stm
 
@@ -31,32 +41,6 @@ MEMORY_MD = ".stacks/MEMORY.md"
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-class FaultyOS:
-    """Stands in for `os` inside stm: the Nth call to a write-path function fails."""
-
-    WRAPPED = {"open", "write", "fsync", "replace", "rename", "ftruncate", "mkdir", "fchmod"}
-    NAMED = {"open", "replace", "rename", "mkdir"}  # the calls that name their path
-
-    def __init__(self, real, fail_at: int, error: int):
-        self._real, self.fail_at, self.error, self.calls = real, fail_at, error, 0
-
-    def __getattr__(self, name):
-        attr = getattr(self._real, name)
-        if name not in self.WRAPPED:
-            return attr
-
-        def wrapper(*args, **kwargs):
-            self.calls += 1
-            if self.calls == self.fail_at:
-                message = os.strerror(self.error) + " (injected)"
-                if name in self.NAMED and isinstance(args[0], str):  # as the real call says
-                    raise OSError(self.error, message, args[0])
-                raise OSError(self.error, message)
-            return attr(*args, **kwargs)
-
-        return wrapper
 
 
 class OpenGuard:
