@@ -194,6 +194,17 @@ def store(project, run):
     return project
 
 
+@pytest.fixture
+def world(tmp_path, run, monkeypatch):
+    """A bare origin and its clones (helpers.World, built by helpers.driver_world): the
+    real git with a private configuration, stm in-process with a clock that starts at
+    the run's now and moves one minute per command, the merge driver run by this Python
+    in the clones that install it, and no `stm` on PATH."""
+    from helpers import driver_world
+
+    return driver_world(tmp_path, run, monkeypatch)
+
+
 def snapshot(root: Path) -> dict:
     """Every file and folder under root with its content hash: for 'tree unchanged'."""
     tree = {}

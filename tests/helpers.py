@@ -225,8 +225,8 @@ class World:
 
 def driver_world(tmp_path: Path, run, monkeypatch) -> World:
     """A World whose clones run the merge driver by this Python, with no `stm` on PATH
-    (the driver must work from the command setup writes), stm's clock ticking a second
-    per command from the run's now."""
+    (the driver must work from the command setup writes), stm's clock moving one minute
+    per command from the run's now (whole seconds). conftest's `world` fixture."""
     from conftest import clock
 
     import stm

@@ -25,7 +25,6 @@ from helpers import (
     MARKER_RE,
     World,
     boot_section,
-    driver_world,
     findings,
     read_jsonl,
     read_state,
@@ -36,11 +35,6 @@ from helpers import (
 import stm
 
 # ---- helpers ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def world(tmp_path, run, monkeypatch) -> World:
-    return driver_world(tmp_path, run, monkeypatch)
 
 
 def read_events(repo: Path, sid: str) -> list[dict]:
