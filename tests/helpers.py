@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, STM_PY
 
 import stm
 
@@ -252,6 +252,53 @@ for _name in ("STM_USER", "STM_SESSION", "STM_LOCK_TIMEOUT"):
     PROC_ENV.pop(_name, None)
 
 
+def run_process(
+    argv,
+    *,
+    cwd=None,
+    env: Mapping[str, str | None] | None = None,
+    full_env: Mapping[str, str | None] | None = None,
+    input: str | bytes | None = None,
+    timeout: float | None = 60,
+    check: bool = False,
+    preexec_fn=None,
+) -> subprocess.CompletedProcess:
+    """The one runner of a real process the tests start and wait for: `argv` in `cwd`,
+    stdout and stderr captured (as text, unless `input` is bytes), killed after
+    `timeout` seconds (None: never).
+
+    env: variables set over this process's environment as it is at the call (so a
+    monkeypatched variable counts); full_env: the whole environment instead; in either,
+    a value None removes the variable. check: raise CalledProcessError unless it exits 0.
+    preexec_fn: run in the child before it starts (see `limited`)."""
+    assert env is None or full_env is None, "env adds to os.environ; full_env replaces it"
+    if full_env is None:
+        full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [str(arg) for arg in argv],
+        cwd=cwd,
+        env={key: value for key, value in full_env.items() if value is not None},
+        input=input,
+        capture_output=True,
+        text=not isinstance(input, bytes),
+        timeout=timeout,
+        check=check,
+        preexec_fn=preexec_fn,
+    )
+
+
+def run_stm(*args: str, script=STM_PY, **options) -> subprocess.CompletedProcess:
+    """stm as a real process: `python3 SCRIPT ARGS` (script: this checkout's stm.py, or a
+    copy, or a script of a test's own); options as for `run_process`."""
+    return run_process([sys.executable, script, *args], **options)
+
+
+def run_sh(command: str, **options) -> subprocess.CompletedProcess:
+    """`command` run by POSIX sh (`sh -c`), as Claude Code, Codex, git and agents run the
+    commands stm writes; options as for `run_process`."""
+    return run_process(["sh", "-c", command], **options)
+
+
 # A real stm process that dies as a kill leaves it (os._exit: no cleanup, no finally) at
 # a chosen point. `mode`: "write-N" dies at its Nth atomic write, before it happens;
 # "before-log" dies where it would append a log entry.
@@ -283,14 +330,7 @@ def killed_stm(cwd: Path, aux: Path, mode: str, *argv: str) -> subprocess.Comple
     the script is written to `aux`."""
     script = aux / "kill_stm.py"
     script.write_text(KILL_SCRIPT.format(root=str(ROOT)))
-    return subprocess.run(
-        [sys.executable, str(script), mode, *argv],
-        cwd=cwd,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stm(mode, *argv, script=script, cwd=cwd, full_env=PROC_ENV)
 
 
 class Unprivileged:

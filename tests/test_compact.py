@@ -34,6 +34,7 @@ from helpers import (
     pin,
     read,
     rules,
+    run_stm,
     write_config,
     write_memory,
 )
@@ -506,17 +507,6 @@ def test_compact_property_nothing_lost_nothing_duplicated(tmp_path, run, monkeyp
 # ---- compaction: killed between its steps ---------------------------------------------------
 
 
-def stm_process(cwd, *args, script=STM_PY) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.fixture
 def over_limits(store, run, monkeypatch):
     """MEMORY.md with 14 Next Steps and 4 Observations over limits of 10 and 2, and a fact
@@ -555,7 +545,7 @@ def test_a_compact_killed_after_its_log_append_is_found_and_fixed(over_limits, r
     # What an uninterrupted compact leaves, on a copy, to compare with.
     reference = aux / "reference"
     shutil.copytree(store, reference)
-    done = stm_process(reference, "compact")
+    done = run_stm("compact", cwd=reference, full_env=PROC_ENV)
     assert done.returncode == 0, done.stderr
     killed = killed_stm(store, aux, step, "compact")
     assert killed.returncode == 137, killed.stderr
@@ -595,7 +585,7 @@ def test_a_compact_killed_before_its_log_append_changed_nothing(over_limits, run
     code, found = check_findings(run)
     assert "compact-duplicate" not in rules(found)
     # A later compact does the whole job.
-    done = stm_process(store, "compact")
+    done = run_stm("compact", cwd=store, full_env=PROC_ENV)
     assert done.returncode == 0, done.stderr
     assert len(log_entries(store)) == 1
     assert "compact-duplicate" not in rules(check_findings(run)[1])
@@ -617,14 +607,7 @@ def test_two_clones_that_compact_independently_still_merge(tmp_path, git_env):
     git = functools.partial(shared_git, full_env=git_env, timeout=60)
 
     def stm_ok(cwd, *args):
-        result = subprocess.run(
-            [sys.executable, str(STM_PY), *args],
-            cwd=cwd,
-            env=git_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_stm(*args, cwd=cwd, full_env=git_env)
         assert result.returncode == 0, (args, result.stdout, result.stderr)
         return result.stdout
 

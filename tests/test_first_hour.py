@@ -9,12 +9,11 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, all_command_paths, run_stm, snapshot
-from helpers import GIT_IDENTITY, git, isolated_git_env
+from conftest import ROOT, all_command_paths, snapshot
+from helpers import GIT_IDENTITY, git, isolated_git_env, run_process, run_sh, run_stm
 
 import stm
 
@@ -559,22 +558,13 @@ def test_the_codex_snippet_names_stm_py_by_its_absolute_path(project):
     (project / "stm.py").write_bytes((ROOT / "stm.py").read_bytes())
     empty = project / "no-stm-here"
     empty.mkdir()
-    result = subprocess.run(
-        [sys.executable, "stm.py", "setup", "mcp", "--client", "codex"],
-        cwd=project,
-        env={**os.environ, "PATH": str(empty)},
-        capture_output=True,
-        text=True,
+    result = run_stm(
+        "setup", "mcp", "--client", "codex", script="stm.py", cwd=project, env={"PATH": str(empty)}
     )
     assert result.returncode == 0, result.stderr
     assert f'args = ["{project / "stm.py"}", "mcp"]' in result.stdout
-    local = subprocess.run(  # a project's own file still names it from the project root
-        [sys.executable, "stm.py", "setup", "mcp"],
-        cwd=project,
-        env={**os.environ, "PATH": str(empty)},
-        capture_output=True,
-        text=True,
-    )
+    # a project's own file still names it from the project root
+    local = run_stm("setup", "mcp", script="stm.py", cwd=project, env={"PATH": str(empty)})
     assert json.loads(local.stdout)["mcpServers"]["stm"]["args"] == ["stm.py", "mcp"]
 
 
@@ -605,9 +595,7 @@ def test_the_quick_start_runs_in_a_scratch_project_never_in_the_clone(tmp_path):
     before = sorted(os.listdir(clone))
     command = quick_start.replace("/tmp/", f"{tmp_path}/")
     env = {**os.environ, **GIT_ENV}
-    result = subprocess.run(
-        ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = run_process(["bash", "-c", command], cwd=clone, full_env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(clone)) == before  # the script run writes nothing beside it
     scratch = tmp_path / "stm-scratch"
@@ -696,15 +684,7 @@ def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeyp
     project.mkdir()
 
     def stm_run(*args, stdin=None):
-        return subprocess.run(
-            [sys.executable, str(ROOT / "stm.py"), *args],
-            cwd=project,
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_stm(*args, cwd=project, full_env=env, input=stdin)
 
     said = []
     scenario = [
@@ -768,9 +748,7 @@ def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeyp
     names = {" ".join([invoked, *path]) for path in all_command_paths()}
     names = {name.replace(sys.executable, "python3") for name in names}
     for hint in runnable:
-        result = subprocess.run(
-            ["sh", "-c", hint], cwd=project, env=env, capture_output=True, text=True, timeout=60
-        )
+        result = run_sh(hint, cwd=project, full_env=env)
         usage = result.returncode == 2 and hint not in names
         assert not usage and "Traceback" not in result.stderr, (
             hint,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, MEMORY, ROOT, STM_PY, TODAY, Result, snapshot
-from helpers import fake_token, findings
+from helpers import fake_token, findings, run_process, run_stm
 
 import stm
 
@@ -1231,24 +1231,10 @@ def test_compose_handoff_never_stores_json_that_check_cannot_read(tmp_path):
         jobs.append((depth, path))
     problems = []
     for depth, path in jobs:
-        done = subprocess.run(
-            [sys.executable, str(STM_PY), "compose-handoff", str(path), "--no-switch"],
-            cwd=tmp_path,
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_stm("compose-handoff", str(path), "--no-switch", cwd=tmp_path, env=env)
         if "Traceback" in done.stderr or done.returncode not in (0, 1):
             problems.append(f"compose at depth {depth}: {done.returncode} {done.stderr[-200:]}")
-    check = subprocess.run(
-        [sys.executable, str(STM_PY), "check"],
-        cwd=tmp_path,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    check = run_stm("check", cwd=tmp_path, env=env)
     if "Traceback" in check.stderr:
         problems.append(f"check after composing: {check.stderr[-300:]}")
     assert not problems, "\n".join(problems)
@@ -1840,14 +1826,7 @@ def write_log(path: Path, entries: int | None = None, size: int | None = None, t
 def test_check_is_linear_on_a_log_with_a_torn_last_entry(store):
     write_log(store / ".stacks" / "logs" / "2026-11-20.md", entries=16_000, torn=True)
     try:
-        done = subprocess.run(
-            [sys.executable, str(STM_PY), "check", "--json"],
-            cwd=store,
-            capture_output=True,
-            text=True,
-            timeout=20,
-            env={**os.environ, "CI": "1"},
-        )
+        done = run_stm("check", "--json", cwd=store, timeout=20, env={"CI": "1"})
     except subprocess.TimeoutExpired:
         pytest.fail("check did not finish in 20 s on 16,000 entries and a torn tail (quadratic)")
     rules = [f["rule"] for f in json.loads(done.stdout)["findings"]]
@@ -1879,13 +1858,11 @@ MEASURE = (
 )
 def test_big_files_are_streamed_in_bounded_memory(big_store, tmp_path, argv):
     argv = [a.replace("OUT", str(tmp_path / "m.zip")) for a in argv]
-    done = subprocess.run(
-        [sys.executable, "-c", MEASURE, sys.executable, str(STM_PY), *argv],
+    done = run_process(
+        [sys.executable, "-c", MEASURE, sys.executable, STM_PY, *argv],
         cwd=big_store,
-        capture_output=True,
-        text=True,
         timeout=120,
-        env={**os.environ, "CI": "1", "STM_FSYNC": "0"},
+        env={"CI": "1", "STM_FSYNC": "0"},
     )
     peak_kib, code, err = done.stdout.split(" ", 2)
     assert "Traceback" not in err and code in ("0", "1"), (code, err)

@@ -14,11 +14,10 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 
 import pytest
 from conftest import STM_PY, snapshot
-from helpers import added_lines
+from helpers import added_lines, run_sh, run_stm
 
 import stm
 
@@ -34,11 +33,7 @@ HOSTILE_NAMES = [
 
 def sh(command: str, cwd, **env) -> subprocess.CompletedProcess:
     """`command` run by POSIX sh, as Claude Code, git and agents run what stm writes."""
-    full = {**os.environ, **env}
-    full.pop("PYTHONDONTWRITEBYTECODE", None)
-    return subprocess.run(
-        ["sh", "-c", command], cwd=cwd, env=full, capture_output=True, text=True, timeout=60
-    )
+    return run_sh(command, cwd=cwd, env={**env, "PYTHONDONTWRITEBYTECODE": None})
 
 
 def no_pwned(*roots) -> bool:
@@ -126,13 +121,7 @@ def test_a_hint_names_a_hostile_stm_path_quoted(tmp_path):
     folder = tmp_path / "sub dir$(touch PWNED)"
     folder.mkdir()
     shutil.copy(STM_PY, folder / "stm.py")
-    done = subprocess.run(
-        [sys.executable, str(folder / "stm.py"), "boot"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_stm("boot", script=folder / "stm.py", cwd=tmp_path)
     assert done.returncode == 1  # no store here: the error hint names the command
     words = shlex.split(done.stderr.split("`")[1])  # the hint: `python3 PATH init`
     assert words[0] == "python3" and (tmp_path / words[1]).resolve() == folder / "stm.py"

@@ -7,10 +7,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, STM_PY, TODAY, all_command_paths, run_stm, snapshot
+from conftest import ROOT, STM_PY, TODAY, all_command_paths, snapshot
+from helpers import run_stm
 
 import stm
 
@@ -165,10 +165,8 @@ def test_stm_py_copied_alone_into_an_empty_folder_works(tmp_path):
     init = run_stm("init", cwd=tmp_path, env=env)
     assert init.returncode == 0, init.stderr
     # The copy, not the checkout, must have done the work.
-    subprocess.run([sys.executable, "stm.py", "log", "first"], cwd=tmp_path, check=True)
-    boot = subprocess.run(
-        [sys.executable, "stm.py", "boot"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run_stm("log", "first", script="stm.py", cwd=tmp_path, check=True)
+    boot = run_stm("boot", script="stm.py", cwd=tmp_path)
     assert boot.returncode == 0
     assert boot.stdout.startswith("# stm memory boot")
     assert list((tmp_path / ".stacks" / "logs").glob("*.md"))

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, STM_PY, snapshot
+from conftest import ROOT, snapshot
 from helpers import (
     PROC_ENV,
     check_findings,
@@ -30,6 +30,7 @@ from helpers import (
     pin,
     read,
     rules,
+    run_stm,
     write_config,
     write_memory,
 )
@@ -438,9 +439,7 @@ def test_8_processes_setting_one_fact_lose_no_history_entry(store, aux):
     stamps = [stamp for stamp, _, _ in fact.history]
     assert stamps == sorted(stamps, reverse=True)
     assert all(stm.is_iso_utc(stamp) for stamp in stamps)
-    result = subprocess.run(
-        [sys.executable, str(STM_PY), "check"], cwd=store, env=PROC_ENV, capture_output=True
-    )
+    result = run_stm("check", cwd=store, full_env=PROC_ENV)
     assert result.returncode == 0, result.stdout
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY, MEMORY, STM_PY
-from helpers import GIT, git, isolated_git_env, marker_lines
+from helpers import GIT, git, isolated_git_env, marker_lines, run_stm
 
 import stm as stm_module
 
@@ -82,16 +82,7 @@ marker_lines = functools.partial(marker_lines, start=0, bare=True)
 
 def stm_proc(cwd, *args, env=None, script=STM_PY) -> subprocess.CompletedProcess:
     """stm as a real process, in this file's environment (plus `env`)."""
-    full = {**ENV, **(env or {})}
-    full = {k: v for k, v in full.items() if v is not None}
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stm(*args, script=script, cwd=cwd, full_env={**ENV, **(env or {})})
 
 
 def stm_ok(cwd, *args, env=None, script=STM_PY) -> str:

@@ -10,13 +10,13 @@ to run (`python3 <this stm.py> merge-file ...`: no `stm` command is on PATH here
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ from helpers import (
     read_jsonl,
     read_state,
     rules,
+    run_stm,
     state_path,
 )
 
@@ -46,18 +47,7 @@ def run_stm_as(store):
     """stm.py as a real process in the store, run as `python3 PATH/stm.py` (hints then
     name that form)."""
 
-    def runner(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "STM_FSYNC": "0"}
-        return subprocess.run(
-            [sys.executable, str(STM_PY), *args],
-            cwd=store,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    return runner
+    return functools.partial(run_stm, cwd=store, env={"STM_FSYNC": "0"})
 
 
 def no_conflict(result: subprocess.CompletedProcess) -> None:
