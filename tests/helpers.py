@@ -10,6 +10,8 @@ Which file tests which feature: tests/README.md.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, STM_PY
+from conftest import IDENTITY, MEMORY, ROOT, STM_PY, Result
 
 import stm
 
@@ -527,3 +529,70 @@ def fact_block(store: Path, block: str = "facts"):
     parsed = [(key, fact) for key, fact, _, _ in sections]
     assert all(fact is not None for _, fact in parsed), text
     return parsed
+
+
+# ---- stores and inputs for the tests of hostile trees and input ------------------
+
+
+HANDOFF = ROOT / "spec" / "handoff-example.json"
+
+
+def quiet(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = stm.main(list(argv))
+    return code, out.getvalue()
+
+
+def new_store(root: Path, handoff: bool = True) -> str | None:
+    """An initialised, filled-in store at root/.stacks (+ .state), with a handoff session
+    (current) when asked; returns its id."""
+    root.mkdir(parents=True, exist_ok=True)
+    stacks = str(root / ".stacks")
+    assert quiet("--dir", stacks, "init")[0] == 0
+    (root / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    (root / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    if not handoff:
+        return None
+    code, out = quiet("--dir", stacks, "compose-handoff", str(HANDOFF))
+    assert code == 0
+    return out.strip()
+
+
+def session_dir(root: Path, sid: str) -> Path:
+    return root / ".state" / "sessions" / sid
+
+
+def today() -> str:
+    return stm.iso(stm.utc_now())[:10]
+
+
+def assert_clean_refusal(result: Result, code: int, *names: str) -> None:
+    """The documented exit code, one `error` line on stderr (naming one of `names`, when
+    given), and no traceback."""
+    assert result.code == code, result
+    assert "Traceback" not in result.err, result.err
+    errors = [line for line in result.err.splitlines() if "error" in line]
+    assert len(errors) == 1, result.err
+    if names:
+        assert any(name in errors[0] for name in names), result.err
+
+
+def handoff_json(**changes) -> dict:
+    data = json.loads(HANDOFF.read_text())
+    data.update(changes)
+    return data
+
+
+def source_store(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    new_store(src, handoff=False)
+    (src / ".stacks" / "refs" / "guide.md").write_text("# Guide\n\nfrom the source\n")
+    return src
+
+
+def restore(copy: Path, root: Path) -> None:
+    """Put the project back as `copy` holds it, and stand in it again."""
+    shutil.rmtree(root)
+    shutil.copytree(copy, root)
+    os.chdir(root)
