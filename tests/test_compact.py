@@ -610,6 +610,7 @@ def git_env(tmp_path_factory):
     return isolated_git_env(bin_dir, base, ceiling)
 
 
+@pytest.mark.git
 def test_two_clones_that_compact_independently_still_merge(tmp_path, git_env):
     git = functools.partial(shared_git, full_env=git_env, timeout=60)
 

@@ -27,6 +27,8 @@ from helpers import (
 
 import stm
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 WAITING = "## Sessions waiting (no session is current in this clone)"
 # ---- helpers ------------------------------------------------------------------------------
 

@@ -294,6 +294,7 @@ def test_session_handoff_from_stdout_pipes_into_compose(store, run, monkeypatch)
     assert pointer["active_session"] == composed.out.strip()
 
 
+@pytest.mark.git
 def test_composing_a_committed_handoff_again_in_a_fresh_clone_adopts_it(tmp_path):
     sender = tmp_path / "sender"
     sender.mkdir()
@@ -344,6 +345,7 @@ def test_status_list_and_workflow_name_a_handoff_from_a_to_b(store, run, tmp_pat
 # ---- 5. a store below the repository's root ------------------------------------------
 
 
+@pytest.mark.git
 def test_init_below_the_repository_root_says_where_the_root_is(project, run, monkeypatch):
     git(project, "init", "-q")
     (project / "src" / "pkg").mkdir(parents=True)
@@ -358,6 +360,7 @@ def test_init_below_the_repository_root_says_where_the_root_is(project, run, mon
     assert at_root.code == 0 and "below the root" not in at_root.err
 
 
+@pytest.mark.git
 def test_commands_that_find_no_store_name_one_in_a_subfolder(project, run, monkeypatch):
     git(project, "init", "-q")
     (project / "src").mkdir()
@@ -674,6 +677,7 @@ HINT_RE = re.compile(r"`((?:stm|python3 -m stm|python3 \S*stm\.py) [^`]*)`")
 PLACEHOLDER_RE = re.compile(r"\b[A-Z]{2,}\b|…|\.\.\.|\bN\b")
 
 
+@pytest.mark.git
 def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

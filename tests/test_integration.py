@@ -692,6 +692,7 @@ GIT_ENV = {**GIT_IDENTITY, **GIT_PRIVATE_CONFIG}
 git = git_out
 
 
+@pytest.mark.git
 def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, monkeypatch):
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
@@ -720,6 +721,7 @@ def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, mon
     assert data["committed"] is True and data["commit"] == git(store, "rev-parse", "HEAD").strip()
 
 
+@pytest.mark.git
 def test_commit_leaves_stm_s_own_backups_in_the_checkout(store, run, monkeypatch, tmp_path):
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)

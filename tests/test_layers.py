@@ -752,6 +752,7 @@ def test_check_git_file_that_is_a_symlink_is_reported_not_followed(store, run, t
     assert outside.read_text() == "something else\n" and attributes.is_symlink()
 
 
+@pytest.mark.git
 def test_check_fix_restores_the_union_merge_git_sees(store, run):
     git = shutil.which("git")
     assert git, "the merge tests need git"

@@ -32,6 +32,8 @@ from helpers import (
 
 import stm
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 # ---- sessions that move: archived in one clone, written in the other ---------------------
 
 

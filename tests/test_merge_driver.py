@@ -32,6 +32,8 @@ from helpers import GIT, added_lines, git, isolated_git_env, marker_lines, run_s
 import stm
 import stm as stm_module
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 MEMORY_PATH = ".stacks/MEMORY.md"
 DRIVER_ARGS = "merge-file %O %A %B --marker-size %L --path %P"
 STACKS_MERGE_LINES = ["MEMORY.md merge=stm", "AGENT.md merge=stm", "refs/*.md merge=stm"]

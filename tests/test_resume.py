@@ -41,6 +41,8 @@ from helpers import (
 
 import stm
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 # ---- helpers ------------------------------------------------------------------------------
 
 

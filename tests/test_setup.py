@@ -121,6 +121,7 @@ def test_the_agents_md_block_names_a_command_that_runs_as_written(
     assert no_pwned(tmp_path)
 
 
+@pytest.mark.git
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 def test_the_merge_driver_command_runs_stm_and_nothing_else(hostile_project, run, tmp_path, name):
     project = hostile_project(name, True)

@@ -37,6 +37,8 @@ from helpers import GIT, fake_token, git_out, limited, run_sh, run_stm
 
 import stm
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 FULL = os.environ.get("STM_TESTS_SCALE") == "full"
 CLONES, ROUNDS = (20, 25) if FULL else (4, 5)
 GIT_ENV_DROPPED = (
