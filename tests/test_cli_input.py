@@ -91,3 +91,25 @@ def test_a_user_name_with_nothing_to_name_is_still_refused(store, run, monkeypat
     monkeypatch.setenv("STM_USER", user)
     result = run("session", "list")
     assert result.code == 2 and "STM_USER" in result.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [b"log", b"caf\xe9 \xff"],
+        [b"note", b"Status", b"caf\xe9"],
+        [b"session", b"new", b"--name", b"caf\xe9"],
+        [b"session", b"checkpoint", b"--done", b"\xff\xfe"],
+        [b"search", b"caf\xe9"],
+    ],
+    ids=["log", "note", "session-name", "checkpoint", "search"],
+)
+def test_an_argument_that_is_not_utf8_is_a_usage_error(store, call, argv):
+    call("session", "new")
+    before = snapshot(store)
+    done = subprocess.run(
+        [sys.executable, str(STM_PY), *argv], cwd=store, capture_output=True, timeout=60
+    )
+    result = Result(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode())
+    assert_clean_refusal(result, 2)
+    assert snapshot(store) == before

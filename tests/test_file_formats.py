@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,6 @@ from helpers import (
     run_stm,
     session_dir,
 )
-
-import stm
 
 
 def deep(depth: int) -> str:
@@ -260,31 +257,6 @@ def test_a_file_that_is_not_utf8_keeps_every_byte_or_is_refused(store, call, nam
     after = path.read_bytes()
     if after != before:
         assert LATIN1 in after, f"{argv} rewrote the file and lost bytes it did not mean to"
-
-
-BEGIN, END = stm.AGENTS_BEGIN, stm.AGENTS_END
-
-
-@pytest.mark.parametrize(
-    "text,line",
-    [
-        (f"# Project\n\n{BEGIN}\n## Memory (stm)\n- my own notes\n", 3),
-        (f"# Project\n{END}\nmine\n", 2),
-        (f"# P\n\n{BEGIN}\nx\n{END}\n{BEGIN}\nmine\n", 3),
-    ],
-    ids=["begin-only", "end-only", "two-begins"],
-)
-@pytest.mark.parametrize("action", ["--install", "--remove"])
-@pytest.mark.parametrize("file", ["AGENTS.md", "CLAUDE.md"])
-def test_unbalanced_agents_markers_refuse_with_the_line(store, call, text, line, action, file):
-    path = store / file
-    path.write_text(text)
-    argv = ["setup", "agents-md", action] + (["--file", file] if file != "AGENTS.md" else [])
-    result = call(*argv)
-    assert result.code not in (0, None), result
-    assert "Traceback" not in result.err
-    assert re.search(rf"(:|line ){line}\b", result.err), result.err
-    assert path.read_text() == text
 
 
 def test_a_fact_block_that_is_not_utf8_is_never_rewritten(store, run):

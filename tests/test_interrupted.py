@@ -135,30 +135,3 @@ def test_import_killed_between_files_completes_when_run_again(tmp_path, monkeypa
     with zipfile.ZipFile(tmp_path / "m.zip") as zf:
         for name in zf.namelist():
             assert (dst / name).read_bytes() == zf.read(name), name
-
-
-def test_a_pointer_to_a_session_archived_in_another_clone_is_reported(store, call):
-    sid = call("session", "new", "--name", "moved away").out.strip()
-    # Another clone archived it, and a pull brought the move; this clone's pointer stays.
-    folder = session_dir(store, sid)
-    state = json.loads((folder / "state.json").read_text())
-    state.update(version=state["version"] + 1, archived_at=state["updated_at"])
-    (folder / "state.json").write_text(json.dumps(state))
-    month = store / ".state" / "history" / sid[:7]
-    month.mkdir(parents=True, exist_ok=True)
-    folder.rename(month / sid)
-    status = call("status", "--json")
-    data = json.loads(status.out)
-    assert data["sessions"]["current"] is None, data["sessions"]
-    assert any(sid in w and "archived" in w for w in data["warnings"]), data["warnings"]
-    text = call("status").out
-    assert f"current {sid}" not in text, text
-    boot = call("boot")
-    assert boot.code == 0 and "Active workflow" not in boot.out, boot
-    assert sid in boot.out + boot.err and "archived" in boot.out + boot.err, boot
-    # Boot cleared the pointer, naming the session (issue 35): status has nothing to warn.
-    assert (
-        json.loads((store / ".state" / "current-session.json").read_text())["active_session"]
-        is None
-    )
-    assert not any(sid in w for w in json.loads(call("status", "--json").out)["warnings"])

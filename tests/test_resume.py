@@ -36,6 +36,7 @@ from helpers import (
     restore,
     rules,
     run_stm,
+    session_dir,
     state_path,
 )
 
@@ -1075,3 +1076,30 @@ def test_the_state_rebuild_leaves_a_history_with_a_bad_line_alone(store, run, mo
     history.write_text(history.read_text() + "not json\n")
     rebuilt = stm.rebuild_state(str(history.parent))
     assert rebuilt is None  # history-invalid is reported; nothing is dropped silently
+
+
+def test_a_pointer_to_a_session_archived_in_another_clone_is_reported(store, call):
+    sid = call("session", "new", "--name", "moved away").out.strip()
+    # Another clone archived it, and a pull brought the move; this clone's pointer stays.
+    folder = session_dir(store, sid)
+    state = json.loads((folder / "state.json").read_text())
+    state.update(version=state["version"] + 1, archived_at=state["updated_at"])
+    (folder / "state.json").write_text(json.dumps(state))
+    month = store / ".state" / "history" / sid[:7]
+    month.mkdir(parents=True, exist_ok=True)
+    folder.rename(month / sid)
+    status = call("status", "--json")
+    data = json.loads(status.out)
+    assert data["sessions"]["current"] is None, data["sessions"]
+    assert any(sid in w and "archived" in w for w in data["warnings"]), data["warnings"]
+    text = call("status").out
+    assert f"current {sid}" not in text, text
+    boot = call("boot")
+    assert boot.code == 0 and "Active workflow" not in boot.out, boot
+    assert sid in boot.out + boot.err and "archived" in boot.out + boot.err, boot
+    # Boot cleared the pointer, naming the session (issue 35): status has nothing to warn.
+    assert (
+        json.loads((store / ".state" / "current-session.json").read_text())["active_session"]
+        is None
+    )
+    assert not any(sid in w for w in json.loads(call("status", "--json").out)["warnings"])

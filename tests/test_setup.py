@@ -9,46 +9,12 @@ import re
 import shlex
 import shutil
 import subprocess
-import zipfile
 
 import pytest
 from conftest import STM_PY
-from helpers import run_sh, run_stm, source_store
+from helpers import run_sh, run_stm
 
 import stm
-
-
-@pytest.mark.parametrize("maker", ["zipfile", "zip-r"])
-def test_import_accepts_the_archives_zip_r_makes(tmp_path, monkeypatch, call, maker):
-    src = source_store(tmp_path)
-    archive = tmp_path / "m.zip"
-    names = [".stacks/", ".stacks/refs/", ".stacks/refs/guide.md", ".stacks/AGENT.md"]
-    if maker == "zip-r":
-        if shutil.which("zip") is None:
-            pytest.skip("no zip command")
-        subprocess.run(
-            ["zip", "-r", "-q", str(archive), ".stacks", "-x", "*.stm.lock"],
-            cwd=src,
-            check=True,
-        )
-    else:
-        with zipfile.ZipFile(archive, "w") as zf:
-            for name in names:
-                if name.endswith("/"):
-                    info = zipfile.ZipInfo(name)
-                    info.external_attr = (0o40755 << 16) | 0x10
-                    zf.writestr(info, b"")
-                else:
-                    zf.writestr(name, (src / name).read_bytes())
-    with zipfile.ZipFile(archive) as zf:
-        assert any(n.endswith("/") for n in zf.namelist())  # directory entries
-    target = tmp_path / "dst"
-    target.mkdir()
-    monkeypatch.chdir(target)
-    result = call("import", str(archive))
-    assert result.code == 0, result
-    assert (target / ".stacks" / "refs" / "guide.md").read_text() == "# Guide\n\nfrom the source\n"
-
 
 # Folder names a hostile or careless checkout may have: each would run `touch PWNED`, or
 # break the command, if pasted into a shell command unquoted (or inside double quotes).
@@ -152,3 +118,28 @@ def test_a_hint_names_a_hostile_stm_path_quoted(tmp_path):
     assert done.returncode == 1  # no store here: the error hint names the command
     words = shlex.split(done.stderr.split("`")[1])  # the hint: `python3 PATH init`
     assert words[0] == "python3" and (tmp_path / words[1]).resolve() == folder / "stm.py"
+
+
+BEGIN, END = stm.AGENTS_BEGIN, stm.AGENTS_END
+
+
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        (f"# Project\n\n{BEGIN}\n## Memory (stm)\n- my own notes\n", 3),
+        (f"# Project\n{END}\nmine\n", 2),
+        (f"# P\n\n{BEGIN}\nx\n{END}\n{BEGIN}\nmine\n", 3),
+    ],
+    ids=["begin-only", "end-only", "two-begins"],
+)
+@pytest.mark.parametrize("action", ["--install", "--remove"])
+@pytest.mark.parametrize("file", ["AGENTS.md", "CLAUDE.md"])
+def test_unbalanced_agents_markers_refuse_with_the_line(store, call, text, line, action, file):
+    path = store / file
+    path.write_text(text)
+    argv = ["setup", "agents-md", action] + (["--file", file] if file != "AGENTS.md" else [])
+    result = call(*argv)
+    assert result.code not in (0, None), result
+    assert "Traceback" not in result.err
+    assert re.search(rf"(:|line ){line}\b", result.err), result.err
+    assert path.read_text() == text
