@@ -22,7 +22,6 @@ from helpers import (
     EXAMPLE,
     World,
     boot_section,
-    driver_world,
     findings,
     log_entries,
     log_text,
@@ -33,11 +32,7 @@ from helpers import (
 
 import stm
 
-
-@pytest.fixture
-def world(tmp_path, run, monkeypatch) -> World:
-    return driver_world(tmp_path, run, monkeypatch)
-
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
 
 # ---- sessions that move: archived in one clone, written in the other ---------------------
 

@@ -26,10 +26,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, STM_PY
-from helpers import GIT, git, isolated_git_env, marker_lines
+from conftest import IDENTITY, MEMORY, STM_PY, snapshot
+from helpers import GIT, added_lines, git, isolated_git_env, marker_lines, run_stm
 
+import stm
 import stm as stm_module
+
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
 
 MEMORY_PATH = ".stacks/MEMORY.md"
 DRIVER_ARGS = "merge-file %O %A %B --marker-size %L --path %P"
@@ -82,16 +85,7 @@ marker_lines = functools.partial(marker_lines, start=0, bare=True)
 
 def stm_proc(cwd, *args, env=None, script=STM_PY) -> subprocess.CompletedProcess:
     """stm as a real process, in this file's environment (plus `env`)."""
-    full = {**ENV, **(env or {})}
-    full = {k: v for k, v in full.items() if v is not None}
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stm(*args, script=script, cwd=cwd, full_env={**ENV, **(env or {})})
 
 
 def stm_ok(cwd, *args, env=None, script=STM_PY) -> str:
@@ -992,3 +986,112 @@ def test_random_bullet_additions_merge_without_loss(tmp_path, run, seed):
             assert is_subsequence(own, merged), (side, name, own, merged)
     later = max((sides[side][2] for side in ("ours", "theirs")), key=epoch)
     assert section_lines(text, "Last Updated") == [later]
+
+
+@pytest.fixture
+def facts_base(store, run):
+    assert run("fact", "set", "language", "Go 1.22", "--why", "the port").code == 0
+    assert run("fact", "set", "ci", "GitHub Actions").code == 0
+    return (store / ".stacks" / "refs" / "facts.md").read_text()
+
+
+def theirs_note(base: str) -> str:
+    """A hand-added note under the newest History entry of `language`."""
+    lines = base.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("- ") and "Go 1.22" in line)
+    return "\n".join([*lines[: at + 1], "  - *Note: pinned in go.mod*", *lines[at + 1 :]]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "ours_edit, theirs_edit",
+    [
+        ("current", "note"),
+        ("current", "set"),
+        ("current", "other"),
+        ("history", "note"),
+        ("current-and-history", "note"),
+    ],
+)
+def test_the_merge_driver_never_drops_a_hand_edited_fact(
+    store, run, facts_base, monkeypatch, ours_edit, theirs_edit
+):
+    base = facts_base
+    ours = base
+    if "current" in ours_edit:
+        ours = ours.replace("**Current:** Go 1.22", "**Current:** Go 1.23 (hand-edited)")
+    if "history" in ours_edit:
+        ours = ours.replace(": Go 1.22\n", ": Go 1.22 (corrected)\n", 1)
+    if theirs_edit == "note":
+        theirs = theirs_note(base)
+    else:
+        facts = store / ".stacks" / "refs" / "facts.md"
+        key, value = ("language", "Rust") if theirs_edit == "set" else ("db", "Postgres")
+        monkeypatch.setattr(stm, "utc_now", lambda: stm.time.time() + 3600)
+        assert run("fact", "set", key, value).code == 0
+        theirs = facts.read_text()
+    paths = {}
+    for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
+        paths[name] = store / f"{name}.md"
+        paths[name].write_text(text)
+    result = run("merge-file", *(str(paths[n]) for n in ("base", "ours", "theirs")))
+    merged = paths["ours"].read_text()
+    assert result.code in (0, 1), result
+    for line in added_lines(base, ours) + added_lines(base, theirs):
+        assert line in merged, (line, merged)  # kept, merged or between conflict markers
+    assert (result.code == 1) == ("<<<<<<<" in merged)
+
+
+def test_merge_file_on_a_symlinked_ours_is_a_usage_error(store, run, tmp_path):
+    target = tmp_path / "elsewhere.md"
+    target.write_text("# M\n")
+    for name in ("base", "theirs"):
+        (store / f"{name}.md").write_text("# M\n\n## A\n")
+    (store / "ours.md").symlink_to(target)
+    result = run("merge-file", "base.md", "ours.md", "theirs.md")
+    assert result.code == 2 and result.err.count("\n") == 1 and "ours.md" in result.err
+    assert target.read_text() == "# M\n" and (store / "ours.md").is_symlink()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["claude"],
+        ["mcp", "--client", "claude"],
+        ["mcp", "--client", "cursor"],
+        ["mcp", "--client", "vscode"],
+    ],
+    ids=" ".join,
+)
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_setup_on_a_full_disk_leaves_the_tree_as_it_was(
+    store, run, monkeypatch, argv, existing, fail_at
+):
+    if existing:  # a settings file the user already has: kept byte for byte, no backup left
+        for folder, name in ((".claude", "settings.json"), (".cursor", "mcp.json")):
+            (store / folder).mkdir()
+            (store / folder / name).write_text('{"user": "kept"}\n')
+        (store / ".mcp.json").write_text('{"user": "kept"}\n')
+    before = snapshot(store)
+    real_write, calls = os.write, []
+
+    def full(fd, data):  # the disk fills up at the fail_at-th write (SQLite's method)
+        calls.append(fd)
+        if len(calls) >= fail_at:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(stm.os, "write", full)
+    result = run("setup", *argv, "--install")
+    monkeypatch.setattr(stm.os, "write", real_write)
+    if len(calls) < fail_at:
+        assert result.code == 0  # fewer writes than that: it succeeded
+        return
+    assert result.code == 1 and "No space left on device" in result.err
+    assert result.err.count("\n") == 1
+    assert snapshot(store) == before
+
+
+def test_setup_git_refuses_an_empty_command(store, run):
+    result = run("setup", "git", "--command", "")
+    assert result.code == 2 and "--command" in result.err
