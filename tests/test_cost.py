@@ -638,7 +638,7 @@ def test_log_entry_bodies_are_the_bodies_parse_log_yields():
         assert stm.log_entry_bodies(data) == expected, data
 
 
-def test_recall_counts_the_log_as_tokenising_every_entry_would(store, monkeypatch):
+def test_recall_counts_the_log_as_tokenising_every_entry_would(store):
     """recall_log_entries keeps the words of the entries that hold a word of the work and
     counts the others; BM25 over that gives the scores tokenising every entry gives."""
     rng = random.Random(3702)
