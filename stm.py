@@ -6303,12 +6303,13 @@ SETTLED_RE = LazyRegex(r"<!-- stm:settled ([0-9a-f]{8}) (\d{4}-\d\d-\d\d) -->")
 
 
 def settle_markdown(
-    base: str, ours: str, theirs: str, ours_newer: bool, comment: str
+    base: str, ours: str, theirs: str, ours_newer: bool, comment: str, keep=None
 ) -> tuple[str, list[tuple[str, str]]]:
     """merge_markdown, but never a conflict: each region both sides rewrote differently
     becomes the newer side's lines followed by `comment` (a line, `<!-- stm:settled ID
-    DATE -->`). Returns (text, settled): (section, the older side's text) of each region
-    decided, for the caller to keep where search finds it."""
+    DATE -->`) and, when `keep` is given, by the lines keep(section, older text) returns.
+    Returns (text, settled): (section, the older side's text) of each region decided, for
+    the caller to keep where search finds it."""
     size = SETTLE_MARKER_SIZE
     merged, clean = merge_markdown(base, ours, theirs, size, ("ours", "base", "theirs"))
     if clean:
@@ -6327,6 +6328,8 @@ def settle_markdown(
             ending = "\r" if line.endswith("\r") else ""
             out += [*newer, comment + ending]
             settled.append((section, "\n".join(x.rstrip("\r") for x in older).strip("\n")))
+            if keep is not None:
+                out += [line + ending for line in keep(*settled[-1])]
             sides, where = {"ours": [], "theirs": []}, None
         elif where is not None:
             sides[where].append(line)
@@ -6335,6 +6338,40 @@ def settle_markdown(
                 section = bare.lstrip("#").strip()
             out.append(line)
     return "\n".join(out), settled
+
+
+# git's merge driver cannot write the log (git is merging the log files too): the older
+# text stays in the file, in a comment under the mark, until the section's next rewrite
+# moves it to the log (merge.md, "Through plain git").
+KEPT_RE = LazyRegex(r"^<!-- stm:kept ([0-9a-f]{8}) ")
+
+
+def comment_safe(text: str) -> str:
+    """Text that cannot open or close an HTML comment it is put in."""
+    return text.replace("<!--", "<! --").replace("-->", "-- >")
+
+
+def kept_comment(entry_id: str, section: str, older: str, written: str) -> list[str]:
+    """The lines keeping a settled region's older text in the file: one HTML comment
+    (boot hides it, search finds its words), each line quoted (`> `), so no line of it
+    opens a fence, a heading or a comment."""
+    head = comment_safe(f"## {section}: the other version, written by {written}:")
+    quoted = [f"> {comment_safe(line)}" if line else ">" for line in older.split("\n")]
+    return ["", f"<!-- stm:kept {entry_id} {head}", *(quoted if older else ["> (empty)"]), "-->"]
+
+
+def kept_blocks(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """(entry id, lines) of each kept comment (kept_comment) among `lines`."""
+    found, at = [], 0
+    while at < len(lines):
+        start = KEPT_RE.match(lines[at].rstrip("\r"))
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].strip() == "-->"), None)
+        if start is None or end is None:
+            at += 1
+            continue
+        found.append((start.group(1), [x.rstrip("\r") for x in lines[at : end + 1]]))
+        at = end + 1
+    return found
 
 
 LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
@@ -7604,13 +7641,24 @@ class BootParts:
             doc, name = MdDoc.of(text), self.store.rel(self.store.layer_path(layer))
             for part in [None, *doc.parts]:
                 lines = doc.preamble if part is None else doc.body(part)
+                kept = {entry_id for entry_id, _ in kept_blocks(lines)}
                 for found in SETTLED_RE.finditer("\n".join(lines)):
                     where = f"## {part.name}" if part is not None else "its preamble"
+                    if found.group(1) in kept:  # settled by git's driver
+                        place = (
+                            "kept under it in the file, in a comment boot does not show "
+                            "(`stm search` finds its words; the section's next `note "
+                            "--replace` moves it to the log)"
+                        )
+                    else:
+                        log = self.store.rel(self.store.log_path(found.group(2)))
+                        place = (
+                            f"kept in the log (`{log}`, entry {found.group(1)}; `stm search` "
+                            "finds its words)"
+                        )
                     self.notices.append(
                         f"{name} {where}: two clones rewrote it differently; the newer "
-                        f"version is shown, the other is kept in the log "
-                        f"(`{self.store.rel(self.store.log_path(found.group(2)))}`, entry "
-                        f"{found.group(1)}; `stm search` finds its words)"
+                        f"version is shown, the other is {place}"
                     )
 
     def _size_notice(self) -> None:
@@ -10959,8 +11007,66 @@ def merge_file(
         merged, clean = dumps_json(merge_states(*states)), True
     else:
         merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
+        if not clean and label and label.endswith(".md"):
+            # git merging memory (its %P given): a disagreement never blocks.
+            merged, clean = driver_settled(texts, label), True
     atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
     return clean
+
+
+def driver_settled(texts: list[str], label: str) -> str:
+    """A memory file both sides rewrote in the same place, settled as git's driver
+    (merge.md, "Through plain git"): the newer side by the rule sync uses (the later
+    `## Last Updated`, else the later commit that wrote each side's version, else the
+    content), the older side's text kept under the mark in a comment, with who and when."""
+    changes = [version_change(label, text) for text in texts[1:]]
+    keys = [
+        (memory_stamp(text) or 0.0, change[1], text) for text, change in zip(texts[1:], changes)
+    ]
+    ours_newer = keys[0] > keys[1]
+    stamp, entry_id = iso_now(), random_hex(4)
+    who, when = changes[1] if ours_newer else changes[0]
+    written = f"{who} ({iso(when) if when else 'time unknown'})"
+    comment = f"<!-- stm:settled {entry_id} {stamp[:10]} -->"
+    merged, settled = settle_markdown(
+        *texts,
+        ours_newer,
+        comment,
+        lambda section, older: kept_comment(entry_id, section, older, written),
+    )
+    sections = ", ".join(dict.fromkeys(f"## {section}" for section, _ in settled))
+    print(
+        f"stm: {label} {sections}: both sides rewrote it; the newer version stands, the other "
+        "is kept under it in a comment (`stm boot` says where)",
+        file=sys.stderr,
+    )
+    return merged
+
+
+def version_change(path: str, text: str) -> tuple[str, float]:
+    """(author, commit time) of the latest commit that wrote this version of `path`, found
+    from the work tree's top where git runs its drivers: every ref and the heads of a
+    merge, rebase or cherry-pick under way. ("unknown", 0.0) when git cannot tell."""
+    import subprocess
+
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        done = subprocess.run(
+            ["git", "hash-object", "--stdin"], input=data, capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", 0.0
+    blob = done.stdout.decode("ascii", "replace").strip()
+    if done.returncode != 0 or not blob:
+        return "unknown", 0.0
+    heads = ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD")
+    heads = [h for h in heads if git_output(".", "rev-parse", "-q", "--verify", h) is not None]
+    found = git_output(
+        ".", "log", "-1", "--format=%an%x00%ct", f"--find-object={blob}", "--all", *heads,
+        "--", f":(top,literal){path}",
+    ) or ""  # fmt: skip
+    author, _, when = found.strip().partition("\0")
+    return author or "unknown", float(when) if when.isdigit() else 0.0
 
 
 def state_merge_inputs(texts: list[str], label: str | None) -> tuple | None:
@@ -12234,6 +12340,8 @@ def write_memory_note(
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
+        if replace and nearest is None:
+            log_kept_versions(store, path, before, section)
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             # Put back as it was: a note that did not land must not leave the file changed.
@@ -12243,6 +12351,23 @@ def write_memory_note(
     if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
         heading = find_section(MdDoc.of(after), section).name
     return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+
+
+def log_kept_versions(store: Store, path: str, before: str, section: str) -> None:
+    """Before `note --replace` rewrites a section git's merge driver settled, the other
+    version it kept there in a comment (kept_comment) moves to the log, so search still
+    finds it once the section is rewritten. Call with the stacks lock held."""
+    doc = note_doc(before.replace("\r\n", "\n"))
+    part = find_section(doc, section)
+    kept = kept_blocks(doc.body(part)) if part is not None else []
+    for _, lines in kept:
+        head = KEPT_RE.sub("", lines[0], count=1)
+        message = (
+            f"stm note --replace rewrote {store.rel(path)} ## {part.name}, where a git merge "
+            f"had kept the other version of text two clones rewrote differently; here it is, "
+            f"as kept: {store.rel(path)} {head}\n\n" + "\n".join(lines[1:-1])
+        )
+        append_log_entry(store, message)
 
 
 def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:

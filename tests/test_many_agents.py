@@ -209,6 +209,46 @@ def test_two_clones_replacing_one_section_sync_without_a_refusal(world):
     assert "two clones rewrote" not in world.stm(bob, "boot").out
 
 
+def section_text(repo: Path, name: str, layer: str = "MEMORY.md") -> str:
+    text = (repo / ".stacks" / layer).read_text()
+    return text.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("how", ["--no-rebase", "--rebase"])
+def test_a_plain_git_pull_of_two_rewrites_of_one_section_is_settled_by_the_driver(world, how):
+    world.seed()
+    alice, bob = world.clone("alice", driver=True), world.clone("bob", driver=True)
+    world.stm(alice, "note", "Status", "alice: the lexer is done", "--replace", user="alice")
+    world.commit(alice, "alice's status")
+    world.push(alice)
+    world.stm(bob, "note", "Status", "bob: the parser is done", "--replace", user="bob")
+    world.commit(bob, "bob's status")
+    pulled = world.pull(bob, how)  # never a conflict for memory
+    assert "CONFLICT" not in pulled.stdout + pulled.stderr, pulled
+    assert world.git(bob, "status", "--porcelain").stdout == ""
+    status = section_text(bob, "Status")
+    # bob's note is the newer: it stands; alice's is kept under the mark, with who and when.
+    assert "bob: the parser is done\n<!-- stm:settled " in status, status
+    assert "\n> alice: the lexer is done\n" in status, status
+    author = world.git(alice, "log", "-1", "--format=%an").stdout.strip()
+    assert f"the other version, written by {author} (20" in status, status
+    assert not marker_lines((bob / ".stacks" / "MEMORY.md").read_text())
+    boot = world.stm(bob, "boot").out
+    assert "alice: the lexer" not in boot, boot  # the comment is not shown
+    notices = boot_section(boot, "Notices")
+    assert "MEMORY.md ## Status: two clones rewrote it differently" in notices, notices
+    assert "kept under it in the file" in notices, notices
+    assert "alice: the lexer is done" in world.stm(bob, "search", "lexer").out
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+    # The next rewrite of the section moves the kept version to the log.
+    world.stm(bob, "note", "Status", "bob: all done", "--replace", user="bob")
+    assert "alice: the lexer" not in section_text(bob, "Status")
+    assert "> alice: the lexer is done" in log_text(bob), log_text(bob)
+    assert "alice: the lexer is done" in world.stm(bob, "search", "lexer").out
+    assert "two clones rewrote" not in world.stm(bob, "boot").out
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+
+
 # ---- every repair message works when pasted ---------------------------------------------
 
 
@@ -371,12 +411,13 @@ MATRIX_PAIRS = [(op, op) for op in (
 MATRIX_QUICK = {
     ("note-replace", "note-replace"), ("compact", "compact"), ("checkpoint", "checkpoint"),
     ("capture", "capture"), ("archive", "checkpoint"), ("checkpoint", "archive"),
-    ("note", "compact"), ("handoff", "adopt"),
+    ("note", "compact"), ("handoff", "adopt"), ("identity", "identity"),
+    ("fact-same", "fact-same"),
 }  # fmt: skip
 if os.environ.get("STM_TESTS_SCALE") != "full":
     MATRIX_PAIRS = [pair for pair in MATRIX_PAIRS if pair in MATRIX_QUICK]
-# Prose both clones rewrote: `stm sync` settles it; git's merge, with the driver, leaves
-# markers in that section alone for a person (merge.md, "Memory disagreements").
+# Prose both clones rewrote: `stm sync` settles it into the log, git's driver under the
+# newer text (merge.md, "Memory disagreements never block"); boot names it either way.
 PROSE_BOTH = {("note-replace", "note-replace"), ("identity", "identity")}
 MATRIX_WAYS = ("sync-alice-first", "sync-bob-first", "pull-merge", "pull-rebase")
 
@@ -448,8 +489,6 @@ def test_conflict_matrix(world, pair):
     events = session_events(alice) | session_events(bob)
     entries = {e.entry_id for repo in (alice, bob) for _, e in log_entries(repo)}
     for way in MATRIX_WAYS:
-        if pair in PROSE_BOTH and way.startswith("pull"):
-            continue  # markers in one section: test_merge_driver's contract
         a, b = copy_world(world, way)
         for repo in integrate(world, way, a, b):
             assert world.git(repo, "ls-files", "-u").stdout == "", (way, repo)
@@ -462,7 +501,10 @@ def test_conflict_matrix(world, pair):
             assert entries <= {e.entry_id for _, e in log_entries(repo)}, (way, repo)
             left = findings(world.stm(repo, "check", "--json", code=None))
             assert [f for f in left if f["rule"] != "section-over-limit"] == [], (way, left)
-            world.stm(repo, "boot")
+            boot = world.stm(repo, "boot").out
+            if pair in PROSE_BOTH:  # the older token is out of sight, and boot says where
+                assert "two clones rewrote it differently" in boot_section(boot, "Notices")
+                assert sum(token in boot for token in tokens) == 1, (way, boot)
 
 
 # ---- worktrees: each its own current session and hook record ----------------------------
