@@ -13912,6 +13912,20 @@ def note_hook_run(
         write_hook_record(store, record)
 
 
+def hook_own_session(store: Store, payload: dict, client: str) -> str | None:
+    """The active stm session the client session of a SessionStart hook works in (where
+    its captures went, as the local record says), or None. The hook's boot shows it as
+    STM_SESSION would: two agents in one checkout each boot into their own work after a
+    compaction or a resume, whichever wrote last (spec/capture.md)."""
+    session = client_session_id(payload)
+    entry = recorded_session(read_hook_record(store), client, session) if session else None
+    target = (entry or {}).get("to")
+    if not target or not SESSION_ID_RE.fullmatch(target):
+        return None
+    ref = locate_session(store, target)
+    return ref.id if ref is not None and not ref.archived else None
+
+
 def hook_shell_command(root: str) -> str:
     """How the agent behind a hook runs stm from its own shell, anywhere in the project:
     the installed `stm`, else this stm.py by its absolute path (the hook's own form, with
@@ -17800,7 +17814,7 @@ def cmd_capture(args) -> int:
     if event == "SessionEnd" and store is not None and not args.print:
         sync_at_session_end(store, started)  # off unless config says so; never fails
     if args.boot and event in ("SessionStart", "capture") and not args.print:
-        hook_boot(args, store)
+        hook_boot(args, store, payload)
     return EXIT_OK
 
 
@@ -17849,11 +17863,15 @@ def options_nudge(p) -> None:
     options_hook_client(p)
 
 
-def hook_boot(args, store) -> None:
-    """The SessionStart hook's output: boot, its hints in the agent's shell form."""
+def hook_boot(args, store, payload=None) -> None:
+    """The SessionStart hook's output: boot, its hints in the agent's shell form, the
+    starting client session's own stm session first (hook_own_session)."""
     try:
         store = store or store_from_args(args)
         root = os.path.dirname(os.path.abspath(store.stacks))
+        if payload is not None and not store.settings.session:
+            client = payload_client(payload, args.client)
+            store.settings.session = hook_own_session(store, payload, client)
         with with_hint_voice(command=hook_shell_command(root)):
             limits = {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
             _, warnings, _ = boot_memory(store, lambda _, text: sys.stdout.write(text), **limits)

@@ -630,3 +630,57 @@ def test_two_agents_whose_hooks_fire_in_the_same_second_keep_their_own_sessions(
         if isinstance(state.get("captured"), dict):
             captured[state["captured"]["client_session"]] = state["captured"].get("request")
     assert captured == agents, captured  # each capture in its own stm session
+
+
+def test_boot_after_a_compaction_of_one_agent_shows_that_agent_s_work_first(
+    store, run, monkeypatch, tmp_path
+):
+    """Two agents in one checkout (issue 35, item 6): agent Y started first (the
+    checkout's current session is Y's) and wrote last; agent X compacts, and the
+    SessionStart hook's boot (source "compact") shows X's own session and work, not Y's."""
+    ticking = [float(int(clock()))]
+
+    def tick() -> float:
+        ticking[0] += 60
+        return ticking[0]
+
+    monkeypatch.setattr(stm, "utc_now", lambda: ticking[0])
+    x, y = "aaaaaaaa-1111-4000-8000-00000000000a", "bbbbbbbb-2222-4000-8000-00000000000b"
+    asks = {x: "port the lexer to the new grammar", y: "write the user docs for export"}
+    paths = {
+        sid: claude_transcript(tmp_path / f"{sid}.jsonl", sid, store, ask)
+        for sid, ask in asks.items()
+    }
+    for event in ("SessionStart", "Stop"):
+        for sid in (y, x):  # y first: the checkout's current session is y's
+            tick()
+            assert (
+                run(
+                    "capture", "--client", "claude", stdin=hook_body(event, sid, paths[sid], store)
+                ).code
+                == 0
+            )
+    tick()  # y is the last to write
+    assert (
+        run("capture", "--client", "claude", stdin=hook_body("Stop", y, paths[y], store)).code == 0
+    )
+    tick()
+    body = json.loads(hook_body("SessionStart", x, paths[x], store))
+    body["source"] = "compact"
+    booted = run("capture", "--client", "claude", "--boot", stdin=json.dumps(body))
+    assert booted.code == 0, booted
+    out = booted.out
+    held = {}
+    for path in (store / ".state" / "sessions").rglob("state.json"):
+        state = stm.load_json(path.read_text())
+        held[state["captured"]["client_session"]] = state["session_id"]
+    pointer = stm.load_json((store / ".state" / "current-session.json").read_text())
+    assert pointer["active_session"] == held[y], (pointer, held)  # y's is the checkout's
+    workflow = boot_section(out, "Active workflow")
+    assert held[x] in workflow and held[y] not in workflow, out
+    assert asks[x] in out, out
+    assert asks[y] not in out or out.index(asks[x]) < out.index(asks[y]), out
+    # Only that boot: the checkout's pointer, and a person's `stm boot`, are unchanged.
+    again = stm.load_json((store / ".state" / "current-session.json").read_text())
+    assert again["active_session"] == held[y]
+    assert held[y] in boot_section(run("boot").out, "Active workflow")
