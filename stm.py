@@ -5544,6 +5544,23 @@ def git_unmerged(root: str, paths=()) -> list[str] | None:
     return list(dict.fromkeys(found))
 
 
+def remergeable(root: str, path: str) -> bool:
+    """Whether git still lists `path` as unmerged and its attributes name the stm driver
+    (a merge made without the driver): `check --fix` merges it again with the driver,
+    which settles even text both sides rewrote (merge.md), so no person resolves it."""
+    if not git_unmerged(root, [path]):
+        return False
+    attribute = git_output(root, "check-attr", "merge", "--", path)
+    return attribute is not None and attribute.rstrip().endswith(": merge: stm")
+
+
+REMERGE_FIX = (
+    "run `stm check --fix` (it merges the file again with the stm merge driver, which "
+    "settles text both sides rewrote), then `stm check`, which names the git command that "
+    "finishes the merge"
+)
+
+
 def git_continue_command(root: str) -> tuple[str, ...] | None:
     """The command that finishes the merge, rebase, cherry-pick or revert in progress."""
     # Asked of git, not joined to ".git": a worktree's or submodule's git dir is elsewhere.
@@ -7473,12 +7490,17 @@ class BootParts:
         lines = md_has_conflict_markers(text)
         if lines:
             shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
+            fix = fix or self._remerge_fix(path)
             fix = fix or "resolve them (keep what both sides meant), then run `stm check`"
             where = conflict_sections(text, lines) if not text.lstrip().startswith("{") else ""
             self.notices.append(
                 f"{self.store.rel(path)} has unresolved merge conflict markers "
                 f"(lines {shown}{where}): {fix}"
             )
+
+    def _remerge_fix(self, path: str) -> str | None:
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        return REMERGE_FIX if remergeable(root, path) else None
 
     def _workflow(self) -> None:
         """The current session's workflow, else the sessions waiting; a folder that
@@ -9878,6 +9900,13 @@ class SyncRepo:
             )
         return name.strip()
 
+    def unmerged_memory(self) -> list[str]:
+        """The absolute paths of memory files git lists as unmerged."""
+        specs = [f":(top,literal){folder}" for folder in self.memory]
+        listed = self.git.out("ls-files", "-u", "-z", "--full-name", "--", *specs)
+        found = [record.split("\t", 1)[1] for record in listed.split("\0") if "\t" in record]
+        return [os.path.join(self.git.top, *p.split("/")) for p in dict.fromkeys(found)]
+
     def require_no_operation(self) -> None:
         """Refuse in the middle of a merge, rebase, cherry-pick or revert."""
         operations = (
@@ -9891,6 +9920,14 @@ class SyncRepo:
         paths = self.git.out("rev-parse", *asked).split("\n")
         for path, (_, what, finish) in zip(paths, operations):
             if os.path.lexists(os.path.join(self.git.top, path)):
+                memory = self.unmerged_memory()
+                hint = git_finish_hint(self.git.top, memory) if memory else None
+                if hint:  # stopped on memory: check --fix merges it, git's command finishes
+                    raise SyncRefused(
+                        f"{what} is in progress, stopped on memory git merged without the "
+                        "stm merge driver; nothing changed. Merge memory with `stm check "
+                        f"--fix`, finish it with {hint}, then run `stm sync` again"
+                    )
                 raise SyncRefused(
                     f"{what} is in progress; nothing changed. Finish it ({finish}), then run "
                     "`stm sync` again"
@@ -15601,12 +15638,14 @@ class Checker:
         lines = md_has_conflict_markers(text)
         if lines:
             shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
+            root = os.path.dirname(os.path.abspath(self.store.stacks))
             self.report(
                 "conflict-markers",
                 path,
                 f"unresolved merge conflict markers (lines {shown}"
                 f"{conflict_sections(text, lines)}): boot shows it as is, and "
                 "stm will not edit it",
+                fix=REMERGE_FIX if remergeable(root, path) else None,
                 line=lines[0],
             )
 

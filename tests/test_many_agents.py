@@ -2,6 +2,29 @@
 never leave a memory conflict to a person and never lose a line. Real git everywhere:
 sessions that move (archived in one clone, written in the other), prose both sides
 rewrote, repair messages run as pasted, the conflict matrix.
+
+Repair messages about merges, each run as pasted (its commands in order, in the state
+stm left) by the test named, ending in a clean `check` with nothing lost:
+
+- boot's notices: no merge driver in this clone, and unresolved markers in a memory file
+  git still lists as unmerged (test_boot_s_notices_after_a_merge_without_the_driver_run_as_pasted);
+  the current session archived in another clone (its `stm session show` and `stm
+  session new`; the alternative `stm session switch ID` names a placeholder:
+  test_a_pointer_to_a_session_archived_elsewhere_is_cleared_by_boot).
+- check's fixes: `conflict-markers` and `merge-driver`, then `git-unmerged`
+  (test_check_s_finding_on_a_merge_without_the_driver_runs_as_pasted); `session-moved`,
+  then `git-unmerged` (test_a_plain_git_pull_of_a_moved_session_is_joined_by_check_fix);
+  `log-entry` (test_check_fix_separates_log_entries_a_union_merge_interleaved); every
+  fix check names after a `git pull` of each matrix pair (test_conflict_matrix).
+- sync's and commit's refusals in the middle of a merge that stopped on memory
+  (test_a_refusal_in_the_middle_of_a_merge_runs_as_pasted); sync's refusal for the
+  user's own uncommitted files (test_sync_s_advice_about_the_user_s_own_files_never_stashes_memory).
+
+Not commands, so not run: boot's notice that two clones rewrote a section (it names the
+log file and entry, or the comment, where the other version is; the tests read it
+there). Not covered: sync's refusal for unrelated histories (its fix joins two
+histories, a person's choice) and for the user's own code both sides changed (a person
+resolves code).
 """
 
 from __future__ import annotations
@@ -157,6 +180,11 @@ def test_a_pointer_to_a_session_archived_elsewhere_is_cleared_by_boot(world):
     notices = boot_section(boot.out, "Notices")
     assert sid in notices and "to be archived" in notices, notices
     assert f"stm session show {sid}" in notices
+    # As pasted: reading it, then starting another (the alternative names a placeholder).
+    choice = ", or pick one with `stm session switch ID`"
+    assert choice in notices, notices
+    run_advice(world, bob, notices.replace(choice, ""), "bob")
+    assert "was archived" not in world.stm(bob, "boot").out
     assert findings(world.stm(bob, "check", "--strict", "--json")) == []
 
 
@@ -264,6 +292,79 @@ def run_advice(world: World, repo: Path, message: str, user: str) -> list[str]:
             done = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True)
             assert done.returncode == 0, (command, done.stdout, done.stderr)
     return commands
+
+
+def rewrites_pulled_without_the_driver(world: World) -> Path:
+    """alice and bob, clones without the driver, both rewrite ## Status; bob's `git pull`
+    stops on git's own conflict in MEMORY.md. Returns bob's clone."""
+    world.seed()
+    alice, bob = world.clone("alice"), world.clone("bob")
+    world.stm(alice, "note", "Status", "alice: the lexer is done", "--replace", user="alice")
+    world.commit(alice, "alice's status")
+    world.push(alice)
+    world.stm(bob, "note", "Status", "bob: the parser is done", "--replace", user="bob")
+    world.commit(bob, "bob's status")
+    assert world.pull(bob, ok=False).returncode != 0
+    assert world.git(bob, "ls-files", "-u").stdout
+    world.monkeypatch.chdir(bob)
+    return bob
+
+
+def assert_merged_with_nothing_lost(world: World, bob: Path) -> None:
+    """The merge finished, no marker, both texts in memory, check clean, boot says so."""
+    assert world.git(bob, "status", "--porcelain").stdout == ""
+    assert world.git(bob, "ls-files", "-u").stdout == ""
+    memory = (bob / ".stacks" / "MEMORY.md").read_text()
+    assert not marker_lines(memory), memory
+    assert "bob: the parser is done" in memory and "alice: the lexer is done" in memory
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+    notices = boot_section(world.stm(bob, "boot").out, "Notices")
+    assert "MEMORY.md ## Status: two clones rewrote it differently" in notices, notices
+
+
+def notices_of(world: World, repo: Path) -> list[str]:
+    notices = boot_section(world.stm(repo, "boot").out, "Notices")
+    return [line for line in notices.splitlines() if line.startswith("- ")]
+
+
+def test_boot_s_notices_after_a_merge_without_the_driver_run_as_pasted(world):
+    bob = rewrites_pulled_without_the_driver(world)
+    notices = notices_of(world, bob)
+    conflict = [n for n in notices if "unresolved merge conflict markers" in n]
+    driver = [n for n in notices if "no stm merge driver" in n]
+    assert len(conflict) == 1 and len(driver) == 1, notices
+    assert "`stm check --fix`" in conflict[0] and "resolve them" not in conflict[0]
+    for notice in notices:  # in the order boot printed them
+        if "`" in notice:
+            run_advice(world, bob, notice, "bob")
+    # What is left is git's: the command check names, run as pasted.
+    left = findings(world.stm(bob, "check", "--json"))
+    assert [f["rule"] for f in left] == ["git-unmerged"], left
+    pasted(world, bob, left[0]["fix"])
+    assert_merged_with_nothing_lost(world, bob)
+
+
+def test_check_s_finding_on_a_merge_without_the_driver_runs_as_pasted(world):
+    bob = rewrites_pulled_without_the_driver(world)
+    found = findings(world.stm(bob, "check", "--json", code=1))
+    markers = [f for f in found if f["rule"] == "conflict-markers"]
+    assert len(markers) == 1 and markers[0]["fix"].startswith("run `stm check --fix`"), found
+    assert "merge-driver" in [f["rule"] for f in found], found
+    for finding in found:  # every fix, in the order check listed them
+        run_advice(world, bob, finding["fix"], "bob")
+    left = findings(world.stm(bob, "check", "--json"))
+    assert [f["rule"] for f in left] == ["git-unmerged"], left
+    pasted(world, bob, left[0]["fix"])
+    assert_merged_with_nothing_lost(world, bob)
+
+
+@pytest.mark.parametrize("verb", ["sync", "commit"])
+def test_a_refusal_in_the_middle_of_a_merge_runs_as_pasted(world, verb):
+    bob = rewrites_pulled_without_the_driver(world)
+    refused = world.stm(bob, verb, code=1)
+    assert "`stm check --fix`" in refused.err, refused
+    run_advice(world, bob, refused.err, "bob")
+    assert_merged_with_nothing_lost(world, bob)
 
 
 def test_sync_s_advice_about_the_user_s_own_files_never_stashes_memory(world):
