@@ -91,6 +91,23 @@ search_memory(store, "parser") (a generator of matches), boot_memory(store,
 max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
 fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
 Failures raise StmError (.code, .line()).
+
+Recipes:
+
+A new MCP tool. One room, the MCP server section: write `mcp_tool_<name>(store, args)`,
+returning (text, structuredContent or None), and put its row on it with `@mcp_tool(name,
+description, required=..., optional=..., output=..., flags=...)`; tools/list lists the
+tools in the order they are declared, so declare a new one after the last. Name it after
+its command, words joined by `_` (`session switch` -> `session_switch`), each argument
+after its flag, dashes as `_` (`--dry-run` -> `dry_run`), and the command's positional
+words as its required arguments in order: that is how a hint naming `stm session switch
+ID` becomes a call of the tool (spec/mcp.md); `flags=` only for a flag whose argument
+has another name (`--clear-pending` -> `pending: []`), the one place hints learn it.
+MCP_INSTRUCTIONS names only the tools every session should call; leave it alone
+otherwise. Then give it a row in spec/mcp.md's table of tools and a test in
+tests/test_mcp.py that calls it through tests/mcp_client.py:
+test_the_spec_tool_table_matches_the_registry and
+test_every_registered_tool_is_called_by_a_server_test fail until both are there.
 """
 
 from __future__ import annotations
@@ -749,17 +766,23 @@ def command_name() -> str:
 # started (command_name); an agent behind a hook runs it from its own shell, not the
 # hook's (`command`); an MCP client calls tools (`tools`: name -> (its arguments as
 # name -> JSON type, the required ones in order)) and passes arguments, not flags
-# (`arguments`: name -> JSON type, those of the tool it called). A front end sets the
-# voice for the length of its work (with_hint_voice), so operations never need to know
-# who asked: they name the command and its flags, and the voice words them for the reader.
-_HINT_VOICE: dict = {"command": None, "tools": {}, "arguments": None}
+# (`arguments`: name -> JSON type, those of the tool it called; `flags`: flag -> its
+# words, for that tool's flags whose argument is not the flag's own name). A front end
+# sets the voice for the length of its work (with_hint_voice), so operations never need
+# to know who asked: they name the command and its flags, and the voice words them for
+# the reader. The rewording lives here, below the errors and warnings that use it, but
+# what a tool calls its arguments is the MCP server's to say: it declares them beside
+# each tool and passes them in through the voice (spec/mcp.md states the naming rule).
+_HINT_VOICE: dict = {"command": None, "tools": {}, "arguments": None, "flags": {}}
 
 
 @contextlib.contextmanager
-def with_hint_voice(*, command: str | None = None, tools=None, arguments: dict | None = None):
+def with_hint_voice(
+    *, command: str | None = None, tools=None, arguments: dict | None = None, flags=None
+):
     saved = dict(_HINT_VOICE)
     tools = tools if isinstance(tools, dict) else dict.fromkeys(tools or (), ({}, []))
-    _HINT_VOICE.update(command=command, tools=tools, arguments=arguments)
+    _HINT_VOICE.update(command=command, tools=tools, arguments=arguments, flags=flags or {})
     try:
         yield
     finally:
@@ -768,8 +791,6 @@ def with_hint_voice(*, command: str | None = None, tools=None, arguments: dict |
 
 _HINT_RE = LazyRegex(r"`stm ([^`]*)`")
 _FLAG_RE = LazyRegex(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)\b(?!-)")
-# Flags whose tool argument is not their own name.
-_FLAG_ARGUMENTS = {"clear-pending": ("pending", "`pending: []`")}
 
 
 def tool_hint(match, tools: dict) -> str:
@@ -821,9 +842,8 @@ def flag_words(flag: str) -> str | None:
     if arguments is None:
         return flag
     name = flag.lstrip("-")
-    if name in _FLAG_ARGUMENTS:
-        argument, words = _FLAG_ARGUMENTS[name]
-        return words if argument in arguments else None
+    if name in _HINT_VOICE["flags"]:
+        return _HINT_VOICE["flags"][name]
     argument = name.replace("-", "_")
     if argument not in arguments:
         return None
@@ -18524,6 +18544,89 @@ _STR = {"type": "string"}
 _INT = {"type": "integer", "minimum": 1}
 _BOOL = {"type": "boolean"}
 _STRS = {"type": "array", "items": {"type": "string"}}
+
+
+class McpTool:
+    """One MCP tool: its name, description, required and optional arguments (name ->
+    JSON schema), the `mcp_tool_<name>` that runs it, its output schema (or None), and
+    its flags whose argument is not the flag's own name (flag -> how hints word it)."""
+
+    __slots__ = ("name", "description", "required", "optional", "handler", "output", "flags")
+
+    def __init__(self, name, description, required, optional, handler, output, flags) -> None:
+        self.name, self.description, self.handler = name, description, handler
+        self.required, self.optional, self.output = required, optional, output
+        self.flags = flags
+
+
+# The registry: each `@mcp_tool` row sits on its handler, and tools/list lists them in
+# the order they are defined here (clients and spec/mcp.md's table depend on it).
+MCP_TOOLS: list[McpTool] = []
+MCP_TOOL_BY_NAME: dict[str, McpTool] = {}
+# How hints name each tool's arguments (with_hint_voice): name -> (argument -> JSON type,
+# the required ones in order).
+MCP_TOOL_ARGUMENTS: dict[str, tuple[dict, list]] = {}
+
+
+def mcp_tool(name, description, *, required=None, optional=None, output=None, flags=None):
+    """Register the function below as the MCP tool `name` (spec/mcp.md): `required` and
+    `optional` map each argument to its JSON schema, `output` is the output schema of its
+    structuredContent (or None), `flags` maps a CLI flag of the same command whose
+    argument is not its own name to how hints word it (`clear-pending` -> `pending: []`).
+    The handler takes (store, arguments) and returns (text, structuredContent or None)."""
+
+    def register(handler):
+        if name in MCP_TOOL_BY_NAME:
+            raise ValueError(f"MCP tool {name!r} is registered twice")
+        required_, optional_ = required or {}, optional or {}
+        tool = McpTool(name, description, required_, optional_, handler, output, flags or {})
+        MCP_TOOLS.append(tool)
+        MCP_TOOL_BY_NAME[name] = tool
+        kinds = {key: schema["type"] for key, schema in {**required_, **optional_}.items()}
+        MCP_TOOL_ARGUMENTS[name] = (kinds, list(required_))
+        return handler
+
+    return register
+
+
+@mcp_tool(
+    "boot",
+    "The project memory to start from: identity, workflow, session memory, refs index.",
+    optional={"max_tokens": _INT, "max_chars": _INT},
+)
+def mcp_tool_boot(store: Store, args: dict):
+    limits = {"max_tokens": args.get("max_tokens"), "max_chars": args.get("max_chars")}
+    text, _, _ = boot_memory(store, **limits)
+    return text, None
+
+
+@mcp_tool("log", "Append an entry to today's log.", required={"text": _STR})
+def mcp_tool_log(store: Store, args: dict):
+    # The CLI's text passes through read_free_text: a tool's gets the same normalising.
+    entry = append_log(store, normalise_message(args["text"]))
+    return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
+
+
+@mcp_tool(
+    "note",
+    "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
+    required={"section": _STR, "text": _STR},
+    optional={"replace": _BOOL, "create": _BOOL},
+)
+def mcp_tool_note(store: Store, args: dict):
+    try:
+        result = write_memory_note(
+            store,
+            args["section"],
+            normalise_message(args["text"]),
+            replace=args.get("replace", False),
+            create=args.get("create", False),
+        )
+    except SectionMissing as missing:
+        raise usage_error(missing.wording("call `note` again with `create: true`")) from None
+    return note_report(result, result["path"]), result
+
+
 MCP_SEARCH_OUTPUT = {
     "type": "object",
     "properties": {
@@ -18547,32 +18650,19 @@ MCP_SEARCH_OUTPUT = {
 }
 
 
-def mcp_tool_boot(store: Store, args: dict):
-    limits = {"max_tokens": args.get("max_tokens"), "max_chars": args.get("max_chars")}
-    text, _, _ = boot_memory(store, **limits)
-    return text, None
-
-
-def mcp_tool_log(store: Store, args: dict):
-    # The CLI's text passes through read_free_text: a tool's gets the same normalising.
-    entry = append_log(store, normalise_message(args["text"]))
-    return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
-
-
-def mcp_tool_note(store: Store, args: dict):
-    try:
-        result = write_memory_note(
-            store,
-            args["section"],
-            normalise_message(args["text"]),
-            replace=args.get("replace", False),
-            create=args.get("create", False),
-        )
-    except SectionMissing as missing:
-        raise usage_error(missing.wording("call `note` again with `create: true`")) from None
-    return note_report(result, result["path"]), result
-
-
+@mcp_tool(
+    "search",
+    "Search memory, newest logs first.",
+    required={"query": _STR},
+    optional={
+        "layer": {"type": "string", "enum": list(search_layers())},
+        "since": _STR,
+        "regex": _BOOL,
+        "rank": _BOOL,
+        "limit": _INT,
+    },
+    output=MCP_SEARCH_OUTPUT,
+)
 def mcp_tool_search(store: Store, args: dict):
     limit = args.get("limit", 50)
     if args.get("rank") and args.get("regex"):
@@ -18600,27 +18690,55 @@ def mcp_search_result(matches: list, *, truncated: bool):
     return text, {"matches": matches, "truncated": truncated}
 
 
+@mcp_tool("status", "Sizes, staleness, sessions and warnings.")
 def mcp_tool_status(store: Store, args: dict):
     status = gather_status(store)
     lines = [f"verdict: {status['verdict']}", *(f"warning: {w}" for w in status["warnings"])]
     return "\n".join(lines), status
 
 
+@mcp_tool("read_ref", "Read one file under .stacks/refs/ (e.g. guide.md).", required={"path": _STR})
 def mcp_tool_read_ref(store: Store, args: dict):
     path = ref_path(store, args["path"])
     return read_text(path), None
 
 
+@mcp_tool(
+    "session_new",
+    "Start a workflow session and make it current.",
+    required={"name": _STR},
+    optional={"phases": _STRS},
+)
 def mcp_tool_session_new(store: Store, args: dict):
     ref, state = new_session(store, name=args["name"], phases=args.get("phases"))
     return f"session {ref.id} started and current", session_summary(store, ref, state, True)
 
 
+@mcp_tool(
+    "session_phase",
+    "Move a session to another phase.",
+    required={"phase": _STR},
+    optional={"session": _STR},
+)
 def mcp_tool_session_phase(store: Store, args: dict):
     ref, state, changed = set_phase(store, args["phase"], session=args.get("session"))
     return mcp_update_result(store, ref, state, changed, f"phase {args['phase']}")
 
 
+@mcp_tool(
+    "session_checkpoint",
+    "Record progress so another agent can resume.",
+    optional={
+        "done": _STR,
+        "pending": _STRS,
+        "resume": _STR,
+        "note": _STR,
+        "interrupted": _BOOL,
+        "finish": _BOOL,
+        "session": _STR,
+    },
+    flags={"clear-pending": "`pending: []`"},
+)
 def mcp_tool_session_checkpoint(store: Store, args: dict):
     pending = args.get("pending")
     ref, state, changed, warnings = checkpoint_session(
@@ -18638,12 +18756,46 @@ def mcp_tool_session_checkpoint(store: Store, args: dict):
     return "\n".join([text, *(f"warning: {as_invoked(w)}" for w in warnings)]), summary
 
 
+# The fact tools, after the nine every client relies on.
+
+
+@mcp_tool(
+    "fact_set",
+    "Set a fact (refs/facts.md); the old value stays in its history.",
+    required={"key": _STR, "value": _STR},
+    optional={"why": _STR},
+)
+def mcp_tool_fact_set(store: Store, args: dict):
+    result = set_fact(store, args["key"], args["value"], why=args.get("why"))
+    said = "set" if result["changed"] else "already set (nothing changed)"
+    return f"{result['key']} = {result['value']}: {said}", result
+
+
+@mcp_tool("fact_get", "Read a fact's current value and history.", required={"key": _STR})
+def mcp_tool_fact_get(store: Store, args: dict):
+    fact = get_fact(store, args["key"])
+    return fact.current, fact.as_dict(with_history=True)
+
+
+# What resuming needs without a shell: adopt, archive, hand off.
+
+
+@mcp_tool(
+    "session_switch",
+    "Make a session this checkout's current one (adopt it).",
+    required={"session": _STR},
+)
 def mcp_tool_session_switch(store: Store, args: dict):
     ref = switch_session(store, args["session"])
     state = load_state(ref)
     return f"{ref.id} is now this checkout's session", session_summary(store, ref, state, True)
 
 
+@mcp_tool(
+    "session_archive",
+    "Archive a session (stale: every one untouched for 14 days).",
+    optional={"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
+)
 def mcp_tool_session_archive(store: Store, args: dict):
     if args.get("stale"):
         if args.get("session"):
@@ -18660,6 +18812,12 @@ def mcp_tool_session_archive(store: Store, args: dict):
     return f"{ref.id}: {said}", session_summary(store, ref, state, False)
 
 
+@mcp_tool(
+    "compose_handoff",
+    "Hand a task over: a session from a handoff object (spec/handoff.md).",
+    required={"handoff": {"type": "object"}},
+    optional={"no_switch": _BOOL},
+)
 def mcp_tool_compose_handoff(store: Store, args: dict):
     handoff = args["handoff"]
     # The argument arrives parsed: written back as the bytes a handoff file would hold,
@@ -18682,160 +18840,6 @@ def mcp_update_result(store, ref, state, changed: bool, what: str):
     summary["changed"] = changed
     said = what if changed else f"{what}; nothing changed"
     return f"{ref.id}: {said} (version {state['version']})", summary
-
-
-class McpTool:
-    """One MCP tool: its name, description, required and optional arguments (name ->
-    JSON schema), the `mcp_tool_<name>` that runs it, and its output schema (or None)."""
-
-    __slots__ = ("name", "description", "required", "optional", "handler", "output")
-
-    def __init__(self, name, description, required, optional, handler, output) -> None:
-        self.name, self.description, self.handler = name, description, handler
-        self.required, self.optional, self.output = required, optional, output
-
-
-MCP_TOOLS = (
-    McpTool(
-        "boot",
-        "The project memory to start from: identity, workflow, session memory, refs index.",
-        {},
-        {"max_tokens": _INT, "max_chars": _INT},
-        mcp_tool_boot,
-        None,
-    ),
-    McpTool("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
-    McpTool(
-        "note",
-        "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
-        {"section": _STR, "text": _STR},
-        {"replace": _BOOL, "create": _BOOL},
-        mcp_tool_note,
-        None,
-    ),
-    McpTool(
-        "search",
-        "Search memory, newest logs first.",
-        {"query": _STR},
-        {
-            "layer": {"type": "string", "enum": list(search_layers())},
-            "since": _STR,
-            "regex": _BOOL,
-            "rank": _BOOL,
-            "limit": _INT,
-        },
-        mcp_tool_search,
-        MCP_SEARCH_OUTPUT,
-    ),
-    McpTool("status", "Sizes, staleness, sessions and warnings.", {}, {}, mcp_tool_status, None),
-    McpTool(
-        "read_ref",
-        "Read one file under .stacks/refs/ (e.g. guide.md).",
-        {"path": _STR},
-        {},
-        mcp_tool_read_ref,
-        None,
-    ),
-    McpTool(
-        "session_new",
-        "Start a workflow session and make it current.",
-        {"name": _STR},
-        {"phases": _STRS},
-        mcp_tool_session_new,
-        None,
-    ),
-    McpTool(
-        "session_phase",
-        "Move a session to another phase.",
-        {"phase": _STR},
-        {"session": _STR},
-        mcp_tool_session_phase,
-        None,
-    ),
-    McpTool(
-        "session_checkpoint",
-        "Record progress so another agent can resume.",
-        {},
-        {
-            "done": _STR,
-            "pending": _STRS,
-            "resume": _STR,
-            "note": _STR,
-            "interrupted": _BOOL,
-            "finish": _BOOL,
-            "session": _STR,
-        },
-        mcp_tool_session_checkpoint,
-        None,
-    ),
-)
-
-
-def mcp_fact_set(store: Store, args: dict):
-    result = set_fact(store, args["key"], args["value"], why=args.get("why"))
-    said = "set" if result["changed"] else "already set (nothing changed)"
-    return f"{result['key']} = {result['value']}: {said}", result
-
-
-def mcp_fact_get(store: Store, args: dict):
-    fact = get_fact(store, args["key"])
-    return fact.current, fact.as_dict(with_history=True)
-
-
-MCP_TOOLS += (  # the fact tools, after the nine every client relies on
-    McpTool(
-        "fact_set",
-        "Set a fact (refs/facts.md); the old value stays in its history.",
-        {"key": _STR, "value": _STR},
-        {"why": _STR},
-        mcp_fact_set,
-        None,
-    ),
-    McpTool(
-        "fact_get",
-        "Read a fact's current value and history.",
-        {"key": _STR},
-        {},
-        mcp_fact_get,
-        None,
-    ),
-)
-MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
-    McpTool(
-        "session_switch",
-        "Make a session this checkout's current one (adopt it).",
-        {"session": _STR},
-        {},
-        mcp_tool_session_switch,
-        None,
-    ),
-    McpTool(
-        "session_archive",
-        "Archive a session (stale: every one untouched for 14 days).",
-        {},
-        {"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
-        mcp_tool_session_archive,
-        None,
-    ),
-    McpTool(
-        "compose_handoff",
-        "Hand a task over: a session from a handoff object (spec/handoff.md).",
-        {"handoff": {"type": "object"}},
-        {"no_switch": _BOOL},
-        mcp_tool_compose_handoff,
-        None,
-    ),
-)
-MCP_TOOL_BY_NAME = {tool.name: tool for tool in MCP_TOOLS}
-# How hints name each tool's arguments (with_hint_voice): name -> (argument -> JSON type,
-# the required ones in order).
-MCP_TOOL_ARGUMENTS = {
-    tool.name: (
-        {k: v["type"] for k, v in {**tool.required, **tool.optional}.items()},
-        list(tool.required),
-    )
-    for tool in MCP_TOOLS
-}
 
 
 def mcp_tool_list() -> list[dict]:
@@ -19088,6 +19092,7 @@ class McpServer:
         # The operation names its flags; the voice words them as this tool's arguments.
         arguments_voice = {"command": "stm", "tools": MCP_TOOL_ARGUMENTS}
         arguments_voice["arguments"] = MCP_TOOL_ARGUMENTS[name][0]
+        arguments_voice["flags"] = MCP_TOOL_BY_NAME[name].flags
         voice = with_hint_voice(**arguments_voice)
         try:
             with voice:
