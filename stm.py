@@ -11039,7 +11039,13 @@ MERGE_MARKER_MAX = 100
 
 
 def merge_file(
-    base_path: str, ours_path: str, theirs_path: str, *, marker_size: int = 7, label=None
+    base_path: str,
+    ours_path: str,
+    theirs_path: str,
+    *,
+    marker_size: int = 7,
+    label=None,
+    warnings: list | None = None,
 ) -> bool:
     """The `merge-file` operation: merge three versions of an stm Markdown file and write
     the result over OURS atomically (git's merge-driver contract). Returns True when
@@ -11066,16 +11072,20 @@ def merge_file(
         merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
         if not clean and label and label.endswith(".md"):
             # git merging memory (its %P given): a disagreement never blocks.
-            merged, clean = driver_settled(texts, label), True
+            merged, said = driver_settled(texts, label)
+            clean = True
+            if warnings is not None:
+                warnings.append(said)
     atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
     return clean
 
 
-def driver_settled(texts: list[str], label: str) -> str:
+def driver_settled(texts: list[str], label: str) -> tuple[str, str]:
     """A memory file both sides rewrote in the same place, settled as git's driver
     (merge.md, "Through plain git"): the newer side by the rule sync uses (the later
     `## Last Updated`, else the later commit that wrote each side's version, else the
-    content), the older side's text kept under the mark in a comment, with who and when."""
+    content), the older side's text kept under the mark in a comment, with who and when.
+    Returns the text and a line saying which sections were settled."""
     changes = [version_change(label, text) for text in texts[1:]]
     keys = [
         (memory_stamp(text) or 0.0, change[1], text) for text, change in zip(texts[1:], changes)
@@ -11092,12 +11102,11 @@ def driver_settled(texts: list[str], label: str) -> str:
         lambda section, older: kept_comment(entry_id, section, older, written),
     )
     sections = ", ".join(dict.fromkeys(f"## {section}" for section, _ in settled))
-    print(
-        f"stm: {label} {sections}: both sides rewrote it; the newer version stands, the other "
-        "is kept under it in a comment (`stm boot` says where)",
-        file=sys.stderr,
+    said = (
+        f"{label} {sections}: both sides rewrote it; the newer version stands, the other is "
+        "kept under it in a comment (`stm boot` says where)"
     )
-    return merged
+    return merged, said
 
 
 def version_change(path: str, text: str) -> tuple[str, float]:
@@ -18292,9 +18301,13 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
 
 
 def cmd_merge_file(args) -> int:
+    said: list[str] = []
     clean = merge_file(
-        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path
-    )
+        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path,
+        warnings=said,
+    )  # fmt: skip
+    for line in said:
+        print(f"stm: {line}", file=sys.stderr)
     if not clean:
         where = args.path or args.ours
         print(f"stm: conflict in {where}: markers written where both sides differ", file=sys.stderr)
