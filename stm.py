@@ -58,7 +58,7 @@ holds this):
     Store locations            Store, open_store
     Formats: Markdown layers   the one Markdown model (MdDoc), refs, log entries
     Formats: fact blocks       read_fact, render_fact_body, the refs index entry
-    Formats: sessions          ids, state.json and its validation, history.jsonl
+    Formats: sessions          ids, state.json, its validation, history.jsonl, CAPTURE_FIELDS
     Formats: handoffs
     Formats: transcripts       read_transcript, find_project_transcript, git_state, redact
     Formats: three-way merge   merge_markdown (the git merge driver's core)
@@ -108,6 +108,18 @@ otherwise. Then give it a row in spec/mcp.md's table of tools and a test in
 tests/test_mcp.py that calls it through tests/mcp_client.py:
 test_the_spec_tool_table_matches_the_registry and
 test_every_registered_tool_is_called_by_a_server_test fail until both are there.
+
+A new capture field (what `stm capture` keeps of a transcript or of git). One room, the
+table CAPTURE_FIELDS (Formats: sessions): a row with its name, kind, source, the
+characters kept (cut once, when read) and shown, the items kept, how boot and the log
+show it (style and label, in the table's order), whether it is volatile and whether it
+is work. The row gives Transcript its slot, state.json its validation, captured_record
+its key, emptiness, volatility and the one renderer (capture_body_lines) its line. What
+the row cannot say is how to read it: set it in TranscriptReader.finish (a
+transcript's), cut at CAPTURE_LIMITS[name]. Then name it in spec/capture.md and
+spec/state-layout.md, which tests/test_architecture.py holds to the table; its
+test_a_new_capture_field_is_one_row adds one, row and reading line, and follows it to
+boot and the log.
 """
 
 from __future__ import annotations
@@ -3903,30 +3915,109 @@ def check_phase_name(phase: str, flag: str) -> str:
     return phase
 
 
+class Record:
+    """A record with named fields, given by keyword and compared by value: a NamedTuple
+    without `typing`, which costs every boot a millisecond."""
+
+    __slots__ = ()
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.pop(name))
+        if fields:
+            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(fields)}")
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.as_dict() == self.as_dict()
+
+    __hash__ = None  # the fields hold lists
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
+        return f"{type(self).__name__}({fields})"
+
+
+class CaptureField(Record):
+    """One field of what `stm capture` keeps (a row of CAPTURE_FIELDS)."""
+
+    __slots__ = (
+        "name",  # its key in state.json's "captured"; a Transcript slot when read from one
+        "kind",  # what state.json must hold there, as in STATE_OPTIONAL_FIELDS
+        "source",  # "transcript" (read_transcript), "git" (git_state) or "hook" (capture's own)
+        "limit",  # characters of each text, cut once, when read: what a capture stores
+        "show",  # characters of each stored text boot and the log show (0: `limit`); a
+        # stored text stm did not write (a hand edit) is cut there too
+        "count",  # a list's items a capture keeps (0: a single value, or as read)
+        "shown",  # how boot and the log show it: "asked", "plan", "paths", "code", "quoted",
+        # "flag", or "" (not a line of its own); lines come in the table's order
+        "label",  # the words before it on its line
+        "volatile",  # changes every turn without saying anything new (CAPTURE_VOLATILE)
+        "work",  # read from a transcript, it is work to capture (capture_is_empty)
+    )
+
+    @property
+    def shows(self) -> int:
+        """The characters boot and the log show of each stored text."""
+        return self.show or self.limit
+
+
+def capture_field(
+    name, kind, source, limit=0, count=0, shown="", label="", *, show=0, volatile=False, work=False
+) -> CaptureField:
+    """A row of CAPTURE_FIELDS, its usual columns by position."""
+    row = {"limit": limit, "show": show, "count": count, "shown": shown, "label": label}
+    return CaptureField(name=name, kind=kind, source=source, volatile=volatile, work=work, **row)
+
+
+CAPTURE_INTERRUPTED = "Interrupted: the person stopped the last turn before it finished"
 # What `stm capture` keeps in state.json's "captured": read from an agent client's
 # transcript and from git, beside the agent's own checkpoint and never over it
-# (spec/capture.md). Kinds as in STATE_OPTIONAL_FIELDS (Check).
-CAPTURED_FIELDS = {
-    "at": "stamp",
-    "agent_at": "str",
-    "client": "str",
-    "client_session": "str",
-    "event": "str",
-    "ended_at": "str",
-    "request": "str",
-    "requests": "strs",
-    "requests_omitted": "count",
-    "question": "str",
-    "interrupted": "bool",
-    "plan": "plan",
-    "files": "strs",
-    "failures": "strs",
-    "last_message": "str",
-    "branch": "str",
-    "head": "str",
-    "position": "str",
-    "logged": "str",
-}
+# (spec/capture.md). Each field is declared here once, and the rest follows its row: the
+# reader (Transcript's slots, the limit each text is cut at, once), the stored record
+# (captured_record), emptiness, volatility, state.json's validation (CAPTURED_FIELDS),
+# and the one renderer boot and the log share (capture_body_lines), in this order. A
+# new field: the opening docstring's "Recipes".
+# fmt: off
+CAPTURE_FIELDS = (
+    # name, kind, source; limit, count, shown, label; show, volatile, work (CaptureField)
+    capture_field("at", "stamp", "hook", volatile=True),
+    capture_field("agent_at", "str", "hook", volatile=True),
+    capture_field("client", "str", "hook"),
+    capture_field("client_session", "str", "hook"),
+    capture_field("event", "str", "hook"),
+    capture_field("ended_at", "str", "transcript", volatile=True),
+    # The person's words, shown together (capture_request_lines): each earlier message
+    # kept, oldest first, the count of those left out, the newest, a question left open.
+    # The newest and the question are kept longer than shown: recall weighs their words.
+    capture_field("request", "str", "transcript", 500, 0, "asked", "Asked last",
+                  show=400, work=True),
+    capture_field("requests", "strs", "transcript", 300, 0, "asked", "Asked"),
+    capture_field("requests_omitted", "count", "transcript", 0, 0, "asked"),
+    capture_field("question", "str", "transcript", 500, 0, "asked",
+                  "Waiting for the person's answer", show=300, work=True),
+    capture_field("plan", "plan", "transcript", 160, 12, "plan", "Plan", work=True),
+    capture_field("files", "strs", "transcript", 160, 10, "paths", "Touched", work=True),
+    # Shown up to 260: a command (80) and its error (170) as one line.
+    capture_field("failures", "strs", "transcript", 160, 3, "code", "Failed",
+                  show=260, work=True),
+    capture_field("last_message", "str", "transcript", 300, 0, "quoted", "Last message",
+                  volatile=True, work=True),
+    capture_field("interrupted", "bool", "transcript", 0, 0, "flag", CAPTURE_INTERRUPTED),
+    capture_field("branch", "str", "git"),
+    capture_field("head", "str", "git", volatile=True),
+    capture_field("position", "str", "transcript", volatile=True),
+    capture_field("logged", "str", "hook", volatile=True),
+)
+# fmt: on
+CAPTURE_LIMITS = {field.name: field.limit for field in CAPTURE_FIELDS}
+# A failure is its command and its error's line, each cut on its own when read, so a
+# long command (a heredoc commit) leaves room for the error, which the next agent needs.
+FAILURE_COMMAND_CHARS, FAILURE_ERROR_CHARS = 80, 170
+# Kinds as in STATE_OPTIONAL_FIELDS (Check).
+CAPTURED_FIELDS = {field.name: field.kind for field in CAPTURE_FIELDS}
 
 
 def one_line(value, limit: int = 300) -> str:
@@ -4313,17 +4404,17 @@ TRANSCRIPT_LINE_MAX_BYTES = 1024 * 1024  # a longer line is skipped unparsed
 TRANSCRIPT_PROBE_BYTES = 64 * 1024  # find_project_transcript reads this much at each end
 TRANSCRIPT_SCAN_MAX = 5000  # folder entries find_project_transcript considers
 TRANSCRIPT_CANDIDATES = 50  # of which it probes the newest this many
-REQUEST_MAX_CHARS = 500
 # The person's messages a read keeps, oldest first: the first few (the task is usually
 # set there) and the newest (what they said last); the ones between are counted.
 REQUESTS_FIRST, REQUESTS_LAST = 2, 5
 TRANSCRIPT_HEAD_BYTES = 256 * 1024  # of capture's window, read at a longer file's start
-MESSAGE_MAX_CHARS = 300
-PLAN_ITEM_MAX_CHARS = 200
+# A read follows more than a capture keeps (CAPTURE_FIELDS' counts): the plan items, the
+# files and the failures a read hands out; texts are cut at CAPTURE_FIELDS' limits.
 PLAN_MAX_ITEMS = 50
 FILES_MAX = 20
-FILE_MAX_CHARS = 300
 FAILURES_MAX = 5
+FILE_MAX_CHARS = 300  # a path or folder from git or a transcript that is no capture field
+PLAN_ITEM_MAX_CHARS = 200  # a plan step `stm nudge` keeps
 FAILURES_TRACKED = 50  # failures a read follows, so a later success can clear them
 COMMAND_MAX_CHARS = 200
 ID_MAX_CHARS = 200
@@ -4390,52 +4481,27 @@ PLAN_STEP_RE = LazyRegex(r"^(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[([ xX])\][ \t]+)?(\S
 PLAN_HEADING_RE = LazyRegex(r"^#{2,6}[ \t]+(\S[^\n]*)", re.M)
 
 
-class Record:
-    """A record with named fields, given by keyword and compared by value: a NamedTuple
-    without `typing`, which costs every boot a millisecond."""
-
-    __slots__ = ()
-
-    def __init__(self, **fields):
-        for name in self.__slots__:
-            setattr(self, name, fields.pop(name))
-        if fields:
-            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(fields)}")
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other.as_dict() == self.as_dict()
-
-    __hash__ = None  # the fields hold lists
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
-        return f"{type(self).__name__}({fields})"
-
-
 class Transcript(Record):
     """What one session did, as far as its transcript's tail tells. Every string is
-    redacted, one line and bounded; `plan` holds (text, status) pairs in list order,
-    `failures` (command, first line of the error) pairs, oldest first."""
+    redacted, one line and bounded. The reader's own slots: `client` ("claude", "codex",
+    or "" when no line was recognised), `session_id`, `cwd`, `compacted` (whether the
+    client compacted the conversation in the window); then a slot for each row of
+    CAPTURE_FIELDS read from a transcript, each text cut at its row's limit: `request`
+    (the person's last message), `requests` (their messages, oldest first: the first few
+    and the newest), `requests_omitted` (how many between were left out; -1: not known),
+    `question` (an AskUserQuestion still waiting for an answer), `plan` ((text, status)
+    pairs in list order), `files` (written or edited, relative to cwd when inside it,
+    newest last), `failures` ((command, first line of the error) pairs, oldest first),
+    `last_message` (the agent's last text), `interrupted` (the person stopped the last
+    turn before it finished), `position` ("size:last entry id": the same value means the
+    same transcript), `ended_at` (the last entry's time, YYYY-MM-DDTHH:MM:SSZ)."""
 
     __slots__ = (
-        "client",  # "claude", "codex", or "" when no line was recognised
+        "client",
         "session_id",
         "cwd",
-        "plan",  # [(text, "pending" | "in_progress" | "completed")]
-        "request",  # the person's last message
-        "requests",  # the person's messages, oldest first: the first few and the newest
-        "requests_omitted",  # how many messages between those were left out (-1: not known)
-        "question",  # an AskUserQuestion still waiting for the person's answer
-        "last_message",  # the agent's last text
-        "files",  # written or edited, relative to cwd when inside it, newest last
-        "failures",  # [(command, error)]
-        "position",  # "size:last entry id": the same value means the same transcript
-        "ended_at",  # the last entry's time, YYYY-MM-DDTHH:MM:SSZ
-        "compacted",  # whether the client compacted the conversation in the window
-        "interrupted",  # whether the person stopped the last turn before it finished
+        "compacted",
+        *(field.name for field in CAPTURE_FIELDS if field.source == "transcript"),
     )
 
 
@@ -4468,12 +4534,13 @@ def redact(text: str) -> str:
     return "".join(pieces) + text[done:] if pieces else text
 
 
-def safe_line(value, limit: int) -> str:
+def safe_line(value, limit: int, *, item: bool = False) -> str:
     """Text from a transcript (or git) made fit to store and show on one line: redacted,
     control and reordering characters gone, whitespace runs one space, at most `limit`
     characters. Redaction comes before the cut, so a token cut in half is still found;
     the last word of a longer text's window becomes "...": a token cut there would no
-    longer be recognised.
+    longer be recognised. An `item` of a captured list keeps a space cut before its
+    "..." (as captures always stored them: see CAPTURE_FIELDS).
 
     >>> safe_line("run\\x1b[2J  it\\n\\tnow " + "x" * 50, 12)
     'run [2J i...'
@@ -4487,7 +4554,9 @@ def safe_line(value, limit: int) -> str:
         words = text.rsplit(None, 1)
         text = (words[0] if len(words) == 2 else "") + " ..."
     text = " ".join(UNSHOWN_RE.sub(" ", text).split())
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+    if len(text) <= limit:
+        return text
+    return (text[: limit - 3] if item else text[: limit - 3].rstrip()) + "..."
 
 
 def read_span(fd: int, offset: int, count: int) -> bytes:
@@ -5077,7 +5146,7 @@ class TranscriptReader:
             items = plan_steps(self.approved_plan)
         plan = []
         for text, status in items:
-            line = safe_line(text, PLAN_ITEM_MAX_CHARS)
+            line = safe_line(text, CAPTURE_LIMITS["plan"], item=True)
             if line:
                 plan.append((line, status if status in PLAN_STATUSES else "pending"))
         return plan[:PLAN_MAX_ITEMS]
@@ -5091,21 +5160,27 @@ class TranscriptReader:
         # One file named two ways (a snapshot's relative path, an edit's absolute): once,
         # where it was last.
         files = list(reversed(dict.fromkeys(reversed(files))))
-        requests = [safe_line(text, REQUEST_MAX_CHARS) for text in self.requests]
+        # Each text cut once, at its field's limit (CAPTURE_FIELDS): what a capture stores.
+        limit = CAPTURE_LIMITS
+        requests = [safe_line(text, limit["requests"], item=True) for text in self.requests]
+        files = [safe_line(path, limit["files"], item=True) for path in files]
         questions = [q for q in self.asking.values() if q]
         return Transcript(
             client=self.client,
             session_id=safe_line(self.session_id, ID_MAX_CHARS),
             cwd=safe_line(self.cwd, FILE_MAX_CHARS),
             plan=self.plan(),
-            request=safe_line(self.request, REQUEST_MAX_CHARS),
+            request=safe_line(self.request, limit["request"]),
             requests=[text for text in requests if text],
             requests_omitted=self.requests_omitted,
-            question=safe_line(questions[-1], REQUEST_MAX_CHARS) if questions else "",
-            last_message=safe_line(self.message, MESSAGE_MAX_CHARS),
-            files=[line for line in (safe_line(f, FILE_MAX_CHARS) for f in files) if line],
+            question=safe_line(questions[-1], limit["question"]) if questions else "",
+            last_message=safe_line(self.message, limit["last_message"]),
+            files=[path for path in files if path],
             failures=[
-                (safe_line(command, COMMAND_MAX_CHARS), safe_line(error, COMMAND_MAX_CHARS))
+                (
+                    safe_line(command, FAILURE_COMMAND_CHARS, item=True),
+                    safe_line(error, FAILURE_ERROR_CHARS, item=True),
+                )
                 for _, command, error in self.failures[-FAILURES_MAX:]
             ],
             interrupted=self.interrupted,
@@ -8113,28 +8188,54 @@ def render_capture(captured: dict, now: float, *, made_here: bool = True) -> lis
             "- Arrived with git; not made here: this clone's hooks recorded no such capture "
             "(another clone's or machine's, or written by hand): a quotation of unknown origin"
         )
-    lines += capture_request_lines(captured)
-    plan = captured.get("plan") if isinstance(captured.get("plan"), list) else []
-    for status, word in PLAN_MARKS.items():
-        items = [
-            quoted(item.get("text"), 160)
-            for item in plan
-            if isinstance(item, dict) and item.get("status") == status
-        ]
-        if items:
-            lines.append(f"- Plan, {word}: " + "; ".join(items))
-    for key, word, limit in (("files", "Touched", 160), ("failures", "Failed", 260)):
-        values = captured.get(key) if isinstance(captured.get(key), list) else []
-        if values:
-            lines.append(f"- {word}: " + "; ".join(md_code(one_line(v, limit)) for v in values))
-    if captured.get("last_message"):
-        lines.append(f"- Last message: {quoted(captured['last_message'], 300)}")
-    if captured.get("interrupted") is True:
-        lines.append(f"- {CAPTURE_INTERRUPTED}")
+    return lines + capture_body_lines(captured)
+
+
+def capture_body_lines(captured: dict, *, log: bool = False) -> list[str]:
+    """The lines of a capture below its header, one for each row of CAPTURE_FIELDS shown
+    and holding something, in the table's order, each stored text at most the characters
+    its row shows. Boot quotes free text and shows paths and failures as code, and shows what
+    any stored value holds; the log (`log`) writes text as it was said, files as one
+    comma-separated list, and fails (KeyError, TypeError) on a malformed earlier
+    capture's lists, which same_log_body takes as "not the same"."""
+    shown = one_line if log else quoted
+    lines, asked = [], False
+    for field in CAPTURE_FIELDS:
+        value = captured.get(field.name)
+        if field.shown == "asked" and not asked:
+            lines += capture_request_lines(captured, shown)
+            asked = True
+        elif field.shown == "plan":
+            lines += capture_plan_lines(captured[field.name] if log else value, field, log)
+        elif field.shown in ("paths", "code") and log and captured[field.name]:
+            joined = ", " if field.shown == "paths" else "; "
+            items = joined.join(one_line(v, field.shows) for v in captured[field.name])
+            lines.append(f"- {field.label}: {items}")
+        elif field.shown in ("paths", "code") and not log and isinstance(value, list) and value:
+            items = "; ".join(md_code(one_line(v, field.shows)) for v in value)
+            lines.append(f"- {field.label}: {items}")
+        elif field.shown == "quoted" and value:
+            lines.append(f"- {field.label}: {shown(value, field.shows)}")
+        elif field.shown == "flag" and value is True:
+            lines.append(f"- {field.label}")
     return lines
 
 
-CAPTURE_INTERRUPTED = "Interrupted: the person stopped the last turn before it finished"
+def capture_plan_lines(plan, field: CaptureField, log: bool) -> list[str]:
+    """A captured plan's items, one line per status (done, in progress, pending)."""
+    lines = []
+    for status, word in PLAN_MARKS.items():
+        if log:
+            items = [one_line(i["text"], field.shows) for i in plan if i["status"] == status]
+        else:
+            items = [
+                quoted(item.get("text"), field.shows)
+                for item in (plan if isinstance(plan, list) else [])
+                if isinstance(item, dict) and item.get("status") == status
+            ]
+        if items:
+            lines.append(f"- {field.label}, {word}: " + "; ".join(items))
+    return lines
 
 
 def capture_request_lines(captured: dict, shown=quoted) -> list[str]:
@@ -8142,19 +8243,22 @@ def capture_request_lines(captured: dict, shown=quoted) -> list[str]:
     of those left out between, the newest as `- Asked last:`; then a question the agent
     asked and never had answered. One message alone is `- Asked:`. `shown` writes each
     text: quoted for boot, as it was for the log."""
+    field = {f.name: f for f in CAPTURE_FIELDS if f.shown == "asked"}
     earlier = captured.get("requests") if isinstance(captured.get("requests"), list) else []
-    earlier = [shown(text, 300) for text in earlier if isinstance(text, str) and text]
-    lines = [f"- Asked: {text}" for text in earlier]
+    limit = field["requests"].shows
+    earlier = [shown(text, limit) for text in earlier if isinstance(text, str) and text]
+    lines = [f"- {field['requests'].label}: {text}" for text in earlier]
     omitted = captured.get("requests_omitted")
     if isinstance(omitted, int) and not isinstance(omitted, bool) and omitted:
         # -1: the middle of a long transcript was not read, so they were not counted.
         words = plural(omitted, "more message") if omitted > 0 else "more messages"
         lines.insert(min(REQUESTS_FIRST, len(lines)), f"- ({words} left out here)")
     if captured.get("request"):
-        word = "Asked last" if earlier else "Asked"
-        lines.append(f"- {word}: {shown(captured['request'], 400)}")
+        word = field["request"].label if earlier else field["requests"].label
+        lines.append(f"- {word}: {shown(captured['request'], field['request'].shows)}")
     if captured.get("question"):
-        lines.append(f"- Waiting for the person's answer: {shown(captured['question'], 300)}")
+        question = shown(captured["question"], field["question"].shows)
+        lines.append(f"- {field['question'].label}: {question}")
     return lines
 
 
@@ -8722,14 +8826,6 @@ def merged_state_or_none(ref: SessionRef) -> dict | None:
     return rebuilt[0] if rebuilt else None
 
 
-def waiting_sessions(store: Store, captures=None) -> list[str]:
-    """Boot's lines for the active sessions in .state/sessions/ when this clone has no
-    current one (a fresh clone: the pointer is local): handoffs addressed to this user
-    first, then the newest; each with the command that adopts it. `captures(state)` is
-    shown every state read (boot keeps the newest capture among them)."""
-    return waiting_lines(waiting_rows(store, captures))
-
-
 def waiting_lines(rows: list) -> list[str]:
     lines = [session_line(sid, state, adopt=True) for sid, _, state in rows[:BOOT_WAITING_MAX]]
     if len(rows) > BOOT_WAITING_MAX:
@@ -8745,8 +8841,11 @@ def is_stale(state: dict, now: float) -> bool:
 
 
 def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str, dict]]:
-    """(id, folder, state) of the sessions waiting, most relevant first (see
-    waiting_sessions); the stale ones go to the list `stale` instead, when given."""
+    """(id, folder, state) of the active sessions in .state/sessions/ waiting when this
+    clone has no current one (a fresh clone: the pointer is local), most relevant first:
+    handoffs addressed to this user, then the newest. `captures(state)` is shown every
+    state read (boot keeps the newest capture among them); the stale ones go to the list
+    `stale` instead, when given."""
     rows = []
     now = utc_now()
     user = (store.settings.user or "").strip().lower()
@@ -13335,15 +13434,14 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
         end = at + 3  # a `## ` line that is not a header: look further up
 
 
-# ---- capture: what an interrupted agent session leaves behind (spec/capture.md) -------
+# ==== Operations: capture ====================================================
 #
+# What an interrupted agent session leaves behind (spec/capture.md).
 # `stm capture` runs from an agent client's lifecycle hooks with the hook's JSON payload
 # on stdin. It reads the client's transcript (the tail only) and git, and records what
 # the session did in the agent's stm session, beside the agent's own checkpoint, so the
 # next boot shows the work even when the agent never wrote to memory. A hook must never
 # break the agent: every failure is a one-line reason on stderr and exit 0.
-
-# ==== Operations: capture ====================================================
 
 
 HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
@@ -13528,24 +13626,19 @@ def names_another_project(path: str, root: str, payload: dict) -> bool:
     return transcript_folder(path, project_places(root, payload)) is False
 
 
-# What one capture keeps, so state.json stays far under its 10 KB warning and boot's
-# block under a tenth of the hook's cap whatever the transcript held.
-CAPTURE_PLAN_MAX, CAPTURE_FILES_MAX, CAPTURE_FAILURES_MAX = 12, 10, 3
-CAPTURE_ITEM_CHARS = 160
-CAPTURE_REQUEST_CHARS = 300  # each of the person's earlier messages; the newest keeps 500
-# A failure is its command, cut on its own so a long one (a heredoc commit) leaves room
-# for the error's line, which is what the next agent needs.
-CAPTURE_COMMAND_CHARS, CAPTURE_ERROR_CHARS = 80, 170
+# What one capture keeps (CAPTURE_FIELDS' counts and limits) holds state.json far under
+# its 10 KB warning and boot's block under a tenth of the hook's cap, whatever the
+# transcript held.
 
 
-def capture_item(text: str, limit: int = CAPTURE_ITEM_CHARS) -> str:
+def capture_item(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def failure_item(command: str, error: str) -> str:
-    """`command — error`, each cut on its own."""
-    command = capture_item(command, CAPTURE_COMMAND_CHARS)
-    return f"{command} — {capture_item(error, CAPTURE_ERROR_CHARS)}" if error else command
+    """`command — error` (each cut on its own when read), at most the field's limit."""
+    text = f"{command} — {error}" if error else command
+    return capture_item(text, CAPTURE_LIMITS["failures"])
 
 
 def client_session_id(payload: dict) -> str:
@@ -13565,45 +13658,43 @@ def client_session_id(payload: dict) -> str:
 
 
 def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:
-    """The "captured" object of state.json (CAPTURED_FIELDS) from one transcript read."""
-    plan = transcript.plan
-    if len(plan) > CAPTURE_PLAN_MAX:  # what is open matters most; then the newest done
-        open_items = [p for p in plan if p[1] != "completed"]
-        done = [p for p in plan if p[1] == "completed"]
-        keep = open_items[:CAPTURE_PLAN_MAX]
-        keep += (
-            done[len(done) - (CAPTURE_PLAN_MAX - len(keep)) :]
-            if len(keep) < CAPTURE_PLAN_MAX
-            else []
-        )
-        # Kept in the plan's own order, whatever order they were chosen in.
-        plan = [p for p in plan if p in keep]
-    failures = [failure_item(c, e) for c, e in transcript.failures]
-    record = {
-        "at": iso_now(),
-        "client": client,
-        "client_session": session,
-        "event": event,
-        "plan": [{"text": capture_item(text), "status": status} for text, status in plan],
-        "files": [capture_item(f) for f in transcript.files[-CAPTURE_FILES_MAX:]],
-        "failures": [capture_item(f) for f in failures[-CAPTURE_FAILURES_MAX:]],
-        "position": str(transcript.position),
-    }
-    earlier = [capture_item(text, CAPTURE_REQUEST_CHARS) for text in transcript.requests[:-1]]
-    for key, value in (
-        ("request", transcript.request),
-        ("requests", earlier),
-        ("requests_omitted", transcript.requests_omitted),
-        ("question", transcript.question),
-        ("interrupted", transcript.interrupted),
-        ("last_message", transcript.last_message),
-        ("ended_at", transcript.ended_at),
-        ("branch", git.branch if git else None),
-        ("head", git.head if git else None),
-    ):
-        if value:
-            record[key] = value
+    """The "captured" object of state.json from one transcript read: a key for each row
+    of CAPTURE_FIELDS that says something. The lists a capture keeps (a row with a count)
+    and the position it read to are stored even when empty."""
+    record = {"at": iso_now(), "client": client, "client_session": session, "event": event}
+    for field in CAPTURE_FIELDS:
+        if field.source == "hook":
+            continue
+        source = git if field.source == "git" else transcript
+        value = kept_value(field, getattr(source, field.name, None))
+        if value or field.count or field.name == "position":
+            record[field.name] = value
     return record
+
+
+def kept_value(field: CaptureField, value):
+    """What a capture keeps of a field as read: a list's newest `count` items (a plan's
+    open ones first), failures as one line each, the person's earlier messages (the
+    newest is `request`)."""
+    if field.name == "plan":
+        return [{"text": text, "status": status} for text, status in kept_plan(value, field.count)]
+    if field.name == "failures":
+        value = [failure_item(command, error) for command, error in value]
+    elif field.name == "requests":
+        value = value[:-1]
+    return value[-field.count :] if field.count else value
+
+
+def kept_plan(plan: list, count: int) -> list:
+    """At most `count` items of a plan: what is open matters most; then the newest done,
+    kept in the plan's own order, whatever order they were chosen in."""
+    if len(plan) <= count:
+        return plan
+    open_items = [p for p in plan if p[1] != "completed"]
+    done = [p for p in plan if p[1] == "completed"]
+    keep = open_items[:count]
+    keep += done[len(done) - (count - len(keep)) :] if len(keep) < count else []
+    return [p for p in plan if p in keep]
 
 
 def unread_reason(path: str) -> str:
@@ -13622,14 +13713,8 @@ def unread_reason(path: str) -> str:
 
 
 def capture_is_empty(transcript) -> bool:
-    return not (
-        transcript.request
-        or transcript.question
-        or transcript.plan
-        or transcript.files
-        or transcript.failures
-        or transcript.last_message
-    )
+    """Whether a transcript read holds no work (CAPTURE_FIELDS' `work` rows)."""
+    return not any(getattr(transcript, f.name) for f in CAPTURE_FIELDS if f.work)
 
 
 def capture_target(
@@ -13727,26 +13812,13 @@ def capture_log_text(captured: dict) -> str:
         f"Captured by stm {how} from {captured['client']} session "
         f"{session_label(captured['client_session'])} (the agent did not write this itself)."
     ]
-    lines += capture_request_lines(captured, one_line)
-    for status, word in PLAN_MARKS.items():
-        items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
-        if items:
-            lines.append(f"- Plan, {word}: " + "; ".join(items))
-    if captured["files"]:
-        lines.append("- Touched: " + ", ".join(one_line(f, 160) for f in captured["files"]))
-    if captured["failures"]:
-        lines.append("- Failed: " + "; ".join(one_line(f, 260) for f in captured["failures"]))
-    if captured.get("last_message"):
-        lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
-    if captured.get("interrupted") is True:
-        lines.append(f"- {CAPTURE_INTERRUPTED}")
-    return "\n".join(lines)
+    return "\n".join(lines + capture_body_lines(captured, log=True))
 
 
 # Fields of a capture that change every turn without saying anything new: a Stop hook
 # (every turn) writes only when something else changed, so history.jsonl does not grow
 # by a capture a turn.
-CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "ended_at", "head")
+CAPTURE_VOLATILE = tuple(field.name for field in CAPTURE_FIELDS if field.volatile)
 
 
 def same_log_body(logged: dict, captured: dict) -> bool:
