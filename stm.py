@@ -5681,6 +5681,23 @@ def git_unmerged(root: str, paths=()) -> list[str] | None:
     return list(dict.fromkeys(found))
 
 
+def remergeable(root: str, path: str) -> bool:
+    """Whether git still lists `path` as unmerged and its attributes name the stm driver
+    (a merge made without the driver): `check --fix` merges it again with the driver,
+    which settles even text both sides rewrote (merge.md), so no person resolves it."""
+    if not git_unmerged(root, [path]):
+        return False
+    attribute = git_output(root, "check-attr", "merge", "--", path)
+    return attribute is not None and attribute.rstrip().endswith(": merge: stm")
+
+
+REMERGE_FIX = (
+    "run `stm check --fix` (it merges the file again with the stm merge driver, which "
+    "settles text both sides rewrote), then `stm check`, which names the git command that "
+    "finishes the merge"
+)
+
+
 def git_continue_command(root: str) -> tuple[str, ...] | None:
     """The command that finishes the merge, rebase, cherry-pick or revert in progress."""
     # Asked of git, not joined to ".git": a worktree's or submodule's git dir is elsewhere.
@@ -6440,12 +6457,13 @@ SETTLED_RE = LazyRegex(r"<!-- stm:settled ([0-9a-f]{8}) (\d{4}-\d\d-\d\d) -->")
 
 
 def settle_markdown(
-    base: str, ours: str, theirs: str, ours_newer: bool, comment: str
+    base: str, ours: str, theirs: str, ours_newer: bool, comment: str, keep=None
 ) -> tuple[str, list[tuple[str, str]]]:
     """merge_markdown, but never a conflict: each region both sides rewrote differently
     becomes the newer side's lines followed by `comment` (a line, `<!-- stm:settled ID
-    DATE -->`). Returns (text, settled): (section, the older side's text) of each region
-    decided, for the caller to keep where search finds it."""
+    DATE -->`) and, when `keep` is given, by the lines keep(section, older text) returns.
+    Returns (text, settled): (section, the older side's text) of each region decided, for
+    the caller to keep where search finds it."""
     size = SETTLE_MARKER_SIZE
     merged, clean = merge_markdown(base, ours, theirs, size, ("ours", "base", "theirs"))
     if clean:
@@ -6464,6 +6482,8 @@ def settle_markdown(
             ending = "\r" if line.endswith("\r") else ""
             out += [*newer, comment + ending]
             settled.append((section, "\n".join(x.rstrip("\r") for x in older).strip("\n")))
+            if keep is not None:
+                out += [line + ending for line in keep(*settled[-1])]
             sides, where = {"ours": [], "theirs": []}, None
         elif where is not None:
             sides[where].append(line)
@@ -6472,6 +6492,40 @@ def settle_markdown(
                 section = bare.lstrip("#").strip()
             out.append(line)
     return "\n".join(out), settled
+
+
+# git's merge driver cannot write the log (git is merging the log files too): the older
+# text stays in the file, in a comment under the mark, until the section's next rewrite
+# moves it to the log (merge.md, "Through plain git").
+KEPT_RE = LazyRegex(r"^<!-- stm:kept ([0-9a-f]{8}) ")
+
+
+def comment_safe(text: str) -> str:
+    """Text that cannot open or close an HTML comment it is put in."""
+    return text.replace("<!--", "<! --").replace("-->", "-- >")
+
+
+def kept_comment(entry_id: str, section: str, older: str, written: str) -> list[str]:
+    """The lines keeping a settled region's older text in the file: one HTML comment
+    (boot hides it, search finds its words), each line quoted (`> `), so no line of it
+    opens a fence, a heading or a comment."""
+    head = comment_safe(f"## {section}: the other version, written by {written}:")
+    quoted = [f"> {comment_safe(line)}" if line else ">" for line in older.split("\n")]
+    return ["", f"<!-- stm:kept {entry_id} {head}", *(quoted if older else ["> (empty)"]), "-->"]
+
+
+def kept_blocks(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """(entry id, lines) of each kept comment (kept_comment) among `lines`."""
+    found, at = [], 0
+    while at < len(lines):
+        start = KEPT_RE.match(lines[at].rstrip("\r"))
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].strip() == "-->"), None)
+        if start is None or end is None:
+            at += 1
+            continue
+        found.append((start.group(1), [x.rstrip("\r") for x in lines[at : end + 1]]))
+        at = end + 1
+    return found
 
 
 LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
@@ -7573,12 +7627,17 @@ class BootParts:
         lines = md_has_conflict_markers(text)
         if lines:
             shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
+            fix = fix or self._remerge_fix(path)
             fix = fix or "resolve them (keep what both sides meant), then run `stm check`"
             where = conflict_sections(text, lines) if not text.lstrip().startswith("{") else ""
             self.notices.append(
                 f"{self.store.rel(path)} has unresolved merge conflict markers "
                 f"(lines {shown}{where}): {fix}"
             )
+
+    def _remerge_fix(self, path: str) -> str | None:
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        return REMERGE_FIX if remergeable(root, path) else None
 
     def _workflow(self) -> None:
         """The current session's workflow, else the sessions waiting; a folder that
@@ -7741,13 +7800,24 @@ class BootParts:
             doc, name = MdDoc.of(text), self.store.rel(self.store.layer_path(layer))
             for part in [None, *doc.parts]:
                 lines = doc.preamble if part is None else doc.body(part)
+                kept = {entry_id for entry_id, _ in kept_blocks(lines)}
                 for found in SETTLED_RE.finditer("\n".join(lines)):
                     where = f"## {part.name}" if part is not None else "its preamble"
+                    if found.group(1) in kept:  # settled by git's driver
+                        place = (
+                            "kept under it in the file, in a comment boot does not show "
+                            "(`stm search` finds its words; the section's next `note "
+                            "--replace` moves it to the log)"
+                        )
+                    else:
+                        log = self.store.rel(self.store.log_path(found.group(2)))
+                        place = (
+                            f"kept in the log (`{log}`, entry {found.group(1)}; `stm search` "
+                            "finds its words)"
+                        )
                     self.notices.append(
                         f"{name} {where}: two clones rewrote it differently; the newer "
-                        f"version is shown, the other is kept in the log "
-                        f"(`{self.store.rel(self.store.log_path(found.group(2)))}`, entry "
-                        f"{found.group(1)}; `stm search` finds its words)"
+                        f"version is shown, the other is {place}"
                     )
 
     def _size_notice(self) -> None:
@@ -10024,6 +10094,13 @@ class SyncRepo:
             )
         return name.strip()
 
+    def unmerged_memory(self) -> list[str]:
+        """The absolute paths of memory files git lists as unmerged."""
+        specs = [f":(top,literal){folder}" for folder in self.memory]
+        listed = self.git.out("ls-files", "-u", "-z", "--full-name", "--", *specs)
+        found = [record.split("\t", 1)[1] for record in listed.split("\0") if "\t" in record]
+        return [os.path.join(self.git.top, *p.split("/")) for p in dict.fromkeys(found)]
+
     def require_no_operation(self) -> None:
         """Refuse in the middle of a merge, rebase, cherry-pick or revert."""
         operations = (
@@ -10037,6 +10114,14 @@ class SyncRepo:
         paths = self.git.out("rev-parse", *asked).split("\n")
         for path, (_, what, finish) in zip(paths, operations):
             if os.path.lexists(os.path.join(self.git.top, path)):
+                memory = self.unmerged_memory()
+                hint = git_finish_hint(self.git.top, memory) if memory else None
+                if hint:  # stopped on memory: check --fix merges it, git's command finishes
+                    raise SyncRefused(
+                        f"{what} is in progress, stopped on memory git merged without the "
+                        "stm merge driver; nothing changed. Merge memory with `stm check "
+                        f"--fix`, finish it with {hint}, then run `stm sync` again"
+                    )
                 raise SyncRefused(
                     f"{what} is in progress; nothing changed. Finish it ({finish}), then run "
                     "`stm sync` again"
@@ -11128,7 +11213,13 @@ MERGE_MARKER_MAX = 100
 
 
 def merge_file(
-    base_path: str, ours_path: str, theirs_path: str, *, marker_size: int = 7, label=None
+    base_path: str,
+    ours_path: str,
+    theirs_path: str,
+    *,
+    marker_size: int = 7,
+    label=None,
+    warnings: list | None = None,
 ) -> bool:
     """The `merge-file` operation: merge three versions of an stm Markdown file and write
     the result over OURS atomically (git's merge-driver contract). Returns True when
@@ -11153,8 +11244,69 @@ def merge_file(
         merged, clean = dumps_json(merge_states(*states)), True
     else:
         merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
+        if not clean and label and label.endswith(".md"):
+            # git merging memory (its %P given): a disagreement never blocks.
+            merged, said = driver_settled(texts, label)
+            clean = True
+            if warnings is not None:
+                warnings.append(said)
     atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
     return clean
+
+
+def driver_settled(texts: list[str], label: str) -> tuple[str, str]:
+    """A memory file both sides rewrote in the same place, settled as git's driver
+    (merge.md, "Through plain git"): the newer side by the rule sync uses (the later
+    `## Last Updated`, else the later commit that wrote each side's version, else the
+    content), the older side's text kept under the mark in a comment, with who and when.
+    Returns the text and a line saying which sections were settled."""
+    changes = [version_change(label, text) for text in texts[1:]]
+    keys = [
+        (memory_stamp(text) or 0.0, change[1], text) for text, change in zip(texts[1:], changes)
+    ]
+    ours_newer = keys[0] > keys[1]
+    stamp, entry_id = iso_now(), random_hex(4)
+    who, when = changes[1] if ours_newer else changes[0]
+    written = f"{who} ({iso(when) if when else 'time unknown'})"
+    comment = f"<!-- stm:settled {entry_id} {stamp[:10]} -->"
+    merged, settled = settle_markdown(
+        *texts,
+        ours_newer,
+        comment,
+        lambda section, older: kept_comment(entry_id, section, older, written),
+    )
+    sections = ", ".join(dict.fromkeys(f"## {section}" for section, _ in settled))
+    said = (
+        f"{label} {sections}: both sides rewrote it; the newer version stands, the other is "
+        "kept under it in a comment (`stm boot` says where)"
+    )
+    return merged, said
+
+
+def version_change(path: str, text: str) -> tuple[str, float]:
+    """(author, commit time) of the latest commit that wrote this version of `path`, found
+    from the work tree's top where git runs its drivers: every ref and the heads of a
+    merge, rebase or cherry-pick under way. ("unknown", 0.0) when git cannot tell."""
+    import subprocess
+
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        done = subprocess.run(
+            ["git", "hash-object", "--stdin"], input=data, capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", 0.0
+    blob = done.stdout.decode("ascii", "replace").strip()
+    if done.returncode != 0 or not blob:
+        return "unknown", 0.0
+    heads = ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD")
+    heads = [h for h in heads if git_output(".", "rev-parse", "-q", "--verify", h) is not None]
+    found = git_output(
+        ".", "log", "-1", "--format=%an%x00%ct", f"--find-object={blob}", "--all", *heads,
+        "--", f":(top,literal){path}",
+    ) or ""  # fmt: skip
+    author, _, when = found.strip().partition("\0")
+    return author or "unknown", float(when) if when.isdigit() else 0.0
 
 
 def state_merge_inputs(texts: list[str], label: str | None) -> tuple | None:
@@ -12428,6 +12580,8 @@ def write_memory_note(
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
+        if replace and nearest is None:
+            log_kept_versions(store, path, before, section)
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             # Put back as it was: a note that did not land must not leave the file changed.
@@ -12437,6 +12591,23 @@ def write_memory_note(
     if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
         heading = find_section(MdDoc.of(after), section).name
     return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+
+
+def log_kept_versions(store: Store, path: str, before: str, section: str) -> None:
+    """Before `note --replace` rewrites a section git's merge driver settled, the other
+    version it kept there in a comment (kept_comment) moves to the log, so search still
+    finds it once the section is rewritten. Call with the stacks lock held."""
+    doc = note_doc(before.replace("\r\n", "\n"))
+    part = find_section(doc, section)
+    kept = kept_blocks(doc.body(part)) if part is not None else []
+    for _, lines in kept:
+        head = KEPT_RE.sub("", lines[0], count=1)
+        message = (
+            f"stm note --replace rewrote {store.rel(path)} ## {part.name}, where a git merge "
+            f"had kept the other version of text two clones rewrote differently; here it is, "
+            f"as kept: {store.rel(path)} {head}\n\n" + "\n".join(lines[1:-1])
+        )
+        append_log_entry(store, message)
 
 
 def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
@@ -13952,6 +14123,20 @@ def note_hook_run(
             kept = {k: v for k, v in kept.items() if k not in logged}
             record["logged"] = dict(list({**kept, **logged}.items())[-HOOK_LOGGED_MAX:])
         write_hook_record(store, record)
+
+
+def hook_own_session(store: Store, payload: dict, client: str) -> str | None:
+    """The active stm session the client session of a SessionStart hook works in (where
+    its captures went, as the local record says), or None. The hook's boot shows it as
+    STM_SESSION would: two agents in one checkout each boot into their own work after a
+    compaction or a resume, whichever wrote last (spec/capture.md)."""
+    session = client_session_id(payload)
+    entry = recorded_session(read_hook_record(store), client, session) if session else None
+    target = (entry or {}).get("to")
+    if not target or not SESSION_ID_RE.fullmatch(target):
+        return None
+    ref = locate_session(store, target)
+    return ref.id if ref is not None and not ref.archived else None
 
 
 def hook_shell_command(root: str) -> str:
@@ -15629,12 +15814,14 @@ class Checker:
         lines = md_has_conflict_markers(text)
         if lines:
             shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
+            root = os.path.dirname(os.path.abspath(self.store.stacks))
             self.report(
                 "conflict-markers",
                 path,
                 f"unresolved merge conflict markers (lines {shown}"
                 f"{conflict_sections(text, lines)}): boot shows it as is, and "
                 "stm will not edit it",
+                fix=REMERGE_FIX if remergeable(root, path) else None,
                 line=lines[0],
             )
 
@@ -17842,7 +18029,7 @@ def cmd_capture(args) -> int:
     if event == "SessionEnd" and store is not None and not args.print:
         sync_at_session_end(store, started)  # off unless config says so; never fails
     if args.boot and event in ("SessionStart", "capture") and not args.print:
-        hook_boot(args, store)
+        hook_boot(args, store, payload)
     return EXIT_OK
 
 
@@ -17891,11 +18078,15 @@ def options_nudge(p) -> None:
     options_hook_client(p)
 
 
-def hook_boot(args, store) -> None:
-    """The SessionStart hook's output: boot, its hints in the agent's shell form."""
+def hook_boot(args, store, payload=None) -> None:
+    """The SessionStart hook's output: boot, its hints in the agent's shell form, the
+    starting client session's own stm session first (hook_own_session)."""
     try:
         store = store or store_from_args(args)
         root = os.path.dirname(os.path.abspath(store.stacks))
+        if payload is not None and not store.settings.session:
+            client = payload_client(payload, args.client)
+            store.settings.session = hook_own_session(store, payload, client)
         with with_hint_voice(command=hook_shell_command(root)):
             limits = {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
             _, warnings, _ = boot_memory(store, lambda _, text: sys.stdout.write(text), **limits)
@@ -18257,9 +18448,13 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
 
 
 def cmd_merge_file(args) -> int:
+    said: list[str] = []
     clean = merge_file(
-        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path
-    )
+        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path,
+        warnings=said,
+    )  # fmt: skip
+    for line in said:
+        print(f"stm: {line}", file=sys.stderr)
     if not clean:
         where = args.path or args.ours
         print(f"stm: conflict in {where}: markers written where both sides differ", file=sys.stderr)

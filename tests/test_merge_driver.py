@@ -356,10 +356,12 @@ def test_different_sections_and_a_new_section(tmp_path, note):
         assert_check_ok(repo)
 
 
-# ---- 4. a real conflict stays in its section ----------------------------------------------
+# ---- 4. prose both sides rewrote: settled in its section, never a conflict ----------------
 
 
-def test_prose_rewritten_on_both_sides_conflicts_only_in_that_section(tmp_path, note):
+def test_prose_rewritten_on_both_sides_is_settled_only_in_that_section(tmp_path, note):
+    """Issue 35 (memory disagreements never block) replaces the earlier rule that left
+    markers here: git's driver settles the section (merge.md, "Through plain git")."""
     repo = make_repo(tmp_path / "repo")
     sha_a, sha_b = two_sides(
         repo,
@@ -367,38 +369,64 @@ def test_prose_rewritten_on_both_sides_conflicts_only_in_that_section(tmp_path, 
         [("Status", "--replace", "alpha status: lexer done", T_A1), ("Next Steps", "alpha", T_A2)],
         [("Status", "--replace", "beta status: parser done", T_B1), ("Next Steps", "beta", T_B2)],
     )
-    result = merge(repo, sha_a, sha_b)
-    assert result.returncode != 0
-    assert "CONFLICT" in result.stdout + result.stderr
-    assert "UU .stacks/MEMORY.md" in git(repo, "status", "--porcelain").stdout.splitlines()
+    for ours, theirs, first in ((sha_a, sha_b, "- beta"), (sha_b, sha_a, "- alpha")):
+        result = merge(repo, ours, theirs)
+        assert result.returncode == 0, result
+        assert "CONFLICT" not in result.stdout + result.stderr
+        assert "MEMORY.md ## Status: both sides rewrote it" in result.stderr, result
+        assert git(repo, "status", "--porcelain").stdout == ""
+        text = memory(repo)
+        assert marker_lines(text) == [], text
+        status = section_lines(text, "Status")
+        # b's notes are the later (## Last Updated): its text stands, a's is kept below.
+        assert status[:2] == ["beta status: parser done", status[1]], status
+        assert re.fullmatch(r"<!-- stm:settled [0-9a-f]{8} \d{4}-\d\d-\d\d -->", status[1])
+        assert "> alpha status: lexer done" in status, status
+        assert status[-1] == "-->" and status[2].startswith("<!-- stm:kept "), status
+        assert "alpha status" not in stm_module.strip_comments(text)
+        # Outside the settled region, everything merged as usual.
+        assert_one_of_each(text, ["- alpha", "- beta", *BASE_PROSE[1:]])
+        # (theirs' new bullets above ours', as always)
+        assert section_lines(text, "Next Steps")[:2] == [
+            first,
+            ({"- alpha", "- beta"} - {first}).pop(),
+        ]
+        assert headings(text) == headings(MEMORY)
+        assert section_lines(text, "Last Updated") == [T_B2]
+        assert_check_ok(repo)
 
-    text = memory(repo)
-    lines = text.splitlines()
-    marks = marker_lines(text)
-    assert [lines[i][:8] for i in marks] == ["<<<<<<< ", "=======", ">>>>>>> "], text
-    status = lines.index("## Status")
-    after_status = next(i for i in range(status + 1, len(lines)) if lines[i].startswith("## "))
-    assert all(status < i < after_status for i in marks), text
-    inside = lines[marks[0] : marks[2] + 1]
-    assert "alpha status: lexer done" in inside and "beta status: parser done" in inside
-    # Outside the conflict, everything merged as usual.
-    assert_one_of_each(text, ["- alpha", "- beta", *BASE_PROSE[1:]])
-    assert section_lines(text, "Next Steps")[:2] == ["- beta", "- alpha"]
-    assert headings(text) == headings(MEMORY)
-    assert section_lines(text, "Last Updated") == [T_B2]
-
-    # The same three versions, given to stm merge-file directly: exit 1.
+    # The same three versions, given to stm merge-file by a person (no --path): markers
+    # for them to choose, exit 1.
     stages = tmp_path / "stages"
     stages.mkdir()
-    for stage, name in ((1, "base"), (2, "ours"), (3, "theirs")):
-        shown = git(repo, "show", f":{stage}:{MEMORY_PATH}")
+    base = git(repo, "merge-base", sha_a, sha_b).stdout.strip()
+    for sha, name in ((base, "base"), (sha_a, "ours"), (sha_b, "theirs")):
+        shown = git(repo, "show", f"{sha}:{MEMORY_PATH}")
         (stages / f"{name}.md").write_text(shown.stdout)
     direct = stm_proc(stages, "merge-file", "base.md", "ours.md", "theirs.md")
     assert direct.returncode == 1, direct
     merged = (stages / "ours.md").read_text()
     assert len(marker_lines(merged)) == 3
     assert "alpha status: lexer done" in merged and "beta status: parser done" in merged
-    git(repo, "merge", "--abort")
+
+
+def test_merge_file_as_git_s_driver_keeps_hostile_older_text_inside_one_comment(tmp_path, run):
+    """The older side's text, kept in the file by the driver (--path given), can neither
+    end its comment early nor open a fence, a heading or a mark of its own."""
+    hostile = (
+        "alpha --> shown?\n```\n## Fake heading\n```\n<!-- stm:settled 12345678 2026-01-01 -->"
+    )
+    base, status = BASE_MD, "Parser port half done; the lexer passes its tests."
+    ours = base.replace(status, hostile)
+    theirs = base.replace(status, "beta status")
+    code, text = merge_file(run, base, ours, theirs, tmp_path, "--path", ".stacks/MEMORY.md")
+    assert code == 0, text
+    assert marker_lines(text) == [], text
+    assert headings(text) == headings(base), text
+    shown = stm_module.strip_comments(text)
+    assert "beta status" in shown and "alpha" not in shown and "Fake" not in shown, shown
+    assert len(stm_module.SETTLED_RE.findall(text)) == 1, text
+    assert "> alpha -- > shown?" in text and "> <! -- stm:settled 12345678" in text, text
 
 
 # ---- 5. a clone without the driver: git's own conflict, and a check warning ----------------
