@@ -77,7 +77,7 @@ holds this):
     Operations: integrations and setup    hooks, MCP client files, AGENTS.md
     Operations: import
     Operations: status
-    Check                      Checker, the fixers, the RULES registry, check_store
+    Check                      RULES and the Checker methods that register them, the fixers
     Front ends: the commands   each cmd_<verb> beside its options; out, print_json
     MCP server                 McpServer: the operations as MCP tools
     Command line               the command tables, build_parser(), main()
@@ -92,22 +92,18 @@ max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
 fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
 Failures raise StmError (.code, .line()).
 
-Recipes:
+Recipes
 
-A new MCP tool. One room, the MCP server section: write `mcp_tool_<name>(store, args)`,
-returning (text, structuredContent or None), and put its row on it with `@mcp_tool(name,
-description, required=..., optional=..., output=..., flags=...)`; tools/list lists the
-tools in the order they are declared, so declare a new one after the last. Name it after
-its command, words joined by `_` (`session switch` -> `session_switch`), each argument
-after its flag, dashes as `_` (`--dry-run` -> `dry_run`), and the command's positional
-words as its required arguments in order: that is how a hint naming `stm session switch
-ID` becomes a call of the tool (spec/mcp.md); `flags=` only for a flag whose argument
-has another name (`--clear-pending` -> `pending: []`), the one place hints learn it.
-MCP_INSTRUCTIONS names only the tools every session should call; leave it alone
-otherwise. Then give it a row in spec/mcp.md's table of tools and a test in
-tests/test_mcp.py that calls it through tests/mcp_client.py:
-test_the_spec_tool_table_matches_the_registry and
-test_every_registered_tool_is_called_by_a_server_test fail until both are there.
+A new check rule: one room, the "Check" section. Write the Checker method that
+finds it, decorated with its row, @check_step(Rule("rule-id", "warning", "the fix
+advice")): `check` runs the steps in the class's order, `check --staged` too unless
+staged=False; a helper that a step calls declares its rows with @reports(...). It
+reports with self.report("rule-id", path, message). If `check --fix` can repair it
+safely, a fixer below the class: @fixes("rule-id") def fix_x(store, finding,
+dry_run). Then the rule's row in its spec's rule table (memory-layers.md,
+state-layout.md or handoff.md) and a fixer's row in spec/reliability.md's fixer
+table: tests/test_architecture.py fails until they match the registry
+(test_a_new_check_rule_is_one_room is the worked example).
 """
 
 from __future__ import annotations
