@@ -58,7 +58,7 @@ holds this):
     Store locations            Store, open_store
     Formats: Markdown layers   the one Markdown model (MdDoc), refs, log entries
     Formats: fact blocks       read_fact, render_fact_body, the refs index entry
-    Formats: sessions          ids, state.json and its validation, history.jsonl
+    Formats: sessions          ids, state.json, its validation, history.jsonl, CAPTURE_FIELDS
     Formats: handoffs
     Formats: transcripts       read_transcript, find_project_transcript, git_state, redact
     Formats: three-way merge   merge_markdown (the git merge driver's core)
@@ -92,18 +92,46 @@ max_chars=9500) (text, warnings, parts; records the boot), check_store(store,
 fix=True), set_fact(store, "key", "value"), merge_markdown(base, ours, theirs).
 Failures raise StmError (.code, .line()).
 
-Recipes
+Recipes:
 
-A new check rule: one room, the "Check" section. Write the Checker method that
-finds it, decorated with its row, @check_step(Rule("rule-id", "warning", "the fix
-advice")): `check` runs the steps in the class's order, `check --staged` too unless
-staged=False; a helper that a step calls declares its rows with @reports(...). It
-reports with self.report("rule-id", path, message). If `check --fix` can repair it
-safely, a fixer below the class: @fixes("rule-id") def fix_x(store, finding,
-dry_run). Then the rule's row in its spec's rule table (memory-layers.md,
-state-layout.md or handoff.md) and a fixer's row in spec/reliability.md's fixer
-table: tests/test_architecture.py fails until they match the registry
-(test_a_new_check_rule_is_one_room is the worked example).
+A new MCP tool. One room, the MCP server section: write `mcp_tool_<name>(store, args)`,
+returning (text, structuredContent or None), and put its row on it with `@mcp_tool(name,
+description, required=..., optional=..., output=..., flags=...)`; tools/list lists the
+tools in the order they are declared, so declare a new one after the last. Name it after
+its command, words joined by `_` (`session switch` -> `session_switch`), each argument
+after its flag, dashes as `_` (`--dry-run` -> `dry_run`), and the command's positional
+words as its required arguments in order: that is how a hint naming `stm session switch
+ID` becomes a call of the tool (spec/mcp.md); `flags=` only for a flag whose argument
+has another name (`--clear-pending` -> `pending: []`), the one place hints learn it.
+MCP_INSTRUCTIONS names only the tools every session should call; leave it alone
+otherwise. Then give it a row in spec/mcp.md's table of tools and a test in
+tests/test_mcp.py that calls it through tests/mcp_client.py:
+test_the_spec_tool_table_matches_the_registry and
+test_every_registered_tool_is_called_by_a_server_test fail until both are there.
+
+A new capture field (what `stm capture` keeps of a transcript or of git). One room, the
+table CAPTURE_FIELDS (Formats: sessions): a row with its name, kind, source, the
+characters kept (cut once, when read) and shown, the items kept, how boot and the log
+show it (style and label, in the table's order), whether it is volatile and whether it
+is work. The row gives Transcript its slot, state.json its validation, captured_record
+its key, emptiness, volatility and the one renderer (capture_body_lines) its line. What
+the row cannot say is how to read it: set it in TranscriptReader.finish (a
+transcript's), cut at CAPTURE_LIMITS[name]. Then name it in spec/capture.md and
+spec/state-layout.md, which tests/test_architecture.py holds to the table; its
+test_a_new_capture_field_is_one_row adds one, row and reading line, and follows it to
+boot and the log.
+
+A new check rule. One room, the Check section: write the Checker method that finds it
+and put its row on it, `@check_step(Rule("rule-id", "warning", "the fix advice"))`;
+`check` runs the steps in the class's order (declare a new one where it should run),
+`check --staged` too unless `staged=False`; a helper a step calls declares its rows
+with `@reports(Rule(...))`. It reports with `self.report("rule-id", path, message)`.
+If `check --fix` can repair it safely, a fixer below the class, `@fixes("rule-id")` on
+`fix_<name>(store, finding, dry_run)`. Then give the rule its row in its spec's rule
+table (memory-layers.md, state-layout.md or handoff.md) and a fixer its row in
+spec/reliability.md's fixer table: test_the_spec_rule_tables_match_the_rule_registry
+and test_the_spec_fixer_table_matches_the_fixers (tests/test_architecture.py) fail
+until they agree; test_a_new_check_rule_is_one_room adds one, fixer and all.
 """
 
 from __future__ import annotations
@@ -762,17 +790,23 @@ def command_name() -> str:
 # started (command_name); an agent behind a hook runs it from its own shell, not the
 # hook's (`command`); an MCP client calls tools (`tools`: name -> (its arguments as
 # name -> JSON type, the required ones in order)) and passes arguments, not flags
-# (`arguments`: name -> JSON type, those of the tool it called). A front end sets the
-# voice for the length of its work (with_hint_voice), so operations never need to know
-# who asked: they name the command and its flags, and the voice words them for the reader.
-_HINT_VOICE: dict = {"command": None, "tools": {}, "arguments": None}
+# (`arguments`: name -> JSON type, those of the tool it called; `flags`: flag -> its
+# words, for that tool's flags whose argument is not the flag's own name). A front end
+# sets the voice for the length of its work (with_hint_voice), so operations never need
+# to know who asked: they name the command and its flags, and the voice words them for
+# the reader. The rewording lives here, below the errors and warnings that use it, but
+# what a tool calls its arguments is the MCP server's to say: it declares them beside
+# each tool and passes them in through the voice (spec/mcp.md states the naming rule).
+_HINT_VOICE: dict = {"command": None, "tools": {}, "arguments": None, "flags": {}}
 
 
 @contextlib.contextmanager
-def with_hint_voice(*, command: str | None = None, tools=None, arguments: dict | None = None):
+def with_hint_voice(
+    *, command: str | None = None, tools=None, arguments: dict | None = None, flags=None
+):
     saved = dict(_HINT_VOICE)
     tools = tools if isinstance(tools, dict) else dict.fromkeys(tools or (), ({}, []))
-    _HINT_VOICE.update(command=command, tools=tools, arguments=arguments)
+    _HINT_VOICE.update(command=command, tools=tools, arguments=arguments, flags=flags or {})
     try:
         yield
     finally:
@@ -781,8 +815,6 @@ def with_hint_voice(*, command: str | None = None, tools=None, arguments: dict |
 
 _HINT_RE = LazyRegex(r"`stm ([^`]*)`")
 _FLAG_RE = LazyRegex(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)\b(?!-)")
-# Flags whose tool argument is not their own name.
-_FLAG_ARGUMENTS = {"clear-pending": ("pending", "`pending: []`")}
 
 
 def tool_hint(match, tools: dict) -> str:
@@ -834,9 +866,8 @@ def flag_words(flag: str) -> str | None:
     if arguments is None:
         return flag
     name = flag.lstrip("-")
-    if name in _FLAG_ARGUMENTS:
-        argument, words = _FLAG_ARGUMENTS[name]
-        return words if argument in arguments else None
+    if name in _HINT_VOICE["flags"]:
+        return _HINT_VOICE["flags"][name]
     argument = name.replace("-", "_")
     if argument not in arguments:
         return None
@@ -3896,30 +3927,109 @@ def check_phase_name(phase: str, flag: str) -> str:
     return phase
 
 
+class Record:
+    """A record with named fields, given by keyword and compared by value: a NamedTuple
+    without `typing`, which costs every boot a millisecond."""
+
+    __slots__ = ()
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.pop(name))
+        if fields:
+            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(fields)}")
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.as_dict() == self.as_dict()
+
+    __hash__ = None  # the fields hold lists
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
+        return f"{type(self).__name__}({fields})"
+
+
+class CaptureField(Record):
+    """One field of what `stm capture` keeps (a row of CAPTURE_FIELDS)."""
+
+    __slots__ = (
+        "name",  # its key in state.json's "captured"; a Transcript slot when read from one
+        "kind",  # what state.json must hold there, as in STATE_OPTIONAL_FIELDS
+        "source",  # "transcript" (read_transcript), "git" (git_state) or "hook" (capture's own)
+        "limit",  # characters of each text, cut once, when read: what a capture stores
+        "show",  # characters of each stored text boot and the log show (0: `limit`); a
+        # stored text stm did not write (a hand edit) is cut there too
+        "count",  # a list's items a capture keeps (0: a single value, or as read)
+        "shown",  # how boot and the log show it: "asked", "plan", "paths", "code", "quoted",
+        # "flag", or "" (not a line of its own); lines come in the table's order
+        "label",  # the words before it on its line
+        "volatile",  # changes every turn without saying anything new (CAPTURE_VOLATILE)
+        "work",  # read from a transcript, it is work to capture (capture_is_empty)
+    )
+
+    @property
+    def shows(self) -> int:
+        """The characters boot and the log show of each stored text."""
+        return self.show or self.limit
+
+
+def capture_field(
+    name, kind, source, limit=0, count=0, shown="", label="", *, show=0, volatile=False, work=False
+) -> CaptureField:
+    """A row of CAPTURE_FIELDS, its usual columns by position."""
+    row = {"limit": limit, "show": show, "count": count, "shown": shown, "label": label}
+    return CaptureField(name=name, kind=kind, source=source, volatile=volatile, work=work, **row)
+
+
+CAPTURE_INTERRUPTED = "Interrupted: the person stopped the last turn before it finished"
 # What `stm capture` keeps in state.json's "captured": read from an agent client's
 # transcript and from git, beside the agent's own checkpoint and never over it
-# (spec/capture.md). Kinds as in STATE_OPTIONAL_FIELDS (Check).
-CAPTURED_FIELDS = {
-    "at": "stamp",
-    "agent_at": "str",
-    "client": "str",
-    "client_session": "str",
-    "event": "str",
-    "ended_at": "str",
-    "request": "str",
-    "requests": "strs",
-    "requests_omitted": "count",
-    "question": "str",
-    "interrupted": "bool",
-    "plan": "plan",
-    "files": "strs",
-    "failures": "strs",
-    "last_message": "str",
-    "branch": "str",
-    "head": "str",
-    "position": "str",
-    "logged": "str",
-}
+# (spec/capture.md). Each field is declared here once, and the rest follows its row: the
+# reader (Transcript's slots, the limit each text is cut at, once), the stored record
+# (captured_record), emptiness, volatility, state.json's validation (CAPTURED_FIELDS),
+# and the one renderer boot and the log share (capture_body_lines), in this order. A
+# new field: the opening docstring's "Recipes".
+# fmt: off
+CAPTURE_FIELDS = (
+    # name, kind, source; limit, count, shown, label; show, volatile, work (CaptureField)
+    capture_field("at", "stamp", "hook", volatile=True),
+    capture_field("agent_at", "str", "hook", volatile=True),
+    capture_field("client", "str", "hook"),
+    capture_field("client_session", "str", "hook"),
+    capture_field("event", "str", "hook"),
+    capture_field("ended_at", "str", "transcript", volatile=True),
+    # The person's words, shown together (capture_request_lines): each earlier message
+    # kept, oldest first, the count of those left out, the newest, a question left open.
+    # The newest and the question are kept longer than shown: recall weighs their words.
+    capture_field("request", "str", "transcript", 500, 0, "asked", "Asked last",
+                  show=400, work=True),
+    capture_field("requests", "strs", "transcript", 300, 0, "asked", "Asked"),
+    capture_field("requests_omitted", "count", "transcript", 0, 0, "asked"),
+    capture_field("question", "str", "transcript", 500, 0, "asked",
+                  "Waiting for the person's answer", show=300, work=True),
+    capture_field("plan", "plan", "transcript", 160, 12, "plan", "Plan", work=True),
+    capture_field("files", "strs", "transcript", 160, 10, "paths", "Touched", work=True),
+    # Shown up to 260: a command (80) and its error (170) as one line.
+    capture_field("failures", "strs", "transcript", 160, 3, "code", "Failed",
+                  show=260, work=True),
+    capture_field("last_message", "str", "transcript", 300, 0, "quoted", "Last message",
+                  volatile=True, work=True),
+    capture_field("interrupted", "bool", "transcript", 0, 0, "flag", CAPTURE_INTERRUPTED),
+    capture_field("branch", "str", "git"),
+    capture_field("head", "str", "git", volatile=True),
+    capture_field("position", "str", "transcript", volatile=True),
+    capture_field("logged", "str", "hook", volatile=True),
+)
+# fmt: on
+CAPTURE_LIMITS = {field.name: field.limit for field in CAPTURE_FIELDS}
+# A failure is its command and its error's line, each cut on its own when read, so a
+# long command (a heredoc commit) leaves room for the error, which the next agent needs.
+FAILURE_COMMAND_CHARS, FAILURE_ERROR_CHARS = 80, 170
+# Kinds as in STATE_OPTIONAL_FIELDS (Check).
+CAPTURED_FIELDS = {field.name: field.kind for field in CAPTURE_FIELDS}
 
 
 def one_line(value, limit: int = 300) -> str:
@@ -4306,17 +4416,17 @@ TRANSCRIPT_LINE_MAX_BYTES = 1024 * 1024  # a longer line is skipped unparsed
 TRANSCRIPT_PROBE_BYTES = 64 * 1024  # find_project_transcript reads this much at each end
 TRANSCRIPT_SCAN_MAX = 5000  # folder entries find_project_transcript considers
 TRANSCRIPT_CANDIDATES = 50  # of which it probes the newest this many
-REQUEST_MAX_CHARS = 500
 # The person's messages a read keeps, oldest first: the first few (the task is usually
 # set there) and the newest (what they said last); the ones between are counted.
 REQUESTS_FIRST, REQUESTS_LAST = 2, 5
 TRANSCRIPT_HEAD_BYTES = 256 * 1024  # of capture's window, read at a longer file's start
-MESSAGE_MAX_CHARS = 300
-PLAN_ITEM_MAX_CHARS = 200
+# A read follows more than a capture keeps (CAPTURE_FIELDS' counts): the plan items, the
+# files and the failures a read hands out; texts are cut at CAPTURE_FIELDS' limits.
 PLAN_MAX_ITEMS = 50
 FILES_MAX = 20
-FILE_MAX_CHARS = 300
 FAILURES_MAX = 5
+FILE_MAX_CHARS = 300  # a path or folder from git or a transcript that is no capture field
+PLAN_ITEM_MAX_CHARS = 200  # a plan step `stm nudge` keeps
 FAILURES_TRACKED = 50  # failures a read follows, so a later success can clear them
 COMMAND_MAX_CHARS = 200
 ID_MAX_CHARS = 200
@@ -4383,52 +4493,27 @@ PLAN_STEP_RE = LazyRegex(r"^(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[([ xX])\][ \t]+)?(\S
 PLAN_HEADING_RE = LazyRegex(r"^#{2,6}[ \t]+(\S[^\n]*)", re.M)
 
 
-class Record:
-    """A record with named fields, given by keyword and compared by value: a NamedTuple
-    without `typing`, which costs every boot a millisecond."""
-
-    __slots__ = ()
-
-    def __init__(self, **fields):
-        for name in self.__slots__:
-            setattr(self, name, fields.pop(name))
-        if fields:
-            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(fields)}")
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other.as_dict() == self.as_dict()
-
-    __hash__ = None  # the fields hold lists
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
-        return f"{type(self).__name__}({fields})"
-
-
 class Transcript(Record):
     """What one session did, as far as its transcript's tail tells. Every string is
-    redacted, one line and bounded; `plan` holds (text, status) pairs in list order,
-    `failures` (command, first line of the error) pairs, oldest first."""
+    redacted, one line and bounded. The reader's own slots: `client` ("claude", "codex",
+    or "" when no line was recognised), `session_id`, `cwd`, `compacted` (whether the
+    client compacted the conversation in the window); then a slot for each row of
+    CAPTURE_FIELDS read from a transcript, each text cut at its row's limit: `request`
+    (the person's last message), `requests` (their messages, oldest first: the first few
+    and the newest), `requests_omitted` (how many between were left out; -1: not known),
+    `question` (an AskUserQuestion still waiting for an answer), `plan` ((text, status)
+    pairs in list order), `files` (written or edited, relative to cwd when inside it,
+    newest last), `failures` ((command, first line of the error) pairs, oldest first),
+    `last_message` (the agent's last text), `interrupted` (the person stopped the last
+    turn before it finished), `position` ("size:last entry id": the same value means the
+    same transcript), `ended_at` (the last entry's time, YYYY-MM-DDTHH:MM:SSZ)."""
 
     __slots__ = (
-        "client",  # "claude", "codex", or "" when no line was recognised
+        "client",
         "session_id",
         "cwd",
-        "plan",  # [(text, "pending" | "in_progress" | "completed")]
-        "request",  # the person's last message
-        "requests",  # the person's messages, oldest first: the first few and the newest
-        "requests_omitted",  # how many messages between those were left out (-1: not known)
-        "question",  # an AskUserQuestion still waiting for the person's answer
-        "last_message",  # the agent's last text
-        "files",  # written or edited, relative to cwd when inside it, newest last
-        "failures",  # [(command, error)]
-        "position",  # "size:last entry id": the same value means the same transcript
-        "ended_at",  # the last entry's time, YYYY-MM-DDTHH:MM:SSZ
-        "compacted",  # whether the client compacted the conversation in the window
-        "interrupted",  # whether the person stopped the last turn before it finished
+        "compacted",
+        *(field.name for field in CAPTURE_FIELDS if field.source == "transcript"),
     )
 
 
@@ -4461,12 +4546,13 @@ def redact(text: str) -> str:
     return "".join(pieces) + text[done:] if pieces else text
 
 
-def safe_line(value, limit: int) -> str:
+def safe_line(value, limit: int, *, item: bool = False) -> str:
     """Text from a transcript (or git) made fit to store and show on one line: redacted,
     control and reordering characters gone, whitespace runs one space, at most `limit`
     characters. Redaction comes before the cut, so a token cut in half is still found;
     the last word of a longer text's window becomes "...": a token cut there would no
-    longer be recognised.
+    longer be recognised. An `item` of a captured list keeps a space cut before its
+    "..." (as captures always stored them: see CAPTURE_FIELDS).
 
     >>> safe_line("run\\x1b[2J  it\\n\\tnow " + "x" * 50, 12)
     'run [2J i...'
@@ -4480,7 +4566,9 @@ def safe_line(value, limit: int) -> str:
         words = text.rsplit(None, 1)
         text = (words[0] if len(words) == 2 else "") + " ..."
     text = " ".join(UNSHOWN_RE.sub(" ", text).split())
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+    if len(text) <= limit:
+        return text
+    return (text[: limit - 3] if item else text[: limit - 3].rstrip()) + "..."
 
 
 def read_span(fd: int, offset: int, count: int) -> bytes:
@@ -5070,7 +5158,7 @@ class TranscriptReader:
             items = plan_steps(self.approved_plan)
         plan = []
         for text, status in items:
-            line = safe_line(text, PLAN_ITEM_MAX_CHARS)
+            line = safe_line(text, CAPTURE_LIMITS["plan"], item=True)
             if line:
                 plan.append((line, status if status in PLAN_STATUSES else "pending"))
         return plan[:PLAN_MAX_ITEMS]
@@ -5084,21 +5172,27 @@ class TranscriptReader:
         # One file named two ways (a snapshot's relative path, an edit's absolute): once,
         # where it was last.
         files = list(reversed(dict.fromkeys(reversed(files))))
-        requests = [safe_line(text, REQUEST_MAX_CHARS) for text in self.requests]
+        # Each text cut once, at its field's limit (CAPTURE_FIELDS): what a capture stores.
+        limit = CAPTURE_LIMITS
+        requests = [safe_line(text, limit["requests"], item=True) for text in self.requests]
+        files = [safe_line(path, limit["files"], item=True) for path in files]
         questions = [q for q in self.asking.values() if q]
         return Transcript(
             client=self.client,
             session_id=safe_line(self.session_id, ID_MAX_CHARS),
             cwd=safe_line(self.cwd, FILE_MAX_CHARS),
             plan=self.plan(),
-            request=safe_line(self.request, REQUEST_MAX_CHARS),
+            request=safe_line(self.request, limit["request"]),
             requests=[text for text in requests if text],
             requests_omitted=self.requests_omitted,
-            question=safe_line(questions[-1], REQUEST_MAX_CHARS) if questions else "",
-            last_message=safe_line(self.message, MESSAGE_MAX_CHARS),
-            files=[line for line in (safe_line(f, FILE_MAX_CHARS) for f in files) if line],
+            question=safe_line(questions[-1], limit["question"]) if questions else "",
+            last_message=safe_line(self.message, limit["last_message"]),
+            files=[path for path in files if path],
             failures=[
-                (safe_line(command, COMMAND_MAX_CHARS), safe_line(error, COMMAND_MAX_CHARS))
+                (
+                    safe_line(command, FAILURE_COMMAND_CHARS, item=True),
+                    safe_line(error, FAILURE_ERROR_CHARS, item=True),
+                )
                 for _, command, error in self.failures[-FAILURES_MAX:]
             ],
             interrupted=self.interrupted,
@@ -8018,28 +8112,54 @@ def render_capture(captured: dict, now: float, *, made_here: bool = True) -> lis
             "- Arrived with git; not made here: this clone's hooks recorded no such capture "
             "(another clone's or machine's, or written by hand): a quotation of unknown origin"
         )
-    lines += capture_request_lines(captured)
-    plan = captured.get("plan") if isinstance(captured.get("plan"), list) else []
-    for status, word in PLAN_MARKS.items():
-        items = [
-            quoted(item.get("text"), 160)
-            for item in plan
-            if isinstance(item, dict) and item.get("status") == status
-        ]
-        if items:
-            lines.append(f"- Plan, {word}: " + "; ".join(items))
-    for key, word, limit in (("files", "Touched", 160), ("failures", "Failed", 260)):
-        values = captured.get(key) if isinstance(captured.get(key), list) else []
-        if values:
-            lines.append(f"- {word}: " + "; ".join(md_code(one_line(v, limit)) for v in values))
-    if captured.get("last_message"):
-        lines.append(f"- Last message: {quoted(captured['last_message'], 300)}")
-    if captured.get("interrupted") is True:
-        lines.append(f"- {CAPTURE_INTERRUPTED}")
+    return lines + capture_body_lines(captured)
+
+
+def capture_body_lines(captured: dict, *, log: bool = False) -> list[str]:
+    """The lines of a capture below its header, one for each row of CAPTURE_FIELDS shown
+    and holding something, in the table's order, each stored text at most the characters
+    its row shows. Boot quotes free text and shows paths and failures as code, and shows what
+    any stored value holds; the log (`log`) writes text as it was said, files as one
+    comma-separated list, and fails (KeyError, TypeError) on a malformed earlier
+    capture's lists, which same_log_body takes as "not the same"."""
+    shown = one_line if log else quoted
+    lines, asked = [], False
+    for field in CAPTURE_FIELDS:
+        value = captured.get(field.name)
+        if field.shown == "asked" and not asked:
+            lines += capture_request_lines(captured, shown)
+            asked = True
+        elif field.shown == "plan":
+            lines += capture_plan_lines(captured[field.name] if log else value, field, log)
+        elif field.shown in ("paths", "code") and log and captured[field.name]:
+            joined = ", " if field.shown == "paths" else "; "
+            items = joined.join(one_line(v, field.shows) for v in captured[field.name])
+            lines.append(f"- {field.label}: {items}")
+        elif field.shown in ("paths", "code") and not log and isinstance(value, list) and value:
+            items = "; ".join(md_code(one_line(v, field.shows)) for v in value)
+            lines.append(f"- {field.label}: {items}")
+        elif field.shown == "quoted" and value:
+            lines.append(f"- {field.label}: {shown(value, field.shows)}")
+        elif field.shown == "flag" and value is True:
+            lines.append(f"- {field.label}")
     return lines
 
 
-CAPTURE_INTERRUPTED = "Interrupted: the person stopped the last turn before it finished"
+def capture_plan_lines(plan, field: CaptureField, log: bool) -> list[str]:
+    """A captured plan's items, one line per status (done, in progress, pending)."""
+    lines = []
+    for status, word in PLAN_MARKS.items():
+        if log:
+            items = [one_line(i["text"], field.shows) for i in plan if i["status"] == status]
+        else:
+            items = [
+                quoted(item.get("text"), field.shows)
+                for item in (plan if isinstance(plan, list) else [])
+                if isinstance(item, dict) and item.get("status") == status
+            ]
+        if items:
+            lines.append(f"- {field.label}, {word}: " + "; ".join(items))
+    return lines
 
 
 def capture_request_lines(captured: dict, shown=quoted) -> list[str]:
@@ -8047,19 +8167,22 @@ def capture_request_lines(captured: dict, shown=quoted) -> list[str]:
     of those left out between, the newest as `- Asked last:`; then a question the agent
     asked and never had answered. One message alone is `- Asked:`. `shown` writes each
     text: quoted for boot, as it was for the log."""
+    field = {f.name: f for f in CAPTURE_FIELDS if f.shown == "asked"}
     earlier = captured.get("requests") if isinstance(captured.get("requests"), list) else []
-    earlier = [shown(text, 300) for text in earlier if isinstance(text, str) and text]
-    lines = [f"- Asked: {text}" for text in earlier]
+    limit = field["requests"].shows
+    earlier = [shown(text, limit) for text in earlier if isinstance(text, str) and text]
+    lines = [f"- {field['requests'].label}: {text}" for text in earlier]
     omitted = captured.get("requests_omitted")
     if isinstance(omitted, int) and not isinstance(omitted, bool) and omitted:
         # -1: the middle of a long transcript was not read, so they were not counted.
         words = plural(omitted, "more message") if omitted > 0 else "more messages"
         lines.insert(min(REQUESTS_FIRST, len(lines)), f"- ({words} left out here)")
     if captured.get("request"):
-        word = "Asked last" if earlier else "Asked"
-        lines.append(f"- {word}: {shown(captured['request'], 400)}")
+        word = field["request"].label if earlier else field["requests"].label
+        lines.append(f"- {word}: {shown(captured['request'], field['request'].shows)}")
     if captured.get("question"):
-        lines.append(f"- Waiting for the person's answer: {shown(captured['question'], 300)}")
+        question = shown(captured["question"], field["question"].shows)
+        lines.append(f"- {field['question'].label}: {question}")
     return lines
 
 
@@ -8627,14 +8750,6 @@ def merged_state_or_none(ref: SessionRef) -> dict | None:
     return rebuilt[0] if rebuilt else None
 
 
-def waiting_sessions(store: Store, captures=None) -> list[str]:
-    """Boot's lines for the active sessions in .state/sessions/ when this clone has no
-    current one (a fresh clone: the pointer is local): handoffs addressed to this user
-    first, then the newest; each with the command that adopts it. `captures(state)` is
-    shown every state read (boot keeps the newest capture among them)."""
-    return waiting_lines(waiting_rows(store, captures))
-
-
 def waiting_lines(rows: list) -> list[str]:
     lines = [session_line(sid, state, adopt=True) for sid, _, state in rows[:BOOT_WAITING_MAX]]
     if len(rows) > BOOT_WAITING_MAX:
@@ -8650,8 +8765,11 @@ def is_stale(state: dict, now: float) -> bool:
 
 
 def waiting_rows(store: Store, captures=None, stale=None) -> list[tuple[str, str, dict]]:
-    """(id, folder, state) of the sessions waiting, most relevant first (see
-    waiting_sessions); the stale ones go to the list `stale` instead, when given."""
+    """(id, folder, state) of the active sessions in .state/sessions/ waiting when this
+    clone has no current one (a fresh clone: the pointer is local), most relevant first:
+    handoffs addressed to this user, then the newest. `captures(state)` is shown every
+    state read (boot keeps the newest capture among them); the stale ones go to the list
+    `stale` instead, when given."""
     rows = []
     now = utc_now()
     user = (store.settings.user or "").strip().lower()
@@ -13139,15 +13257,14 @@ def entry_stamp(text, low: int, start: int, header) -> str | None:
         end = at + 3  # a `## ` line that is not a header: look further up
 
 
-# ---- capture: what an interrupted agent session leaves behind (spec/capture.md) -------
+# ==== Operations: capture ====================================================
 #
+# What an interrupted agent session leaves behind (spec/capture.md).
 # `stm capture` runs from an agent client's lifecycle hooks with the hook's JSON payload
 # on stdin. It reads the client's transcript (the tail only) and git, and records what
 # the session did in the agent's stm session, beside the agent's own checkpoint, so the
 # next boot shows the work even when the agent never wrote to memory. A hook must never
 # break the agent: every failure is a one-line reason on stderr and exit 0.
-
-# ==== Operations: capture ====================================================
 
 
 HOOK_PAYLOAD_MAX = 1 << 20  # a payload is a few hundred bytes; anything this big is not one
@@ -13332,24 +13449,19 @@ def names_another_project(path: str, root: str, payload: dict) -> bool:
     return transcript_folder(path, project_places(root, payload)) is False
 
 
-# What one capture keeps, so state.json stays far under its 10 KB warning and boot's
-# block under a tenth of the hook's cap whatever the transcript held.
-CAPTURE_PLAN_MAX, CAPTURE_FILES_MAX, CAPTURE_FAILURES_MAX = 12, 10, 3
-CAPTURE_ITEM_CHARS = 160
-CAPTURE_REQUEST_CHARS = 300  # each of the person's earlier messages; the newest keeps 500
-# A failure is its command, cut on its own so a long one (a heredoc commit) leaves room
-# for the error's line, which is what the next agent needs.
-CAPTURE_COMMAND_CHARS, CAPTURE_ERROR_CHARS = 80, 170
+# What one capture keeps (CAPTURE_FIELDS' counts and limits) holds state.json far under
+# its 10 KB warning and boot's block under a tenth of the hook's cap, whatever the
+# transcript held.
 
 
-def capture_item(text: str, limit: int = CAPTURE_ITEM_CHARS) -> str:
+def capture_item(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def failure_item(command: str, error: str) -> str:
-    """`command — error`, each cut on its own."""
-    command = capture_item(command, CAPTURE_COMMAND_CHARS)
-    return f"{command} — {capture_item(error, CAPTURE_ERROR_CHARS)}" if error else command
+    """`command — error` (each cut on its own when read), at most the field's limit."""
+    text = f"{command} — {error}" if error else command
+    return capture_item(text, CAPTURE_LIMITS["failures"])
 
 
 def client_session_id(payload: dict) -> str:
@@ -13369,45 +13481,43 @@ def client_session_id(payload: dict) -> str:
 
 
 def captured_record(transcript, git, *, client: str, session: str, event: str) -> dict:
-    """The "captured" object of state.json (CAPTURED_FIELDS) from one transcript read."""
-    plan = transcript.plan
-    if len(plan) > CAPTURE_PLAN_MAX:  # what is open matters most; then the newest done
-        open_items = [p for p in plan if p[1] != "completed"]
-        done = [p for p in plan if p[1] == "completed"]
-        keep = open_items[:CAPTURE_PLAN_MAX]
-        keep += (
-            done[len(done) - (CAPTURE_PLAN_MAX - len(keep)) :]
-            if len(keep) < CAPTURE_PLAN_MAX
-            else []
-        )
-        # Kept in the plan's own order, whatever order they were chosen in.
-        plan = [p for p in plan if p in keep]
-    failures = [failure_item(c, e) for c, e in transcript.failures]
-    record = {
-        "at": iso_now(),
-        "client": client,
-        "client_session": session,
-        "event": event,
-        "plan": [{"text": capture_item(text), "status": status} for text, status in plan],
-        "files": [capture_item(f) for f in transcript.files[-CAPTURE_FILES_MAX:]],
-        "failures": [capture_item(f) for f in failures[-CAPTURE_FAILURES_MAX:]],
-        "position": str(transcript.position),
-    }
-    earlier = [capture_item(text, CAPTURE_REQUEST_CHARS) for text in transcript.requests[:-1]]
-    for key, value in (
-        ("request", transcript.request),
-        ("requests", earlier),
-        ("requests_omitted", transcript.requests_omitted),
-        ("question", transcript.question),
-        ("interrupted", transcript.interrupted),
-        ("last_message", transcript.last_message),
-        ("ended_at", transcript.ended_at),
-        ("branch", git.branch if git else None),
-        ("head", git.head if git else None),
-    ):
-        if value:
-            record[key] = value
+    """The "captured" object of state.json from one transcript read: a key for each row
+    of CAPTURE_FIELDS that says something. The lists a capture keeps (a row with a count)
+    and the position it read to are stored even when empty."""
+    record = {"at": iso_now(), "client": client, "client_session": session, "event": event}
+    for field in CAPTURE_FIELDS:
+        if field.source == "hook":
+            continue
+        source = git if field.source == "git" else transcript
+        value = kept_value(field, getattr(source, field.name, None))
+        if value or field.count or field.name == "position":
+            record[field.name] = value
     return record
+
+
+def kept_value(field: CaptureField, value):
+    """What a capture keeps of a field as read: a list's newest `count` items (a plan's
+    open ones first), failures as one line each, the person's earlier messages (the
+    newest is `request`)."""
+    if field.name == "plan":
+        return [{"text": text, "status": status} for text, status in kept_plan(value, field.count)]
+    if field.name == "failures":
+        value = [failure_item(command, error) for command, error in value]
+    elif field.name == "requests":
+        value = value[:-1]
+    return value[-field.count :] if field.count else value
+
+
+def kept_plan(plan: list, count: int) -> list:
+    """At most `count` items of a plan: what is open matters most; then the newest done,
+    kept in the plan's own order, whatever order they were chosen in."""
+    if len(plan) <= count:
+        return plan
+    open_items = [p for p in plan if p[1] != "completed"]
+    done = [p for p in plan if p[1] == "completed"]
+    keep = open_items[:count]
+    keep += done[len(done) - (count - len(keep)) :] if len(keep) < count else []
+    return [p for p in plan if p in keep]
 
 
 def unread_reason(path: str) -> str:
@@ -13426,14 +13536,8 @@ def unread_reason(path: str) -> str:
 
 
 def capture_is_empty(transcript) -> bool:
-    return not (
-        transcript.request
-        or transcript.question
-        or transcript.plan
-        or transcript.files
-        or transcript.failures
-        or transcript.last_message
-    )
+    """Whether a transcript read holds no work (CAPTURE_FIELDS' `work` rows)."""
+    return not any(getattr(transcript, f.name) for f in CAPTURE_FIELDS if f.work)
 
 
 def capture_target(
@@ -13531,26 +13635,13 @@ def capture_log_text(captured: dict) -> str:
         f"Captured by stm {how} from {captured['client']} session "
         f"{session_label(captured['client_session'])} (the agent did not write this itself)."
     ]
-    lines += capture_request_lines(captured, one_line)
-    for status, word in PLAN_MARKS.items():
-        items = [one_line(i["text"], 160) for i in captured["plan"] if i["status"] == status]
-        if items:
-            lines.append(f"- Plan, {word}: " + "; ".join(items))
-    if captured["files"]:
-        lines.append("- Touched: " + ", ".join(one_line(f, 160) for f in captured["files"]))
-    if captured["failures"]:
-        lines.append("- Failed: " + "; ".join(one_line(f, 260) for f in captured["failures"]))
-    if captured.get("last_message"):
-        lines.append(f"- Last message: {one_line(captured['last_message'], 300)}")
-    if captured.get("interrupted") is True:
-        lines.append(f"- {CAPTURE_INTERRUPTED}")
-    return "\n".join(lines)
+    return "\n".join(lines + capture_body_lines(captured, log=True))
 
 
 # Fields of a capture that change every turn without saying anything new: a Stop hook
 # (every turn) writes only when something else changed, so history.jsonl does not grow
 # by a capture a turn.
-CAPTURE_VOLATILE = ("at", "agent_at", "position", "logged", "last_message", "ended_at", "head")
+CAPTURE_VOLATILE = tuple(field.name for field in CAPTURE_FIELDS if field.volatile)
 
 
 def same_log_body(logged: dict, captured: dict) -> bool:
@@ -18436,6 +18527,89 @@ _STR = {"type": "string"}
 _INT = {"type": "integer", "minimum": 1}
 _BOOL = {"type": "boolean"}
 _STRS = {"type": "array", "items": {"type": "string"}}
+
+
+class McpTool:
+    """One MCP tool: its name, description, required and optional arguments (name ->
+    JSON schema), the `mcp_tool_<name>` that runs it, its output schema (or None), and
+    its flags whose argument is not the flag's own name (flag -> how hints word it)."""
+
+    __slots__ = ("name", "description", "required", "optional", "handler", "output", "flags")
+
+    def __init__(self, name, description, required, optional, handler, output, flags) -> None:
+        self.name, self.description, self.handler = name, description, handler
+        self.required, self.optional, self.output = required, optional, output
+        self.flags = flags
+
+
+# The registry: each `@mcp_tool` row sits on its handler, and tools/list lists them in
+# the order they are defined here (clients and spec/mcp.md's table depend on it).
+MCP_TOOLS: list[McpTool] = []
+MCP_TOOL_BY_NAME: dict[str, McpTool] = {}
+# How hints name each tool's arguments (with_hint_voice): name -> (argument -> JSON type,
+# the required ones in order).
+MCP_TOOL_ARGUMENTS: dict[str, tuple[dict, list]] = {}
+
+
+def mcp_tool(name, description, *, required=None, optional=None, output=None, flags=None):
+    """Register the function below as the MCP tool `name` (spec/mcp.md): `required` and
+    `optional` map each argument to its JSON schema, `output` is the output schema of its
+    structuredContent (or None), `flags` maps a CLI flag of the same command whose
+    argument is not its own name to how hints word it (`clear-pending` -> `pending: []`).
+    The handler takes (store, arguments) and returns (text, structuredContent or None)."""
+
+    def register(handler):
+        if name in MCP_TOOL_BY_NAME:
+            raise ValueError(f"MCP tool {name!r} is registered twice")
+        required_, optional_ = required or {}, optional or {}
+        tool = McpTool(name, description, required_, optional_, handler, output, flags or {})
+        MCP_TOOLS.append(tool)
+        MCP_TOOL_BY_NAME[name] = tool
+        kinds = {key: schema["type"] for key, schema in {**required_, **optional_}.items()}
+        MCP_TOOL_ARGUMENTS[name] = (kinds, list(required_))
+        return handler
+
+    return register
+
+
+@mcp_tool(
+    "boot",
+    "The project memory to start from: identity, workflow, session memory, refs index.",
+    optional={"max_tokens": _INT, "max_chars": _INT},
+)
+def mcp_tool_boot(store: Store, args: dict):
+    limits = {"max_tokens": args.get("max_tokens"), "max_chars": args.get("max_chars")}
+    text, _, _ = boot_memory(store, **limits)
+    return text, None
+
+
+@mcp_tool("log", "Append an entry to today's log.", required={"text": _STR})
+def mcp_tool_log(store: Store, args: dict):
+    # The CLI's text passes through read_free_text: a tool's gets the same normalising.
+    entry = append_log(store, normalise_message(args["text"]))
+    return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
+
+
+@mcp_tool(
+    "note",
+    "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
+    required={"section": _STR, "text": _STR},
+    optional={"replace": _BOOL, "create": _BOOL},
+)
+def mcp_tool_note(store: Store, args: dict):
+    try:
+        result = write_memory_note(
+            store,
+            args["section"],
+            normalise_message(args["text"]),
+            replace=args.get("replace", False),
+            create=args.get("create", False),
+        )
+    except SectionMissing as missing:
+        raise usage_error(missing.wording("call `note` again with `create: true`")) from None
+    return note_report(result, result["path"]), result
+
+
 MCP_SEARCH_OUTPUT = {
     "type": "object",
     "properties": {
@@ -18459,32 +18633,19 @@ MCP_SEARCH_OUTPUT = {
 }
 
 
-def mcp_tool_boot(store: Store, args: dict):
-    limits = {"max_tokens": args.get("max_tokens"), "max_chars": args.get("max_chars")}
-    text, _, _ = boot_memory(store, **limits)
-    return text, None
-
-
-def mcp_tool_log(store: Store, args: dict):
-    # The CLI's text passes through read_free_text: a tool's gets the same normalising.
-    entry = append_log(store, normalise_message(args["text"]))
-    return f"logged to {entry['path']} at {entry['timestamp']} as {entry['author']}", entry
-
-
-def mcp_tool_note(store: Store, args: dict):
-    try:
-        result = write_memory_note(
-            store,
-            args["section"],
-            normalise_message(args["text"]),
-            replace=args.get("replace", False),
-            create=args.get("create", False),
-        )
-    except SectionMissing as missing:
-        raise usage_error(missing.wording("call `note` again with `create: true`")) from None
-    return note_report(result, result["path"]), result
-
-
+@mcp_tool(
+    "search",
+    "Search memory, newest logs first.",
+    required={"query": _STR},
+    optional={
+        "layer": {"type": "string", "enum": list(search_layers())},
+        "since": _STR,
+        "regex": _BOOL,
+        "rank": _BOOL,
+        "limit": _INT,
+    },
+    output=MCP_SEARCH_OUTPUT,
+)
 def mcp_tool_search(store: Store, args: dict):
     limit = args.get("limit", 50)
     if args.get("rank") and args.get("regex"):
@@ -18512,27 +18673,55 @@ def mcp_search_result(matches: list, *, truncated: bool):
     return text, {"matches": matches, "truncated": truncated}
 
 
+@mcp_tool("status", "Sizes, staleness, sessions and warnings.")
 def mcp_tool_status(store: Store, args: dict):
     status = gather_status(store)
     lines = [f"verdict: {status['verdict']}", *(f"warning: {w}" for w in status["warnings"])]
     return "\n".join(lines), status
 
 
+@mcp_tool("read_ref", "Read one file under .stacks/refs/ (e.g. guide.md).", required={"path": _STR})
 def mcp_tool_read_ref(store: Store, args: dict):
     path = ref_path(store, args["path"])
     return read_text(path), None
 
 
+@mcp_tool(
+    "session_new",
+    "Start a workflow session and make it current.",
+    required={"name": _STR},
+    optional={"phases": _STRS},
+)
 def mcp_tool_session_new(store: Store, args: dict):
     ref, state = new_session(store, name=args["name"], phases=args.get("phases"))
     return f"session {ref.id} started and current", session_summary(store, ref, state, True)
 
 
+@mcp_tool(
+    "session_phase",
+    "Move a session to another phase.",
+    required={"phase": _STR},
+    optional={"session": _STR},
+)
 def mcp_tool_session_phase(store: Store, args: dict):
     ref, state, changed = set_phase(store, args["phase"], session=args.get("session"))
     return mcp_update_result(store, ref, state, changed, f"phase {args['phase']}")
 
 
+@mcp_tool(
+    "session_checkpoint",
+    "Record progress so another agent can resume.",
+    optional={
+        "done": _STR,
+        "pending": _STRS,
+        "resume": _STR,
+        "note": _STR,
+        "interrupted": _BOOL,
+        "finish": _BOOL,
+        "session": _STR,
+    },
+    flags={"clear-pending": "`pending: []`"},
+)
 def mcp_tool_session_checkpoint(store: Store, args: dict):
     pending = args.get("pending")
     ref, state, changed, warnings = checkpoint_session(
@@ -18550,12 +18739,46 @@ def mcp_tool_session_checkpoint(store: Store, args: dict):
     return "\n".join([text, *(f"warning: {as_invoked(w)}" for w in warnings)]), summary
 
 
+# The fact tools, after the nine every client relies on.
+
+
+@mcp_tool(
+    "fact_set",
+    "Set a fact (refs/facts.md); the old value stays in its history.",
+    required={"key": _STR, "value": _STR},
+    optional={"why": _STR},
+)
+def mcp_tool_fact_set(store: Store, args: dict):
+    result = set_fact(store, args["key"], args["value"], why=args.get("why"))
+    said = "set" if result["changed"] else "already set (nothing changed)"
+    return f"{result['key']} = {result['value']}: {said}", result
+
+
+@mcp_tool("fact_get", "Read a fact's current value and history.", required={"key": _STR})
+def mcp_tool_fact_get(store: Store, args: dict):
+    fact = get_fact(store, args["key"])
+    return fact.current, fact.as_dict(with_history=True)
+
+
+# What resuming needs without a shell: adopt, archive, hand off.
+
+
+@mcp_tool(
+    "session_switch",
+    "Make a session this checkout's current one (adopt it).",
+    required={"session": _STR},
+)
 def mcp_tool_session_switch(store: Store, args: dict):
     ref = switch_session(store, args["session"])
     state = load_state(ref)
     return f"{ref.id} is now this checkout's session", session_summary(store, ref, state, True)
 
 
+@mcp_tool(
+    "session_archive",
+    "Archive a session (stale: every one untouched for 14 days).",
+    optional={"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
+)
 def mcp_tool_session_archive(store: Store, args: dict):
     if args.get("stale"):
         if args.get("session"):
@@ -18572,6 +18795,12 @@ def mcp_tool_session_archive(store: Store, args: dict):
     return f"{ref.id}: {said}", session_summary(store, ref, state, False)
 
 
+@mcp_tool(
+    "compose_handoff",
+    "Hand a task over: a session from a handoff object (spec/handoff.md).",
+    required={"handoff": {"type": "object"}},
+    optional={"no_switch": _BOOL},
+)
 def mcp_tool_compose_handoff(store: Store, args: dict):
     handoff = args["handoff"]
     # The argument arrives parsed: written back as the bytes a handoff file would hold,
@@ -18594,160 +18823,6 @@ def mcp_update_result(store, ref, state, changed: bool, what: str):
     summary["changed"] = changed
     said = what if changed else f"{what}; nothing changed"
     return f"{ref.id}: {said} (version {state['version']})", summary
-
-
-class McpTool:
-    """One MCP tool: its name, description, required and optional arguments (name ->
-    JSON schema), the `mcp_tool_<name>` that runs it, and its output schema (or None)."""
-
-    __slots__ = ("name", "description", "required", "optional", "handler", "output")
-
-    def __init__(self, name, description, required, optional, handler, output) -> None:
-        self.name, self.description, self.handler = name, description, handler
-        self.required, self.optional, self.output = required, optional, output
-
-
-MCP_TOOLS = (
-    McpTool(
-        "boot",
-        "The project memory to start from: identity, workflow, session memory, refs index.",
-        {},
-        {"max_tokens": _INT, "max_chars": _INT},
-        mcp_tool_boot,
-        None,
-    ),
-    McpTool("log", "Append an entry to today's log.", {"text": _STR}, {}, mcp_tool_log, None),
-    McpTool(
-        "note",
-        "Add a bullet to a MEMORY.md section (replace: rewrite its body; create: a new one).",
-        {"section": _STR, "text": _STR},
-        {"replace": _BOOL, "create": _BOOL},
-        mcp_tool_note,
-        None,
-    ),
-    McpTool(
-        "search",
-        "Search memory, newest logs first.",
-        {"query": _STR},
-        {
-            "layer": {"type": "string", "enum": list(search_layers())},
-            "since": _STR,
-            "regex": _BOOL,
-            "rank": _BOOL,
-            "limit": _INT,
-        },
-        mcp_tool_search,
-        MCP_SEARCH_OUTPUT,
-    ),
-    McpTool("status", "Sizes, staleness, sessions and warnings.", {}, {}, mcp_tool_status, None),
-    McpTool(
-        "read_ref",
-        "Read one file under .stacks/refs/ (e.g. guide.md).",
-        {"path": _STR},
-        {},
-        mcp_tool_read_ref,
-        None,
-    ),
-    McpTool(
-        "session_new",
-        "Start a workflow session and make it current.",
-        {"name": _STR},
-        {"phases": _STRS},
-        mcp_tool_session_new,
-        None,
-    ),
-    McpTool(
-        "session_phase",
-        "Move a session to another phase.",
-        {"phase": _STR},
-        {"session": _STR},
-        mcp_tool_session_phase,
-        None,
-    ),
-    McpTool(
-        "session_checkpoint",
-        "Record progress so another agent can resume.",
-        {},
-        {
-            "done": _STR,
-            "pending": _STRS,
-            "resume": _STR,
-            "note": _STR,
-            "interrupted": _BOOL,
-            "finish": _BOOL,
-            "session": _STR,
-        },
-        mcp_tool_session_checkpoint,
-        None,
-    ),
-)
-
-
-def mcp_fact_set(store: Store, args: dict):
-    result = set_fact(store, args["key"], args["value"], why=args.get("why"))
-    said = "set" if result["changed"] else "already set (nothing changed)"
-    return f"{result['key']} = {result['value']}: {said}", result
-
-
-def mcp_fact_get(store: Store, args: dict):
-    fact = get_fact(store, args["key"])
-    return fact.current, fact.as_dict(with_history=True)
-
-
-MCP_TOOLS += (  # the fact tools, after the nine every client relies on
-    McpTool(
-        "fact_set",
-        "Set a fact (refs/facts.md); the old value stays in its history.",
-        {"key": _STR, "value": _STR},
-        {"why": _STR},
-        mcp_fact_set,
-        None,
-    ),
-    McpTool(
-        "fact_get",
-        "Read a fact's current value and history.",
-        {"key": _STR},
-        {},
-        mcp_fact_get,
-        None,
-    ),
-)
-MCP_TOOLS += (  # what resuming needs without a shell: adopt, archive, hand off
-    McpTool(
-        "session_switch",
-        "Make a session this checkout's current one (adopt it).",
-        {"session": _STR},
-        {},
-        mcp_tool_session_switch,
-        None,
-    ),
-    McpTool(
-        "session_archive",
-        "Archive a session (stale: every one untouched for 14 days).",
-        {},
-        {"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
-        mcp_tool_session_archive,
-        None,
-    ),
-    McpTool(
-        "compose_handoff",
-        "Hand a task over: a session from a handoff object (spec/handoff.md).",
-        {"handoff": {"type": "object"}},
-        {"no_switch": _BOOL},
-        mcp_tool_compose_handoff,
-        None,
-    ),
-)
-MCP_TOOL_BY_NAME = {tool.name: tool for tool in MCP_TOOLS}
-# How hints name each tool's arguments (with_hint_voice): name -> (argument -> JSON type,
-# the required ones in order).
-MCP_TOOL_ARGUMENTS = {
-    tool.name: (
-        {k: v["type"] for k, v in {**tool.required, **tool.optional}.items()},
-        list(tool.required),
-    )
-    for tool in MCP_TOOLS
-}
 
 
 def mcp_tool_list() -> list[dict]:
@@ -19000,6 +19075,7 @@ class McpServer:
         # The operation names its flags; the voice words them as this tool's arguments.
         arguments_voice = {"command": "stm", "tools": MCP_TOOL_ARGUMENTS}
         arguments_voice["arguments"] = MCP_TOOL_ARGUMENTS[name][0]
+        arguments_voice["flags"] = MCP_TOOL_BY_NAME[name].flags
         voice = with_hint_voice(**arguments_voice)
         try:
             with voice:

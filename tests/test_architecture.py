@@ -324,3 +324,153 @@ def test_the_docstring_maps_the_sections_as_the_banners_name_them():
     block = after.split("\n\n")[1]  # the indented map after the heading's paragraph
     mapped = [re.split(r"\s{2,}", line.strip())[0] for line in block.split("\n")]
     assert mapped == titles
+
+
+# ---- Capture fields: one table --------------------------------------------------------
+#
+# What `stm capture` keeps is declared once, in CAPTURE_FIELDS: a new field is one row
+# there (and, read from a transcript, the line of TranscriptReader.finish that reads
+# it), as the opening docstring's recipe says.
+
+MOOD_ROW = '    capture_field("mood", "str", "transcript", 12, 0, "quoted", "Mood", work=True),\n'
+MOOD_READ = '            mood=safe_line(self.message, CAPTURE_LIMITS["mood"]),\n'
+
+
+def stm_with(source: str, name: str):
+    """stm built from `source`, as a module of its own (stm itself is left as it is)."""
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__file__ = str(ROOT / "stm.py")
+    sys.modules[name] = module  # for the classes' module while the source runs
+    try:
+        exec(compile(source, str(ROOT / "stm.py"), "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+def test_a_new_capture_field_is_one_row(tmp_path):
+    """One row of CAPTURE_FIELDS and the reader's line give a field its Transcript slot,
+    its cut, its key in the stored record, its kind in state.json's validation, its say
+    in emptiness, and its line in boot and in the log, in the table's order."""
+    from transcripts import Claude, write_jsonl
+
+    interrupted = STM_SOURCE.index('    capture_field("interrupted", ')
+    finish = STM_SOURCE.index("            compacted=self.compacted,\n")
+    assert interrupted < finish
+    source = (
+        STM_SOURCE[:interrupted]
+        + MOOD_ROW
+        + STM_SOURCE[interrupted:finish]
+        + MOOD_READ
+        + STM_SOURCE[finish:]
+    )
+    mood = stm_with(source, "stm_with_mood")
+    assert "mood" not in stm.Transcript.__slots__ and "mood" in mood.Transcript.__slots__
+    c = Claude(str(tmp_path))
+    said = "All calm here, the parser is green"
+    entries = [c.user("fix the parser"), c.say(said)]
+    transcript = mood.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    assert transcript.mood == "All calm..." == mood.safe_line(said, 12)
+
+    record = mood.captured_record(transcript, None, client="claude", session="s1", event="Stop")
+    assert record["mood"] == "All calm..."
+    assert mood.CAPTURED_FIELDS["mood"] == "str"
+    assert mood.field_problem({**record, "mood": 5}, mood.CAPTURED_FIELDS) is not None
+    assert mood.field_problem(record, mood.CAPTURED_FIELDS) is None
+
+    nothing = {k: [] if isinstance(v, list) else v for k, v in transcript.as_dict().items()}
+    nothing.update(request="", question="", last_message="", mood="")
+    assert mood.capture_is_empty(mood.Transcript(**nothing))
+    assert not mood.capture_is_empty(mood.Transcript(**{**nothing, "mood": "calm"}))
+
+    record["interrupted"] = True
+    boot = mood.render_capture(record, stm.utc_now())
+    log = mood.capture_log_text(record).split("\n")
+    for lines, shown in ((boot, '- Mood: "All calm..."'), (log, "- Mood: All calm...")):
+        at = lines.index(shown)
+        assert lines[at - 1].startswith("- Last message: ")
+        assert lines[at + 1] == f"- {stm.CAPTURE_INTERRUPTED}"
+    assert stm.capture_log_text(record) == "\n".join(line for line in log if "Mood" not in line)
+
+
+def test_boot_and_the_log_render_a_capture_with_one_renderer(monkeypatch):
+    """render_capture and capture_log_text both take their lines from one function."""
+    record = {
+        "at": stm.iso_now(),
+        "client": "claude",
+        "client_session": "s1",
+        "event": "Stop",
+        "plan": [],
+        "files": ["a.py"],
+        "failures": [],
+        "position": "1:x",
+    }
+    seen = []
+    real = stm.capture_body_lines
+
+    def body(captured, **style):
+        seen.append(style)
+        return real(captured, **style)
+
+    monkeypatch.setattr(stm, "capture_body_lines", body)
+    assert stm.render_capture(record, stm.utc_now())[-1] == "- Touched: `a.py`"
+    assert stm.capture_log_text(record).split("\n")[-1] == "- Touched: a.py"
+    assert seen == [{}, {"log": True}]
+
+
+CAPTURED_ROW = re.compile(r"^\| `captured` \| object \|(.*)$", re.MULTILINE)
+BACKTICKED = re.compile(r"`([a-z_]+)`")
+
+
+def test_the_spec_names_the_capture_fields_of_the_table():
+    """spec/state-layout.md's `captured` row and spec/capture.md's list of what a capture
+    keeps name exactly the fields of CAPTURE_FIELDS."""
+    fields = {field.name for field in stm.CAPTURE_FIELDS}
+    assert set(stm.CAPTURED_FIELDS) == fields
+    [row] = CAPTURED_ROW.findall((ROOT / "spec" / "state-layout.md").read_text())
+    statuses = set(stm.PLAN_STATUSES)
+    assert set(BACKTICKED.findall(row)) - statuses - {"captured"} == fields
+    capture = (ROOT / "spec" / "capture.md").read_text()
+    listed = capture.split("the `captured` object (state-layout.md):", 1)[1]
+    listed = listed.split("The agent's own fields", 1)[0]
+    assert set(BACKTICKED.findall(listed)) == fields
+
+
+def test_each_captured_text_is_cut_once_when_read(tmp_path):
+    """The read cuts each text at its field's limit; the stored record keeps it as read
+    (no second cut), and boot shows it as stored."""
+    from transcripts import Claude, write_jsonl
+
+    c = Claude(str(tmp_path))
+    long = "word " * 200
+    entries = [
+        c.user("first " + long),
+        c.user("second " + long),
+        c.call("t1", "TodoWrite", todos=[{"content": long, "status": "pending"}]),
+        c.result("t1", "ok"),
+        c.call("b1", "Bash", command="make " + long),
+        c.result("b1", "Exit code 1\nerror: " + long, is_error=True),
+        c.say(long),
+    ]
+    read = stm.read_transcript(write_jsonl(tmp_path / "s.jsonl", entries))
+    limit = stm.CAPTURE_LIMITS
+    cut = {
+        "plan": read.plan[0][0],
+        "request": read.request,
+        "requests": read.requests[0],
+        "last_message": read.last_message,
+    }
+    for name, text in cut.items():
+        assert text.endswith("...") and limit[name] - 1 <= len(text) <= limit[name], name
+    record = stm.captured_record(read, None, client="claude", session="s1", event="Stop")
+    assert record["plan"] == [{"text": read.plan[0][0], "status": "pending"}]
+    assert record["requests"] == read.requests[:1] and record["request"] == read.request
+    assert record["last_message"] == read.last_message
+    assert record["failures"] == [stm.failure_item(*read.failures[0])]
+    assert len(record["failures"][0]) == limit["failures"]
+    boot = stm.render_capture(record, stm.utc_now())
+    assert f"- Plan, pending: {stm.quoted(read.plan[0][0], 10**6)}" in boot
+    assert f"- Last message: {stm.quoted(read.last_message, 10**6)}" in boot

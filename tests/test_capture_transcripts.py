@@ -489,12 +489,14 @@ def test_control_characters_go_and_every_string_is_one_bounded_line(tmp_path, cw
     for text in strings:
         assert text and not any(ord(ch) < 32 or 0x7F <= ord(ch) <= 0x9F for ch in text)
         assert not set(text) & set("\u202e\u2066\u2028")
-    assert len(result.request) <= stm.REQUEST_MAX_CHARS
-    assert len(result.last_message) <= stm.MESSAGE_MAX_CHARS
+    limit = stm.CAPTURE_LIMITS  # each text cut once, at its capture field's limit
+    assert len(result.request) <= limit["request"]
+    assert len(result.last_message) <= limit["last_message"]
     assert result.request.endswith("...") and result.last_message.endswith("...")
-    assert all(len(text) <= stm.PLAN_ITEM_MAX_CHARS for text, _ in result.plan)
-    assert all(len(path) <= stm.FILE_MAX_CHARS for path in result.files)
-    assert all(len(part) <= stm.COMMAND_MAX_CHARS for f in result.failures for part in f)
+    assert all(len(text) <= limit["plan"] for text, _ in result.plan)
+    assert all(len(path) <= limit["files"] for path in result.files)
+    assert all(len(command) <= stm.FAILURE_COMMAND_CHARS for command, _ in result.failures)
+    assert all(len(error) <= stm.FAILURE_ERROR_CHARS for _, error in result.failures)
 
 
 def every_shape_of(entry):

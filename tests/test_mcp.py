@@ -538,6 +538,154 @@ def test_session_tools_create_move_and_checkpoint(server, mcp_project, era):
 
 
 @pytest.mark.parametrize("era", ERAS)
+def test_fact_tools_set_keep_history_and_read_back(server, mcp_project, run, era):
+    client = open_era(server, era)
+    first = client.tool_result("fact_set", {"key": "primary_language", "value": "Python"}, era)
+    assert_ok(first)
+    assert text_of(first) == "primary_language = Python: set"
+    assert first["structuredContent"] == {
+        "path": ".stacks/refs/facts.md",
+        "key": "primary_language",
+        "value": "Python",
+        "changed": True,
+    }
+    again = client.tool_result("fact_set", {"key": "primary_language", "value": "Python"}, era)
+    assert text_of(again) == "primary_language = Python: already set (nothing changed)"
+    assert again["structuredContent"]["changed"] is False
+    why = {"key": "primary_language", "value": "Go", "why": "the port moved to Go"}
+    assert_ok(client.tool_result("fact_set", why, era))
+
+    got = client.tool_result("fact_get", {"key": "primary_language"}, era)
+    assert_ok(got)
+    assert text_of(got) == "Go"
+    fact = got["structuredContent"]
+    assert fact["key"] == "primary_language" and fact["value"] == "Go"
+    assert [h["value"] for h in fact["history"]] == ["Go", "Python"]
+    assert fact["history"][0]["notes"] == []
+    assert any("the port moved to Go" in note for note in fact["history"][1]["notes"])
+    # The file is the CLI's: what the tool wrote, `stm fact get` reads.
+    assert run("fact", "get", "primary_language").out == "Go\n"
+
+    missing = assert_tool_error(client.tool_result("fact_get", {"key": "nope"}, era))
+    assert missing.startswith("stm: error: no fact 'nope' in .stacks/refs/facts.md"), missing
+    before = (mcp_project / ".stacks" / "refs" / "facts.md").read_bytes()
+    secret = client.tool_result("fact_set", {"key": "token", "value": f"key {SECRET}"}, era)
+    refused = assert_tool_error(secret)
+    assert "--allow-secret" not in refused and "remove it" in refused, refused
+    assert (mcp_project / ".stacks" / "refs" / "facts.md").read_bytes() == before
+    assert client.close() == 0
+
+
+def current_session(project) -> str:
+    pointer = json.loads((project / ".state" / "current-session.json").read_text())
+    return pointer["active_session"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_session_switch_tool_adopts_a_waiting_session(server, mcp_project, run, era):
+    mine = run("session", "new", "--name", "mine").out.strip()
+    waiting = run("session", "new", "--name", "theirs", "--no-switch").out.strip()
+    assert current_session(mcp_project) == mine
+    client = open_era(server, era)
+    switched = client.tool_result("session_switch", {"session": waiting[-8:]}, era)
+    assert_ok(switched)
+    assert text_of(switched) == f"{waiting} is now this checkout's session"
+    row = switched["structuredContent"]
+    assert row["session_id"] == waiting and row["name"] == "theirs" and row["current"] is True
+    assert current_session(mcp_project) == waiting
+    assert sessions(mcp_project)[mine]["version"] == 1  # the one left is untouched
+
+    unknown = assert_tool_error(client.tool_result("session_switch", {"session": "no-such"}, era))
+    assert unknown.startswith("stm: error: "), unknown
+    assert current_session(mcp_project) == waiting
+    assert client.close() == 0
+
+
+def test_session_archive_tool_archives_one_or_every_stale_one(
+    server, mcp_project, run, monkeypatch
+):
+    monkeypatch.setattr(stm, "utc_now", lambda: clock() - 30 * 86400)
+    old = run("session", "new", "--name", "old", "--no-switch").out.strip()
+    monkeypatch.setattr(stm, "utc_now", clock)
+    client = server()
+    assert_ok(client.tool_result("session_new", {"name": "port parser"}))
+    [current] = set(sessions(mcp_project)) - {old}
+
+    archived = client.tool_result("session_archive", {})
+    assert_ok(archived)
+    month = archived["structuredContent"]["path"].split("/")[2]
+    assert text_of(archived) == f"{current}: archived to .state/history/{month}/{current}"
+    assert archived["structuredContent"]["archived"] is True
+    assert (mcp_project / ".state" / "history" / month / current / "state.json").is_file()
+    assert not (mcp_project / ".state" / "sessions" / current).exists()
+    again = client.tool_result("session_archive", {"session": current})
+    assert text_of(again) == f"{current}: already archived; nothing to do"
+
+    for arguments, said in (
+        ({"dry_run": True}, "dry_run goes with stale"),
+        ({"stale": True, "session": old}, "give no session"),
+    ):
+        assert said in assert_tool_error(client.tool_result("session_archive", arguments))
+    dry = client.tool_result("session_archive", {"stale": True, "dry_run": True})
+    assert text_of(dry) == f"would archive {old}"
+    assert dry["structuredContent"]["dry_run"] is True
+    assert (mcp_project / ".state" / "sessions" / old).is_dir()  # a dry run moves nothing
+    done = client.tool_result("session_archive", {"stale": True})
+    assert text_of(done) == f"archived {old}"
+    assert [row["session_id"] for row in done["structuredContent"]["sessions"]] == [old]
+    assert not (mcp_project / ".state" / "sessions" / old).exists()
+    none = client.tool_result("session_archive", {"stale": True})
+    assert text_of(none) == "no stale session"
+    assert none["structuredContent"] == {"dry_run": False, "sessions": []}
+    assert client.close() == 0
+
+
+HANDOFF = {
+    "task_id": "T-1",
+    "from_agent": "planner",
+    "task": "Port the printer",
+    "status": "ready",
+    "created_at": "2026-01-05T10:00:00Z",
+    "next_steps": ["write the printer"],
+}
+
+
+def test_compose_handoff_tool_makes_a_session_from_the_object(server, mcp_project):
+    client = server()
+    composed = client.tool_result("compose_handoff", {"handoff": HANDOFF})
+    assert_ok(composed)
+    row = composed["structuredContent"]
+    sid = row["session_id"]
+    assert text_of(composed) == f"{sid}: handoff session created"
+    assert row["created"] is True and row["current"] is True and row["warnings"] == []
+    assert row["name"] == "Port the printer" and row["handoff"]["task_id"] == "T-1"
+    assert row["session_md"] == f".state/sessions/{sid}/Session.md"
+    assert "write the printer" in (mcp_project / row["session_md"]).read_text()
+    stored = mcp_project / ".state" / "sessions" / sid / "context" / "handoff.json"
+    assert json.loads(stored.read_text()) == HANDOFF
+    assert current_session(mcp_project) == sid
+
+    again = client.tool_result("compose_handoff", {"handoff": HANDOFF})
+    warning = f"this handoff was already composed into session {sid}; nothing created"
+    assert text_of(again) == f"{sid}: handoff session not created\nwarning: {warning}"
+    assert again["structuredContent"]["created"] is False
+    assert again["structuredContent"]["warnings"] == [warning]
+    assert set(sessions(mcp_project)) == {sid}
+
+    bad = client.tool_result("compose_handoff", {"handoff": {"task_id": "T-2"}})
+    assert "from_agent is missing" in assert_tool_error(bad)
+    assert set(sessions(mcp_project)) == {sid}
+
+    later = dict(HANDOFF, task_id="T-3")
+    kept = client.tool_result("compose_handoff", {"handoff": later, "no_switch": True})
+    assert_ok(kept)
+    assert kept["structuredContent"]["current"] is False
+    assert current_session(mcp_project) == sid
+    assert len(sessions(mcp_project)) == 2
+    assert client.close() == 0
+
+
+@pytest.mark.parametrize("era", ERAS)
 def test_boot_tool_returns_identity_and_memory(server, era):
     client = open_era(server, era)
     full = client.tool_result("boot", {}, era)
@@ -1029,3 +1177,126 @@ def test_client_info_key_is_the_spec_one():
         CLIENT_INFO,
     }
     assert meta["io.modelcontextprotocol/protocolVersion"] == MODERN
+
+
+# ---- the registry: one row per tool, the spec's table, a test for each ----------------------
+
+SPEC_TOOL_ROW = re.compile(r"^\| `([a-z_]+)` \| (.*?) \| (.*?) \| (.*) \|$", re.MULTILINE)
+SPEC_ARGUMENT = re.compile(r"(\*\*)?`([a-z_]+)`")
+
+
+def spec_tools() -> list[tuple]:
+    """Every row of spec/mcp.md's table of tools, in order: (name, [(argument, required)],
+    description, whether it has an outputSchema). An argument's notes in parentheses are
+    not arguments (`layer` (one of the layers or `sessions`))."""
+    text = (ROOT / "spec" / "mcp.md").read_text()
+    table = text.split("\n## Tools\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for name, arguments, description, does in SPEC_TOOL_ROW.findall(table):
+        arguments = re.sub(r"\([^()]*\)", "", arguments)
+        listed = [(arg, bool(bold)) for bold, arg in SPEC_ARGUMENT.findall(arguments)]
+        rows.append((name, listed, description, "`outputSchema`" in does))
+    return rows
+
+
+def registry_tools() -> list[tuple]:
+    return [
+        (
+            tool.name,
+            [(arg, True) for arg in tool.required] + [(arg, False) for arg in tool.optional],
+            tool.description,
+            tool.output is not None,
+        )
+        for tool in stm.MCP_TOOLS
+    ]
+
+
+def test_the_spec_tool_table_matches_the_registry():
+    assert [row[0] for row in spec_tools()] == [tool.name for tool in stm.MCP_TOOLS]
+    assert spec_tools() == registry_tools()
+
+
+def test_every_registered_tool_is_called_by_a_server_test():
+    """Each tool is run through a real `stm mcp` by some test in this file."""
+    source = (ROOT / "tests" / "test_mcp.py").read_text()
+    called = set(re.findall(r"(?:call_tool|tool_result)\(\s*\"([a-z_]+)\"", source))
+    assert {tool.name for tool in stm.MCP_TOOLS} - called == set()
+
+
+def test_each_handler_is_named_after_its_tool_and_the_instructions_name_real_tools():
+    for tool in stm.MCP_TOOLS:
+        assert tool.handler.__name__ == f"mcp_tool_{tool.name}", tool.name
+    named = set(re.findall(r"`([a-z_]+)`", stm.MCP_INSTRUCTIONS))
+    assert named and named <= set(stm.MCP_TOOL_BY_NAME), named
+
+
+@pytest.mark.parametrize(
+    ("hint", "reads"),
+    [
+        ("`stm session switch abc`", "the `session_switch` tool with session: abc"),
+        ("`stm fact set lang Go`", "the `fact_set` tool with key: lang, value: Go"),
+        (
+            "`stm session archive --stale --dry-run`",
+            "the `session_archive` tool with stale: true, dry_run: true",
+        ),
+        ("`stm boot --max-tokens 3`", "the `boot` tool with max_tokens: 3"),
+        ("`stm boot --no-limit`", "the `boot` tool without max_tokens or max_chars"),
+        ("`stm compose-handoff f.json`", "`stm compose-handoff f.json`"),
+        ("`stm session checkpoint --clear-pending`", "`stm session checkpoint --clear-pending`"),
+        ("`stm compact`", "`stm compact`"),
+    ],
+)
+def test_hints_name_tools_by_the_naming_rule(hint, reads):
+    """spec/mcp.md's naming rule, case by case: a command's words joined by `_` name
+    its tool, a flag's dashes become `_`, positional words fill the required arguments."""
+    with stm.with_hint_voice(command="stm", tools=stm.MCP_TOOL_ARGUMENTS):
+        assert stm.as_invoked(hint) == reads
+
+
+def test_a_new_tool_is_one_row_on_its_handler(store, monkeypatch):
+    """What adding a tool costs: the decorated handler is listed last, its arguments are
+    checked, and hints from it name its arguments, its declared flag words included."""
+    monkeypatch.setattr(stm, "MCP_TOOLS", list(stm.MCP_TOOLS))
+    monkeypatch.setattr(stm, "MCP_TOOL_BY_NAME", dict(stm.MCP_TOOL_BY_NAME))
+    monkeypatch.setattr(stm, "MCP_TOOL_ARGUMENTS", dict(stm.MCP_TOOL_ARGUMENTS))
+
+    @stm.mcp_tool(
+        "log_tail",
+        "The newest log entries.",
+        optional={"count": {"type": "integer", "minimum": 1}, "all": {"type": "boolean"}},
+        flags={"everything": "`all: true`"},
+    )
+    def mcp_tool_log_tail(memory, args):
+        if "count" not in args:
+            raise stm.usage_error("give --count or --everything, as in `stm log tail --count 3`")
+        return f"{args['count']} entries", {"count": args["count"]}
+
+    server = stm.McpServer(stacks=str(store / ".stacks"))
+
+    def answer(method: str, params: dict | None = None) -> dict:
+        message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+        return server.answer(json.dumps(message).encode())["result"]
+
+    listed = answer("tools/list")["tools"]
+    assert [tool["name"] for tool in listed] == [*(t.name for t in stm.MCP_TOOLS)]
+    assert listed[-1] == {
+        "name": "log_tail",
+        "description": "The newest log entries.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"count": {"type": "integer", "minimum": 1}, "all": {"type": "boolean"}},
+        },
+    }
+    hinted = answer("tools/call", {"name": "log_tail", "arguments": {}})
+    assert hinted["isError"] is True
+    assert hinted["content"][0]["text"] == (
+        "stm: error: give `count` or `all: true`, as in the `log_tail` tool with count: 3"
+    )
+    wrong = answer("tools/call", {"name": "log_tail", "arguments": {"count": 0}})
+    assert wrong["content"][0]["text"] == (
+        "stm: error: log_tail: argument 'count' must be a positive integer"
+    )
+    done = answer("tools/call", {"name": "log_tail", "arguments": {"count": 2}})
+    assert done["structuredContent"] == {"count": 2} and done["isError"] is False
+    with pytest.raises(ValueError, match="'log_tail' is registered twice"):
+        stm.mcp_tool("log_tail", "again")(mcp_tool_log_tail)
