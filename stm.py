@@ -15111,6 +15111,8 @@ class Checker:
     store, or (`only`: paths in the store, those staged for a commit) on the logs and
     sessions those paths are in, beside the layers, refs and git files, which are read
     whole either way. Then the cost follows what changed, not how much history there is.
+    Each rule's row sits on the method that reports it; `run` calls the @check_step
+    methods in the order they stand here (CHECK_STEPS).
     """
 
     def __init__(self, store: Store, only: list[str] | None = None):
