@@ -1404,6 +1404,14 @@ RECALL_STOPWORDS_TEXT = (
     "md py txt json js ts yml yaml toml cfg ini html css sh"
 )
 RECALL_STOPWORDS = frozenset(RECALL_STOPWORDS_TEXT.split())
+# Counting the words of ASCII text without the regex (boot counts 14 days of log entries):
+# every byte but [a-z0-9] made a space, the text splits into the runs the regex would
+# find, of which those of one character and the stopwords are not words.
+RECALL_ASCII_SPACES = bytes(c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256))
+RECALL_ASCII_SKIPPED = frozenset(
+    [word.encode() for word in RECALL_STOPWORDS]
+    + [bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyz0123456789"]
+)
 BM25_K1 = 1.2  # how fast a repeated word stops adding (the usual value)
 BM25_B = 0.75  # how much a long text is discounted (the usual value)
 LN_2 = 0.6931471805599453
@@ -1441,12 +1449,17 @@ def recall_words(text: str) -> list[str]:
     return [word for word in finder.findall(lowered) if word not in RECALL_STOPWORDS]
 
 
-def bm25_scores(query, documents: list) -> list[float]:
+def bm25_scores(query, documents: list, unseen: tuple[int, int] = (0, 0)) -> list[float]:
     """The BM25 score of each document (a list of words) for the `query` words (each
     counted once), with IDF log(1 + (N - n + 0.5) / (n + 0.5)), which is never negative.
+    `unseen` is (how many, how many words in all) of more documents that hold none of the
+    query's words: they score 0, and count only in N and the average length.
 
     >>> [round(s, 2) for s in bm25_scores(["oauth"], [["oauth", "login"], ["deploy"]])]
     [0.61, 0.0]
+    >>> one = bm25_scores(["oauth"], [["oauth", "login"]], unseen=(1, 1))
+    >>> one == bm25_scores(["oauth"], [["oauth", "login"], ["deploy"]])[:1]
+    True
     """
     query = set(query)
     if not query or not documents:
@@ -1459,8 +1472,8 @@ def bm25_scores(query, documents: list) -> list[float]:
             found[word] = found.get(word, 0) + 1
         for word in counts[index]:
             seen[word] = seen.get(word, 0) + 1
-    total = len(documents)
-    average = sum(len(words) for words in documents) / total or 1.0
+    total = len(documents) + unseen[0]
+    average = (sum(len(words) for words in documents) + unseen[1]) / total or 1.0
     idf = {word: natural_log(1 + (total - n + 0.5) / (n + 0.5)) for word, n in seen.items()}
     scores = []
     for words, found in zip(documents, counts):
@@ -3199,6 +3212,35 @@ def parse_log(data: bytes, line: int = 1):
         line += data.count(b"\n", match.start(), entry.end)
         pos = entry.end
         yield ("entry", entry)
+
+
+def log_entry_bodies(data: bytes) -> list[bytes]:
+    """The body of each entry parse_log(data) yields, in order (`b"".join(entry.raw_body)`),
+    and nothing else: boot's recall wants only the words of 14 days of entries, and
+    parse_log's line numbers, decoded headers and stray lines cost five times more. It
+    cuts where parse_log cuts (the same header search, the same end line); a test keeps
+    the two equal on torn, interleaved and hand-edited logs.
+
+    >>> entry = render_log_entry("fixed it", "al", "2026-01-02T03:04:05Z", "0a1b2c3d")
+    >>> log_entry_bodies(entry.encode() + b"stray text")
+    [b'\\nfixed it\\n\\n']
+    """
+    bodies, pos, size = [], 0, len(data)
+    search = LOG_HEADER_BYTES_RE.search
+    while pos < size:
+        match = search(data, pos)
+        if match is None:
+            break
+        start = match.end()
+        end = data.find(b"\n<!-- stm:end " + match.group(3) + b" -->\n", start)
+        if end < 0:  # torn: it runs to the next entry's header, or to the end of the data
+            following = search(data, start)
+            pos = following.start() if following else size
+            bodies.append(data[start + 1 : pos])
+            continue
+        bodies.append(data[start + 1 : end + 1])
+        pos = end + 27  # the end line: "\n<!-- stm:end " (14), the id (8), " -->\n" (5)
+    return bodies
 
 
 def iter_log_blocks(path: str):
@@ -5651,6 +5693,23 @@ def git_unmerged(root: str, paths=()) -> list[str] | None:
     return list(dict.fromkeys(found))
 
 
+def remergeable(root: str, path: str) -> bool:
+    """Whether git still lists `path` as unmerged and its attributes name the stm driver
+    (a merge made without the driver): `check --fix` merges it again with the driver,
+    which settles even text both sides rewrote (merge.md), so no person resolves it."""
+    if not git_unmerged(root, [path]):
+        return False
+    attribute = git_output(root, "check-attr", "merge", "--", path)
+    return attribute is not None and attribute.rstrip().endswith(": merge: stm")
+
+
+REMERGE_FIX = (
+    "run `stm check --fix` (it merges the file again with the stm merge driver, which "
+    "settles text both sides rewrote), then `stm check`, which names the git command that "
+    "finishes the merge"
+)
+
+
 def git_continue_command(root: str) -> tuple[str, ...] | None:
     """The command that finishes the merge, rebase, cherry-pick or revert in progress."""
     # Asked of git, not joined to ".git": a worktree's or submodule's git dir is elsewhere.
@@ -6410,12 +6469,13 @@ SETTLED_RE = LazyRegex(r"<!-- stm:settled ([0-9a-f]{8}) (\d{4}-\d\d-\d\d) -->")
 
 
 def settle_markdown(
-    base: str, ours: str, theirs: str, ours_newer: bool, comment: str
+    base: str, ours: str, theirs: str, ours_newer: bool, comment: str, keep=None
 ) -> tuple[str, list[tuple[str, str]]]:
     """merge_markdown, but never a conflict: each region both sides rewrote differently
     becomes the newer side's lines followed by `comment` (a line, `<!-- stm:settled ID
-    DATE -->`). Returns (text, settled): (section, the older side's text) of each region
-    decided, for the caller to keep where search finds it."""
+    DATE -->`) and, when `keep` is given, by the lines keep(section, older text) returns.
+    Returns (text, settled): (section, the older side's text) of each region decided, for
+    the caller to keep where search finds it."""
     size = SETTLE_MARKER_SIZE
     merged, clean = merge_markdown(base, ours, theirs, size, ("ours", "base", "theirs"))
     if clean:
@@ -6434,6 +6494,8 @@ def settle_markdown(
             ending = "\r" if line.endswith("\r") else ""
             out += [*newer, comment + ending]
             settled.append((section, "\n".join(x.rstrip("\r") for x in older).strip("\n")))
+            if keep is not None:
+                out += [line + ending for line in keep(*settled[-1])]
             sides, where = {"ours": [], "theirs": []}, None
         elif where is not None:
             sides[where].append(line)
@@ -6442,6 +6504,40 @@ def settle_markdown(
                 section = bare.lstrip("#").strip()
             out.append(line)
     return "\n".join(out), settled
+
+
+# git's merge driver cannot write the log (git is merging the log files too): the older
+# text stays in the file, in a comment under the mark, until the section's next rewrite
+# moves it to the log (merge.md, "Through plain git").
+KEPT_RE = LazyRegex(r"^<!-- stm:kept ([0-9a-f]{8}) ")
+
+
+def comment_safe(text: str) -> str:
+    """Text that cannot open or close an HTML comment it is put in."""
+    return text.replace("<!--", "<! --").replace("-->", "-- >")
+
+
+def kept_comment(entry_id: str, section: str, older: str, written: str) -> list[str]:
+    """The lines keeping a settled region's older text in the file: one HTML comment
+    (boot hides it, search finds its words), each line quoted (`> `), so no line of it
+    opens a fence, a heading or a comment."""
+    head = comment_safe(f"## {section}: the other version, written by {written}:")
+    quoted = [f"> {comment_safe(line)}" if line else ">" for line in older.split("\n")]
+    return ["", f"<!-- stm:kept {entry_id} {head}", *(quoted if older else ["> (empty)"]), "-->"]
+
+
+def kept_blocks(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """(entry id, lines) of each kept comment (kept_comment) among `lines`."""
+    found, at = [], 0
+    while at < len(lines):
+        start = KEPT_RE.match(lines[at].rstrip("\r"))
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].strip() == "-->"), None)
+        if start is None or end is None:
+            at += 1
+            continue
+        found.append((start.group(1), [x.rstrip("\r") for x in lines[at : end + 1]]))
+        at = end + 1
+    return found
 
 
 LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
@@ -7525,12 +7621,17 @@ class BootParts:
         lines = md_has_conflict_markers(text)
         if lines:
             shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
+            fix = fix or self._remerge_fix(path)
             fix = fix or "resolve them (keep what both sides meant), then run `stm check`"
             where = conflict_sections(text, lines) if not text.lstrip().startswith("{") else ""
             self.notices.append(
                 f"{self.store.rel(path)} has unresolved merge conflict markers "
                 f"(lines {shown}{where}): {fix}"
             )
+
+    def _remerge_fix(self, path: str) -> str | None:
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        return REMERGE_FIX if remergeable(root, path) else None
 
     def _workflow(self) -> None:
         """The current session's workflow, else the sessions waiting; a folder that
@@ -7693,13 +7794,24 @@ class BootParts:
             doc, name = MdDoc.of(text), self.store.rel(self.store.layer_path(layer))
             for part in [None, *doc.parts]:
                 lines = doc.preamble if part is None else doc.body(part)
+                kept = {entry_id for entry_id, _ in kept_blocks(lines)}
                 for found in SETTLED_RE.finditer("\n".join(lines)):
                     where = f"## {part.name}" if part is not None else "its preamble"
+                    if found.group(1) in kept:  # settled by git's driver
+                        place = (
+                            "kept under it in the file, in a comment boot does not show "
+                            "(`stm search` finds its words; the section's next `note "
+                            "--replace` moves it to the log)"
+                        )
+                    else:
+                        log = self.store.rel(self.store.log_path(found.group(2)))
+                        place = (
+                            f"kept in the log (`{log}`, entry {found.group(1)}; `stm search` "
+                            "finds its words)"
+                        )
                     self.notices.append(
                         f"{name} {where}: two clones rewrote it differently; the newer "
-                        f"version is shown, the other is kept in the log "
-                        f"(`{self.store.rel(self.store.log_path(found.group(2)))}`, entry "
-                        f"{found.group(1)}; `stm search` finds its words)"
+                        f"version is shown, the other is {place}"
                     )
 
     def _size_notice(self) -> None:
@@ -7959,8 +8071,9 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
     if not query:
         return None
     candidates = recall_candidates(parts)
-    entries = recall_log_entries(parts.store)
-    scores = bm25_scores(query, [words for _, _, _, words in candidates] + entries)
+    entries, *unseen = recall_log_entries(parts.store, query)  # those that can score
+    documents = [words for _, _, _, words in candidates] + entries
+    scores = bm25_scores(query, documents, unseen=tuple(unseen))
     scores, log_scores = scores[: len(candidates)], scores[len(candidates) :]
     by_ref: dict = {}
     for (index, _, _, _), score in zip(candidates, scores):
@@ -7980,30 +8093,62 @@ def recall_for_boot(parts: BootParts) -> Recall | None:
     # The hint's words: the work's words these entries hold, the rarest first (they are
     # what tells these entries from the others).
     held = set().union(*matching) & set(query)
-    # How many entries hold each word: list.__contains__ over them all, in C.
+    # How many entries hold each word: list.__contains__ over them all, in C (an entry
+    # that holds none of the work's words was not kept, and holds none of these).
     counts = {word: sum(map(list.__contains__, entries, [word] * len(entries))) for word in held}
     hint = sorted(counts, key=lambda word: (counts[word], word))[:RECALL_HINT_WORDS]
     return Recall(items=items, log_count=len(matching), hint=hint)
 
 
-def recall_log_entries(store: Store) -> list[list[str]]:
-    """The words of each entry of the last RECALL_LOG_DAYS day logs (named by date, never
-    listed: boot's cost does not grow with the log's history)."""
+def recall_log_entries(store: Store, query: list[str]) -> tuple[list[list[str]], int, int]:
+    """The entries of the last RECALL_LOG_DAYS day logs (named by date, never listed: boot's
+    cost does not grow with the log's history), for BM25 over `query`: the words of each
+    entry that holds one of its words, and of the others only how many there are and how
+    many words they have (all BM25 needs of an entry that scores 0: they count in the
+    number of documents and their average length)."""
     today = int(utc_now() // 86400)
-    entries = []
+    found, unseen, unseen_words = [], 0, 0
+    wanted = [word.encode() for word in query if word.isascii()]
     for day in range(today - RECALL_LOG_DAYS + 1, today + 1):
         path = store.log_path(iso(day * 86400)[:10])
         if not os.path.lexists(path):
             continue
         try:
-            for data, line, _ in iter_log_blocks(path):
-                for kind, *item in parse_log(data, line):
-                    if kind == "entry":
-                        body = b"".join(item[0].raw_body).decode("utf-8", "replace")
-                        entries.append(recall_words(body))
+            for data, _, _ in iter_log_blocks(path):
+                hits, others, other_words = recall_log_block(data, set(query), wanted)
+                found += hits
+                unseen, unseen_words = unseen + others, unseen_words + other_words
         except OSError:
             continue  # unreadable, a link, a FIFO: check reports it
-    return entries
+    return found, unseen, unseen_words
+
+
+def recall_log_block(data: bytes, query: set, wanted: list[bytes]) -> tuple[list, int, int]:
+    """recall_log_entries for one block of a log: (the words of each entry holding a word
+    of `query`, how many others, how many words they have). `wanted` is the query's ASCII
+    words as bytes.
+
+    Most entries hold none of the work's words, and tokenising each was boot's largest own
+    cost. A block of ASCII entries is counted whole: its bodies, lowered, with every byte
+    but [a-z0-9] made a space, split into the runs RECALL_ASCII_WORD_RE would find (the
+    runs of one character and the stopwords are not words); only an entry whose lowered
+    bytes hold a query word is tokenised by recall_words. A block with other bytes is
+    tokenised entry by entry (the Unicode definition)."""
+    bodies = log_entry_bodies(data)
+    joined = b"\n".join(bodies)  # a word never runs from one entry into the next
+    if joined.isascii():
+        lowered = joined.lower()
+        held = [word for word in wanted if word in lowered]
+        chosen = [b for b in bodies if any(map(b.lower().__contains__, held))] if held else []
+        runs = lowered.translate(RECALL_ASCII_SPACES).split()
+        block_words = len(runs) - sum(map(RECALL_ASCII_SKIPPED.__contains__, runs))
+    else:
+        chosen, block_words = bodies, None
+    tokenised = [recall_words(body.decode("utf-8", "replace")) for body in chosen]
+    if block_words is None:
+        block_words = sum(map(len, tokenised))
+    hits = [entry for entry in tokenised if not query.isdisjoint(entry)]
+    return hits, len(bodies) - len(hits), block_words - sum(map(len, hits))
 
 
 def render_related(parts: BootParts, cut: BootCut) -> tuple[list, list[str]]:
@@ -9943,6 +10088,13 @@ class SyncRepo:
             )
         return name.strip()
 
+    def unmerged_memory(self) -> list[str]:
+        """The absolute paths of memory files git lists as unmerged."""
+        specs = [f":(top,literal){folder}" for folder in self.memory]
+        listed = self.git.out("ls-files", "-u", "-z", "--full-name", "--", *specs)
+        found = [record.split("\t", 1)[1] for record in listed.split("\0") if "\t" in record]
+        return [os.path.join(self.git.top, *p.split("/")) for p in dict.fromkeys(found)]
+
     def require_no_operation(self) -> None:
         """Refuse in the middle of a merge, rebase, cherry-pick or revert."""
         operations = (
@@ -9956,6 +10108,14 @@ class SyncRepo:
         paths = self.git.out("rev-parse", *asked).split("\n")
         for path, (_, what, finish) in zip(paths, operations):
             if os.path.lexists(os.path.join(self.git.top, path)):
+                memory = self.unmerged_memory()
+                hint = git_finish_hint(self.git.top, memory) if memory else None
+                if hint:  # stopped on memory: check --fix merges it, git's command finishes
+                    raise SyncRefused(
+                        f"{what} is in progress, stopped on memory git merged without the "
+                        "stm merge driver; nothing changed. Merge memory with `stm check "
+                        f"--fix`, finish it with {hint}, then run `stm sync` again"
+                    )
                 raise SyncRefused(
                     f"{what} is in progress; nothing changed. Finish it ({finish}), then run "
                     "`stm sync` again"
@@ -11047,7 +11207,13 @@ MERGE_MARKER_MAX = 100
 
 
 def merge_file(
-    base_path: str, ours_path: str, theirs_path: str, *, marker_size: int = 7, label=None
+    base_path: str,
+    ours_path: str,
+    theirs_path: str,
+    *,
+    marker_size: int = 7,
+    label=None,
+    warnings: list | None = None,
 ) -> bool:
     """The `merge-file` operation: merge three versions of an stm Markdown file and write
     the result over OURS atomically (git's merge-driver contract). Returns True when
@@ -11072,8 +11238,69 @@ def merge_file(
         merged, clean = dumps_json(merge_states(*states)), True
     else:
         merged, clean = merge_markdown(*texts, marker_size=marker_size, labels=labels)
+        if not clean and label and label.endswith(".md"):
+            # git merging memory (its %P given): a disagreement never blocks.
+            merged, said = driver_settled(texts, label)
+            clean = True
+            if warnings is not None:
+                warnings.append(said)
     atomic_write(ours_path, merged.encode("utf-8", "surrogateescape"))
     return clean
+
+
+def driver_settled(texts: list[str], label: str) -> tuple[str, str]:
+    """A memory file both sides rewrote in the same place, settled as git's driver
+    (merge.md, "Through plain git"): the newer side by the rule sync uses (the later
+    `## Last Updated`, else the later commit that wrote each side's version, else the
+    content), the older side's text kept under the mark in a comment, with who and when.
+    Returns the text and a line saying which sections were settled."""
+    changes = [version_change(label, text) for text in texts[1:]]
+    keys = [
+        (memory_stamp(text) or 0.0, change[1], text) for text, change in zip(texts[1:], changes)
+    ]
+    ours_newer = keys[0] > keys[1]
+    stamp, entry_id = iso_now(), random_hex(4)
+    who, when = changes[1] if ours_newer else changes[0]
+    written = f"{who} ({iso(when) if when else 'time unknown'})"
+    comment = f"<!-- stm:settled {entry_id} {stamp[:10]} -->"
+    merged, settled = settle_markdown(
+        *texts,
+        ours_newer,
+        comment,
+        lambda section, older: kept_comment(entry_id, section, older, written),
+    )
+    sections = ", ".join(dict.fromkeys(f"## {section}" for section, _ in settled))
+    said = (
+        f"{label} {sections}: both sides rewrote it; the newer version stands, the other is "
+        "kept under it in a comment (`stm boot` says where)"
+    )
+    return merged, said
+
+
+def version_change(path: str, text: str) -> tuple[str, float]:
+    """(author, commit time) of the latest commit that wrote this version of `path`, found
+    from the work tree's top where git runs its drivers: every ref and the heads of a
+    merge, rebase or cherry-pick under way. ("unknown", 0.0) when git cannot tell."""
+    import subprocess
+
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        done = subprocess.run(
+            ["git", "hash-object", "--stdin"], input=data, capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", 0.0
+    blob = done.stdout.decode("ascii", "replace").strip()
+    if done.returncode != 0 or not blob:
+        return "unknown", 0.0
+    heads = ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD")
+    heads = [h for h in heads if git_output(".", "rev-parse", "-q", "--verify", h) is not None]
+    found = git_output(
+        ".", "log", "-1", "--format=%an%x00%ct", f"--find-object={blob}", "--all", *heads,
+        "--", f":(top,literal){path}",
+    ) or ""  # fmt: skip
+    author, _, when = found.strip().partition("\0")
+    return author or "unknown", float(when) if when.isdigit() else 0.0
 
 
 def state_merge_inputs(texts: list[str], label: str | None) -> tuple | None:
@@ -12347,6 +12574,8 @@ def write_memory_note(
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
+        if replace and nearest is None:
+            log_kept_versions(store, path, before, section)
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             # Put back as it was: a note that did not land must not leave the file changed.
@@ -12356,6 +12585,23 @@ def write_memory_note(
     if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
         heading = find_section(MdDoc.of(after), section).name
     return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+
+
+def log_kept_versions(store: Store, path: str, before: str, section: str) -> None:
+    """Before `note --replace` rewrites a section git's merge driver settled, the other
+    version it kept there in a comment (kept_comment) moves to the log, so search still
+    finds it once the section is rewritten. Call with the stacks lock held."""
+    doc = note_doc(before.replace("\r\n", "\n"))
+    part = find_section(doc, section)
+    kept = kept_blocks(doc.body(part)) if part is not None else []
+    for _, lines in kept:
+        head = KEPT_RE.sub("", lines[0], count=1)
+        message = (
+            f"stm note --replace rewrote {store.rel(path)} ## {part.name}, where a git merge "
+            f"had kept the other version of text two clones rewrote differently; here it is, "
+            f"as kept: {store.rel(path)} {head}\n\n" + "\n".join(lines[1:-1])
+        )
+        append_log_entry(store, message)
 
 
 def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
@@ -13871,6 +14117,20 @@ def note_hook_run(
             kept = {k: v for k, v in kept.items() if k not in logged}
             record["logged"] = dict(list({**kept, **logged}.items())[-HOOK_LOGGED_MAX:])
         write_hook_record(store, record)
+
+
+def hook_own_session(store: Store, payload: dict, client: str) -> str | None:
+    """The active stm session the client session of a SessionStart hook works in (where
+    its captures went, as the local record says), or None. The hook's boot shows it as
+    STM_SESSION would: two agents in one checkout each boot into their own work after a
+    compaction or a resume, whichever wrote last (spec/capture.md)."""
+    session = client_session_id(payload)
+    entry = recorded_session(read_hook_record(store), client, session) if session else None
+    target = (entry or {}).get("to")
+    if not target or not SESSION_ID_RE.fullmatch(target):
+        return None
+    ref = locate_session(store, target)
+    return ref.id if ref is not None and not ref.archived else None
 
 
 def hook_shell_command(root: str) -> str:
@@ -15503,12 +15763,14 @@ class Checker:
         lines = md_has_conflict_markers(text)
         if lines:
             shown = ", ".join(str(n) for n in lines[:8]) + (", ..." if len(lines) > 8 else "")
+            root = os.path.dirname(os.path.abspath(self.store.stacks))
             self.report(
                 "conflict-markers",
                 path,
                 f"unresolved merge conflict markers (lines {shown}"
                 f"{conflict_sections(text, lines)}): boot shows it as is, and "
                 "stm will not edit it",
+                fix=REMERGE_FIX if remergeable(root, path) else None,
                 line=lines[0],
             )
 
@@ -17862,7 +18124,7 @@ def cmd_capture(args) -> int:
     if event == "SessionEnd" and store is not None and not args.print:
         sync_at_session_end(store, started)  # off unless config says so; never fails
     if args.boot and event in ("SessionStart", "capture") and not args.print:
-        hook_boot(args, store)
+        hook_boot(args, store, payload)
     return EXIT_OK
 
 
@@ -17911,11 +18173,15 @@ def options_nudge(p) -> None:
     options_hook_client(p)
 
 
-def hook_boot(args, store) -> None:
-    """The SessionStart hook's output: boot, its hints in the agent's shell form."""
+def hook_boot(args, store, payload=None) -> None:
+    """The SessionStart hook's output: boot, its hints in the agent's shell form, the
+    starting client session's own stm session first (hook_own_session)."""
     try:
         store = store or store_from_args(args)
         root = os.path.dirname(os.path.abspath(store.stacks))
+        if payload is not None and not store.settings.session:
+            client = payload_client(payload, args.client)
+            store.settings.session = hook_own_session(store, payload, client)
         with with_hint_voice(command=hook_shell_command(root)):
             limits = {"max_tokens": args.max_tokens, "max_chars": args.max_chars}
             _, warnings, _ = boot_memory(store, lambda _, text: sys.stdout.write(text), **limits)
@@ -18277,9 +18543,13 @@ def report_import(args, plan: list, skipped: list[str]) -> None:
 
 
 def cmd_merge_file(args) -> int:
+    said: list[str] = []
     clean = merge_file(
-        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path
-    )
+        args.base, args.ours, args.theirs, marker_size=args.marker_size, label=args.path,
+        warnings=said,
+    )  # fmt: skip
+    for line in said:
+        print(f"stm: {line}", file=sys.stderr)
     if not clean:
         where = args.path or args.ours
         print(f"stm: conflict in {where}: markers written where both sides differ", file=sys.stderr)

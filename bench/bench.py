@@ -516,7 +516,7 @@ def nudge_results(transcript: str, small: str, env: dict, runs: int) -> dict:
 #
 # Inputs a crafted repository or branch can hold (issue 22): each must cost n or n log n,
 # not more. Whole processes, as for the commands; the counted-steps proofs are in
-# tests/test_hardening_input.py, these are the seconds they buy.
+# tests/test_cost.py, these are the seconds they buy.
 
 BULLETS = 10_000
 

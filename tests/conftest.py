@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -194,6 +193,17 @@ def store(project, run):
     return project
 
 
+@pytest.fixture
+def world(tmp_path, run, monkeypatch):
+    """A bare origin and its clones (helpers.World, built by helpers.driver_world): the
+    real git with a private configuration, stm in-process with a clock that starts at
+    the run's now and moves one minute per command, the merge driver run by this Python
+    in the clones that install it, and no `stm` on PATH."""
+    from helpers import driver_world
+
+    return driver_world(tmp_path, run, monkeypatch)
+
+
 def snapshot(root: Path) -> dict:
     """Every file and folder under root with its content hash: for 'tree unchanged'."""
     tree = {}
@@ -213,21 +223,6 @@ def snapshot(root: Path) -> dict:
             with open(path, "rb") as f:
                 tree[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
     return tree
-
-
-def run_stm(*args: str, cwd=None, env=None, input=None, timeout=60):
-    """stm.py as a real process."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, str(STM_PY), *args],
-        cwd=cwd,
-        env=full_env,
-        input=input,
-        capture_output=True,
-        text=isinstance(input, str) or input is None,
-        timeout=timeout,
-    )
 
 
 def all_command_paths():

@@ -10,6 +10,8 @@ Which file tests which feature: tests/README.md.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import IDENTITY, MEMORY, ROOT, STM_PY, Result
 
 import stm
 
@@ -225,8 +227,8 @@ class World:
 
 def driver_world(tmp_path: Path, run, monkeypatch) -> World:
     """A World whose clones run the merge driver by this Python, with no `stm` on PATH
-    (the driver must work from the command setup writes), stm's clock ticking a second
-    per command from the run's now."""
+    (the driver must work from the command setup writes), stm's clock moving one minute
+    per command from the run's now (whole seconds). conftest's `world` fixture."""
     from conftest import clock
 
     import stm
@@ -250,6 +252,53 @@ def driver_world(tmp_path: Path, run, monkeypatch) -> World:
 PROC_ENV = {**os.environ, "STM_FSYNC": "0", "PYTHONDONTWRITEBYTECODE": "1", "USER": "tester"}
 for _name in ("STM_USER", "STM_SESSION", "STM_LOCK_TIMEOUT"):
     PROC_ENV.pop(_name, None)
+
+
+def run_process(
+    argv,
+    *,
+    cwd=None,
+    env: Mapping[str, str | None] | None = None,
+    full_env: Mapping[str, str | None] | None = None,
+    input: str | bytes | None = None,
+    timeout: float | None = 60,
+    check: bool = False,
+    preexec_fn=None,
+) -> subprocess.CompletedProcess:
+    """The one runner of a real process the tests start and wait for: `argv` in `cwd`,
+    stdout and stderr captured (as text, unless `input` is bytes), killed after
+    `timeout` seconds (None: never).
+
+    env: variables set over this process's environment as it is at the call (so a
+    monkeypatched variable counts); full_env: the whole environment instead; in either,
+    a value None removes the variable. check: raise CalledProcessError unless it exits 0.
+    preexec_fn: run in the child before it starts (see `limited`)."""
+    assert env is None or full_env is None, "env adds to os.environ; full_env replaces it"
+    if full_env is None:
+        full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [str(arg) for arg in argv],
+        cwd=cwd,
+        env={key: value for key, value in full_env.items() if value is not None},
+        input=input,
+        capture_output=True,
+        text=not isinstance(input, bytes),
+        timeout=timeout,
+        check=check,
+        preexec_fn=preexec_fn,
+    )
+
+
+def run_stm(*args: str, script=STM_PY, **options) -> subprocess.CompletedProcess:
+    """stm as a real process: `python3 SCRIPT ARGS` (script: this checkout's stm.py, or a
+    copy, or a script of a test's own); options as for `run_process`."""
+    return run_process([sys.executable, script, *args], **options)
+
+
+def run_sh(command: str, **options) -> subprocess.CompletedProcess:
+    """`command` run by POSIX sh (`sh -c`), as Claude Code, Codex, git and agents run the
+    commands stm writes; options as for `run_process`."""
+    return run_process(["sh", "-c", command], **options)
 
 
 # A real stm process that dies as a kill leaves it (os._exit: no cleanup, no finally) at
@@ -283,14 +332,7 @@ def killed_stm(cwd: Path, aux: Path, mode: str, *argv: str) -> subprocess.Comple
     the script is written to `aux`."""
     script = aux / "kill_stm.py"
     script.write_text(KILL_SCRIPT.format(root=str(ROOT)))
-    return subprocess.run(
-        [sys.executable, str(script), mode, *argv],
-        cwd=cwd,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stm(mode, *argv, script=script, cwd=cwd, full_env=PROC_ENV)
 
 
 class Unprivileged:
@@ -308,6 +350,35 @@ class Unprivileged:
             os.seteuid(0)
             os.setegid(0)
         return False
+
+
+class FaultyOS:
+    """Stands in for `os` inside stm (monkeypatched over stm.os): the `fail_at`th call
+    to a write-path function fails with OSError(`error`), "(injected)" in its message
+    and, for the calls that name a path, that path, as the real call reports it;
+    `calls` counts the write-path calls (fail_at=0 never fails: count the steps)."""
+
+    WRAPPED = {"open", "write", "fsync", "replace", "rename", "ftruncate", "mkdir", "fchmod"}
+    NAMED = {"open", "replace", "rename", "mkdir"}  # the calls that name their path
+
+    def __init__(self, real, fail_at: int, error: int):
+        self._real, self.fail_at, self.error, self.calls = real, fail_at, error, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name not in self.WRAPPED:
+            return attr
+
+        def wrapper(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                message = os.strerror(self.error) + " (injected)"
+                if name in self.NAMED and isinstance(args[0], str):  # as the real call says
+                    raise OSError(self.error, message, args[0])
+                raise OSError(self.error, message)
+            return attr(*args, **kwargs)
+
+        return wrapper
 
 
 def limited(nbytes: int):
@@ -458,3 +529,70 @@ def fact_block(store: Path, block: str = "facts"):
     parsed = [(key, fact) for key, fact, _, _ in sections]
     assert all(fact is not None for _, fact in parsed), text
     return parsed
+
+
+# ---- stores and inputs for the tests of hostile trees and input ------------------
+
+
+HANDOFF = ROOT / "spec" / "handoff-example.json"
+
+
+def quiet(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = stm.main(list(argv))
+    return code, out.getvalue()
+
+
+def new_store(root: Path, handoff: bool = True) -> str | None:
+    """An initialised, filled-in store at root/.stacks (+ .state), with a handoff session
+    (current) when asked; returns its id."""
+    root.mkdir(parents=True, exist_ok=True)
+    stacks = str(root / ".stacks")
+    assert quiet("--dir", stacks, "init")[0] == 0
+    (root / ".stacks" / "AGENT.md").write_text(IDENTITY)
+    (root / ".stacks" / "MEMORY.md").write_text(MEMORY)
+    if not handoff:
+        return None
+    code, out = quiet("--dir", stacks, "compose-handoff", str(HANDOFF))
+    assert code == 0
+    return out.strip()
+
+
+def session_dir(root: Path, sid: str) -> Path:
+    return root / ".state" / "sessions" / sid
+
+
+def today() -> str:
+    return stm.iso(stm.utc_now())[:10]
+
+
+def assert_clean_refusal(result: Result, code: int, *names: str) -> None:
+    """The documented exit code, one `error` line on stderr (naming one of `names`, when
+    given), and no traceback."""
+    assert result.code == code, result
+    assert "Traceback" not in result.err, result.err
+    errors = [line for line in result.err.splitlines() if "error" in line]
+    assert len(errors) == 1, result.err
+    if names:
+        assert any(name in errors[0] for name in names), result.err
+
+
+def handoff_json(**changes) -> dict:
+    data = json.loads(HANDOFF.read_text())
+    data.update(changes)
+    return data
+
+
+def source_store(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    new_store(src, handoff=False)
+    (src / ".stacks" / "refs" / "guide.md").write_text("# Guide\n\nfrom the source\n")
+    return src
+
+
+def restore(copy: Path, root: Path) -> None:
+    """Put the project back as `copy` holds it, and stand in it again."""
+    shutil.rmtree(root)
+    shutil.copytree(copy, root)
+    os.chdir(root)

@@ -8,7 +8,8 @@ import os
 import re
 
 import pytest
-from conftest import IDENTITY, TODAY, run_stm
+from conftest import IDENTITY, TODAY
+from helpers import run_stm
 
 import stm
 

@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
-from conftest import IDENTITY, MEMORY, clock, run_stm, snapshot
-from helpers import Clock, git, is_command, log_text
+from conftest import IDENTITY, MEMORY, clock, snapshot
+from helpers import Clock, git, is_command, log_text, run_sh, run_stm
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
 import stm
@@ -522,15 +522,7 @@ def hook(command: str, project, body: str, cwd=None, path=None) -> subprocess.Co
         "STM_FSYNC": "0",
         "USER": "agent",
     }
-    return subprocess.run(
-        ["sh", "-c", command],
-        input=body,
-        cwd=cwd or project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_sh(command, input=body, cwd=cwd or project, full_env=env)
 
 
 @pytest.mark.parametrize("client", ["claude", "codex"])

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from conftest import STM_PY, snapshot
-from helpers import PROC_ENV, git, killed_stm, log_text
+from helpers import PROC_ENV, git, killed_stm, log_text, run_stm
 from mcp_client import McpClient
 from transcripts import Claude, write_jsonl
 
@@ -262,14 +262,7 @@ def test_a_forged_capture_in_a_fresh_clone_is_quoted_and_marked_not_made_here(
     git(project, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "memory")
     clone = tmp_path_factory.mktemp("clones") / "fresh"
     git(project, "clone", "-q", str(project), str(clone))
-    done = subprocess.run(
-        [sys.executable, str(STM_PY), "boot"],
-        cwd=clone,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_stm("boot", cwd=clone, full_env=PROC_ENV)
     assert done.returncode == 0, done.stderr
     assert "## Last session (captured by stm)" in done.stdout
     assert_quoted(done.stdout)

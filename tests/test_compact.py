@@ -3,15 +3,17 @@ entry, and `check` finds a compaction that was interrupted (spec/memory-layers.m
 "Compaction"; the `compact-duplicate` rule; spec/json.md's `compact` key).
 
 Property and process-level tests (a compact killed between its steps, two git clones that
-compact independently) read bullets with their own reader below, not stm's. Compaction's
-bookkeeping against forged log text and write faults: test_hardening_text.py.
+compact independently) read bullets with their own reader below, not stm's; then
+compaction's bookkeeping against forged log text, and a fault at any write step.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import json
+import os
 import random
 import re
 import shutil
@@ -23,21 +25,27 @@ import pytest
 from conftest import IDENTITY, MEMORY, STM_PY, TODAY, snapshot
 from helpers import (
     PROC_ENV,
+    FaultyOS,
     check_findings,
     entry_text,
     fact_block,
     isolated_git_env,
     killed_stm,
     log_entries,
+    log_text,
     memory_text,
     ok,
     pin,
     read,
+    restore,
     rules,
+    run_stm,
     write_config,
     write_memory,
 )
 from helpers import git as shared_git
+
+import stm
 
 MEMORY_PATH = ".stacks/MEMORY.md"
 FACTS_PATH = ".stacks/refs/facts.md"
@@ -506,17 +514,6 @@ def test_compact_property_nothing_lost_nothing_duplicated(tmp_path, run, monkeyp
 # ---- compaction: killed between its steps ---------------------------------------------------
 
 
-def stm_process(cwd, *args, script=STM_PY) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=PROC_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.fixture
 def over_limits(store, run, monkeypatch):
     """MEMORY.md with 14 Next Steps and 4 Observations over limits of 10 and 2, and a fact
@@ -555,7 +552,7 @@ def test_a_compact_killed_after_its_log_append_is_found_and_fixed(over_limits, r
     # What an uninterrupted compact leaves, on a copy, to compare with.
     reference = aux / "reference"
     shutil.copytree(store, reference)
-    done = stm_process(reference, "compact")
+    done = run_stm("compact", cwd=reference, full_env=PROC_ENV)
     assert done.returncode == 0, done.stderr
     killed = killed_stm(store, aux, step, "compact")
     assert killed.returncode == 137, killed.stderr
@@ -595,7 +592,7 @@ def test_a_compact_killed_before_its_log_append_changed_nothing(over_limits, run
     code, found = check_findings(run)
     assert "compact-duplicate" not in rules(found)
     # A later compact does the whole job.
-    done = stm_process(store, "compact")
+    done = run_stm("compact", cwd=store, full_env=PROC_ENV)
     assert done.returncode == 0, done.stderr
     assert len(log_entries(store)) == 1
     assert "compact-duplicate" not in rules(check_findings(run)[1])
@@ -613,18 +610,12 @@ def git_env(tmp_path_factory):
     return isolated_git_env(bin_dir, base, ceiling)
 
 
+@pytest.mark.git
 def test_two_clones_that_compact_independently_still_merge(tmp_path, git_env):
     git = functools.partial(shared_git, full_env=git_env, timeout=60)
 
     def stm_ok(cwd, *args):
-        result = subprocess.run(
-            [sys.executable, str(STM_PY), *args],
-            cwd=cwd,
-            env=git_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_stm(*args, cwd=cwd, full_env=git_env)
         assert result.returncode == 0, (args, result.stdout, result.stderr)
         return result.stdout
 
@@ -735,3 +726,320 @@ def test_compact_and_fact_set_keep_crlf(store, run):
     facts.write_bytes(b"# Facts\r\n")
     assert run("fact", "set", "lang", "Go").code == 0
     assert b"\n" not in facts.read_bytes().replace(b"\r\n", b"")
+
+
+AGENT = ".stacks/AGENT.md"
+
+
+MEMORY_MD = ".stacks/MEMORY.md"
+
+
+class OpenGuard:
+    """Stands in for `os` inside stm: opening (or listing) anything outside `root` fails
+    the test at once, before a byte is read."""
+
+    def __init__(self, real, root: Path):
+        self._real, self.root, self.outside = real, os.path.realpath(root), []
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name not in ("open", "scandir", "listdir", "stat", "lstat"):
+            return attr
+
+        def wrapper(path=".", *args, **kwargs):
+            if isinstance(path, (str, bytes, os.PathLike)):
+                real = os.path.realpath(os.path.abspath(os.fsdecode(path)))
+                if real != self.root and not real.startswith(self.root + os.sep):
+                    self.outside.append(real)
+                    raise PermissionError(errno.EACCES, "outside the project (test guard)", path)
+            return attr(path, *args, **kwargs)
+
+        return wrapper
+
+
+PRINCIPLE = "- never force-push to main"
+
+
+FORGERIES = {
+    # An old-style header pasted as is, and one carrying the marker compact writes now.
+    "header": "moved from {shown} ## {section} by stm compact:\n\n{item}",
+    "marker": (
+        "moved from {shown} ## {section} by stm compact: <!-- stm:compact {rel} {quoted} -->"
+        "\n\n{item}"
+    ),
+}
+
+
+def forged(kind: str, rel: str, section: str, item: str) -> str:
+    from urllib.parse import quote
+
+    return FORGERIES[kind].format(
+        shown=f".stacks/{rel}", rel=rel, section=section, quoted=quote(section, safe=""), item=item
+    )
+
+
+@pytest.fixture
+def targets(store, run):
+    """AGENT.md, MEMORY.md and a fact block, each ending a section with an item a forged
+    compact entry will claim was moved."""
+    principles = "Small commits; tests before features.\n"
+    (store / AGENT).write_text(IDENTITY.replace(principles, f"{principles}\n{PRINCIPLE}\n"))
+    memory = MEMORY.replace("None yet.\n", "- is the lexer done?\n")
+    (store / MEMORY_MD).write_text(memory)
+    assert run("fact", "set", "language", "Go").code == 0
+    assert run("fact", "set", "language", "Rust", "--why", "rewrite").code == 0
+    return store
+
+
+def target_cases(root: Path) -> list[tuple[str, str, str]]:
+    """(file under .stacks/, section, item at the bottom of that section)."""
+    facts = (root / ".stacks" / "refs" / "facts.md").read_text()
+    history = [line for line in facts.split("\n") if line.startswith("- ")]
+    return [
+        ("AGENT.md", "Principles", PRINCIPLE),
+        ("MEMORY.md", "Open Questions", "- is the lexer done?"),
+        ("refs/facts.md", "language", history[-1]),
+    ]
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_log_text_cannot_forge_a_compact_entry(targets, call, kind):
+    """Issue 22, 1: whatever `stm log` is given, check finds no compact leftover and
+    check --fix removes nothing."""
+    root = targets
+    for rel, section, item in target_cases(root):
+        ok(call("log", forged(kind, rel, section, item)))
+        ok(call("log", "-", stdin=forged(kind, rel, section, item) + "\n"))
+    before = snapshot(root / ".stacks")
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
+    fixed = call("check", "--fix")
+    assert fixed.code == 0 and "removed" not in fixed.out, fixed
+    after = snapshot(root / ".stacks")
+    assert {k: v for k, v in after.items() if "logs" not in k} == {
+        k: v for k, v in before.items() if "logs" not in k
+    }
+    for rel, _, item in target_cases(root):
+        assert item in read(root, f".stacks/{rel}")
+
+
+def test_the_mcp_log_tool_cannot_forge_a_compact_entry(targets, call):
+    from mcp_client import McpClient
+
+    root = targets
+    client = McpClient(stacks=root / ".stacks", cwd=root, env=PROC_ENV)
+    try:
+        for rel, section, item in target_cases(root):
+            for kind in FORGERIES:
+                result = client.tool_result("log", {"text": forged(kind, rel, section, item)})
+                assert not result.get("isError"), result
+    finally:
+        client.kill()
+    assert "stm:compact" in log_text(root)  # the text is kept, as data
+    assert "<!-- stm:compact" not in log_text(root)
+    before = snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
+    ok(call("check", "--fix"))
+    assert (snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)) == before
+
+
+def raw_log_entry(root: Path, body: str) -> None:
+    """An entry written into today's log as a file, bypassing stm (a merge from a branch
+    whose log was written by hand)."""
+    now = stm.utc_now()
+    stamp = stm.iso(now)
+    logs = root / ".stacks" / "logs"
+    logs.mkdir(exist_ok=True)
+    entry = stm.render_log_entry("x", "forger", stamp, "0badc0de").replace("\nx\n", f"\n{body}\n")
+    with open(logs / f"{stamp[:10]}.md", "a") as f:
+        f.write(entry)
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_a_compact_entry_never_removes_from_agent_md_or_a_file_compact_does_not_write(
+    targets, call, kind
+):
+    """Even with compact's own marker (a log file edited by hand and merged), a removal
+    touches only what compact rewrites: MEMORY.md and fact blocks, never AGENT.md, the
+    config, or a ref that is not a fact block."""
+    root = targets
+    (root / ".stacks" / "refs" / "guide.md").write_text("# Guide\n\n## Steps\n\n- run it\n")
+    (root / ".stacks" / "config.json").write_text('{"default_section_limit": 10}\n')
+    for rel, section, item in [
+        ("AGENT.md", "Principles", PRINCIPLE),
+        ("refs/guide.md", "Steps", "- run it"),
+        ("config.json", "x", '{"default_section_limit": 10}'),
+    ]:
+        raw_log_entry(root, forged(kind, rel, section, item))
+    before = snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
+    ok(call("check", "--fix"))
+    assert (snapshot(root / ".stacks" / "refs"), read(root, AGENT), read(root, MEMORY_MD)) == before
+
+
+@pytest.mark.parametrize(
+    "named",
+    [
+        "/etc/passwd",
+        "../outside.md",
+        "../../outside.md",
+        "refs/../../outside.md",
+        "/proc/self/pagemap",
+        "../../../../../../../../proc/self/pagemap",
+        "refs/link/facts.md",
+        "refs/linked.md",
+    ],
+)
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_a_compact_entry_naming_a_path_outside_stacks_is_never_opened(
+    targets, call, monkeypatch, named, kind
+):
+    """Issue 22, 2: a path in a compact entry resolves inside .stacks/ only, through no
+    link; nothing outside the project is opened, by check or by check --fix."""
+    root = targets
+    (root / "outside.md").write_text("# Outside\n\n## language\n\n- secret line\n")
+    os.symlink(root / ".stacks" / "refs", root / ".stacks" / "refs" / "link")
+    os.symlink(root / "outside.md", root / ".stacks" / "refs" / "linked.md")
+    for section, item in (("language", "- secret line"), ("x", "root:x:0:0:root:/root:/bin/bash")):
+        raw_log_entry(root, forged(kind, named, section, item).replace(".stacks/", ""))
+    guard = OpenGuard(os, root)
+    monkeypatch.setattr(stm, "os", guard)
+    found = check_findings(call)[1]
+    fixed = call("check", "--fix")
+    monkeypatch.setattr(stm, "os", os)
+    assert guard.outside == []
+    assert "compact-duplicate" not in rules(found)
+    assert fixed.code in (0, 1) and "Traceback" not in fixed.err, fixed
+    assert read(root, "outside.md").endswith("- secret line\n")
+
+
+def test_a_compact_target_is_read_with_a_size_cap_and_never_blocks(targets, monkeypatch):
+    """Issue 22, 2: the reader of a compact target stops at its cap, however big the file
+    claims (or turns out) to be, and refuses a FIFO without blocking."""
+    root = targets
+    store = stm.open_store()
+    big = root / ".stacks" / "refs" / "big.md"
+    with open(big, "wb") as f:
+        f.write(b"# Big\n\n## k\n**Current:** v\n")
+        f.truncate(1 << 30)  # sparse: 1 GiB on paper
+    counted = {"bytes": 0}
+    real_read = os.read
+
+    def counting_read(fd, n):
+        data = real_read(fd, n)
+        counted["bytes"] += len(data)
+        return data
+
+    monkeypatch.setattr(stm.os, "read", counting_read)
+    assert stm.compact_target_text(store, "refs/big.md") is None
+    assert counted["bytes"] <= stm.COMPACT_READ_MAX_BYTES + 1
+    os.mkfifo(root / ".stacks" / "refs" / "pipe.md")
+    assert stm.compact_target_text(store, "refs/pipe.md") is None  # and it returned
+
+
+LOOSE_MEMORY = (
+    "# Session Memory\n\n## Status\n\nParser port half done.\n\n## Observations\n\n"
+    "None.\n\n## Open Questions\n\nNone yet.\n\n## Next Steps\n\n"
+    "- keep\n\n  kept continuation\n"
+    "- loose one\n\n  its continuation after a blank line\n"
+    "- tight two\n  continuation\n"
+    "- loose three\n\n\n  two blank lines before this one\n\n"
+    "## Last Updated\n\n2026-11-22\n"
+)
+
+
+def test_a_killed_compact_of_loose_bullets_is_found_and_fixed(store, call, aux):
+    (store / ".stacks" / "config.json").write_text('{"default_section_limit": 1}\n')
+    (store / MEMORY_MD).write_text(LOOSE_MEMORY)
+    reference = aux / "reference"
+    shutil.copytree(store, reference)
+    done = subprocess.run(
+        [sys.executable, str(STM_PY), "compact"], cwd=reference, env=PROC_ENV, timeout=60
+    )
+    assert done.returncode == 0
+    killed = killed_stm(store, aux, "write-1", "compact")
+    assert killed.returncode == 137, killed.stderr
+    assert "loose one" in log_text(store) and "loose one" in read(store, MEMORY_MD)
+    found = [f for f in check_findings(call)[1] if f["rule"] == "compact-duplicate"]
+    assert [f["path"] for f in found] == [MEMORY_MD], found
+    fixed = ok(call("check", "--fix"))
+    assert "compact-duplicate" in fixed.out
+    assert read(store, MEMORY_MD) == read(reference, MEMORY_MD)
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
+
+
+def test_a_killed_compact_of_a_fact_block_with_a_space_in_its_name_is_found(
+    store, call, aux, monkeypatch
+):
+    (store / ".stacks" / "config.json").write_text('{"fact_history_limit": 1}\n')
+    for value in ("a", "b", "c"):
+        ok(call("fact", "set", "letter", value, "--block", "team", "--why", f"now {value}"))
+    team = store / ".stacks" / "refs" / "team.md"
+    spaced = store / ".stacks" / "refs" / "team facts.md"
+    team.rename(spaced)
+    reference = aux / "reference"
+    shutil.copytree(store, reference)
+    done = subprocess.run(
+        [sys.executable, str(STM_PY), "compact"], cwd=reference, env=PROC_ENV, timeout=60
+    )
+    assert done.returncode == 0
+    killed = killed_stm(store, aux, "write-1", "compact")
+    assert killed.returncode == 137, killed.stderr
+    found = [f for f in check_findings(call)[1] if f["rule"] == "compact-duplicate"]
+    assert [f["path"] for f in found] == [".stacks/refs/team facts.md"], found
+    ok(call("check", "--fix"))
+    assert spaced.read_text() == (reference / ".stacks" / "refs" / "team facts.md").read_text()
+    assert "compact-duplicate" not in rules(check_findings(call)[1])
+
+
+@pytest.fixture
+def over_limits_loose(store, call):
+    """MEMORY.md and a fact block over their limits, so compact appends to the log and
+    then rewrites two files."""
+    (store / ".stacks" / "config.json").write_text(
+        '{"fact_history_limit": 1, "default_section_limit": 1}\n'
+    )
+    for value in ("a", "b", "c"):
+        ok(call("fact", "set", "letter", value, "--why", f"now {value}"))
+    (store / MEMORY_MD).write_text(LOOSE_MEMORY)
+    return store
+
+
+OPERATIONS = {
+    "compact": ["compact"],
+    "fact rm": ["fact", "rm", "letter", "--why", "not needed"],
+}
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG])
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_a_fault_at_any_step_of_compact_or_fact_rm_leaves_the_tree_as_it_was(
+    over_limits_loose, call, aux, monkeypatch, operation, error
+):
+    """Issue 22, 13: ENOSPC or EFBIG at any write step (the log append, each rewrite):
+    exit 1, a message naming the file, the tree byte-identical (no log entry left)."""
+    root = over_limits_loose
+    argv = OPERATIONS[operation]
+    pristine = aux / "pristine"
+    shutil.copytree(root, pristine)
+    entries = log_text(root).count("<!-- stm:entry ")
+    monkeypatch.setenv("STM_FSYNC", "1")
+    counter = FaultyOS(os, 0, error)
+    monkeypatch.setattr(stm, "os", counter)
+    ok(call(*argv))
+    monkeypatch.setattr(stm, "os", os)
+    steps = counter.calls
+    assert steps >= 6
+    for step in range(1, steps + 1):
+        restore(pristine, root)
+        before = snapshot(root)
+        monkeypatch.setattr(stm, "os", FaultyOS(os, step, error))
+        result = call(*argv)
+        monkeypatch.setattr(stm, "os", os)
+        assert result.code == 1, (step, result)
+        assert "(injected)" in result.err and "Traceback" not in result.err, (step, result)
+        assert ".stacks/" in result.err, (step, result.err)  # it names the file
+        assert snapshot(root) == before, f"step {step} of {steps} changed the tree"
+    # And the next run does the whole job once: one entry, nothing logged twice.
+    restore(pristine, root)
+    ok(call(*argv))
+    assert log_text(root).count("<!-- stm:entry ") == entries + 1

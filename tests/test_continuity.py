@@ -17,37 +17,20 @@ import pytest
 from conftest import all_command_paths
 from helpers import (
     EXAMPLE,
-    GIT,
-    Clock,
-    World,
     boot_section,
     findings,
     marker_lines,
     read_jsonl,
     read_state,
     state_path,
-    use_private_git,
 )
 
 import stm
 
-T0 = "2026-11-22T09:00:00Z"
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 WAITING = "## Sessions waiting (no session is current in this clone)"
 # ---- helpers ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    clock = Clock(stm.parse_iso(T0, need_zone=True))  # moves one minute per stm command
-    monkeypatch.setattr(stm, "utc_now", clock)
-    return clock
-
-
-@pytest.fixture
-def world(tmp_path, run, monkeypatch, clock) -> World:
-    assert GIT, "git is needed for the continuity tests"
-    use_private_git(monkeypatch, tmp_path)
-    return World(tmp_path, run, monkeypatch, clock)
 
 
 def bullets(text: str) -> list[str]:

@@ -10,10 +10,22 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 import unicodedata
+from pathlib import Path
 
 import pytest
-from helpers import GIT, GIT_IDENTITY, git, needs_git
+from conftest import STM_PY
+from helpers import (
+    GIT,
+    GIT_IDENTITY,
+    git,
+    needs_git,
+    new_store,
+    run_process,
+    run_stm,
+)
 from test_performance import bench, listed, opened, probe
 
 import stm
@@ -554,3 +566,323 @@ def test_recall_words_of_ascii_text_are_the_unicode_definitions_words():
         expected = [w for w in general.findall(text.lower()) if w not in stm.RECALL_STOPWORDS]
         assert stm.recall_words(text) == expected, text
     assert stm.RECALL_ASCII_WORD_RE.findall("\u212aelvin".lower()) == ["kelvin"]
+
+
+# ---- boot's recall: only the entries that hold the work's words are tokenised -----------
+
+
+def shuffled_log(rng: random.Random, texts: list[str]) -> bytes:
+    """A log of `texts` as stm writes it, then hand-edited: some entries torn, interleaved,
+    given a foreign end line or a CRLF, stray text between them."""
+    pieces = []
+    for text in texts:
+        entry_id = f"{rng.getrandbits(32):08x}"
+        entry = stm.render_log_entry(text, "al", "2026-01-02T03:04:05Z", entry_id)
+        roll = rng.random()
+        if roll < 0.1:
+            entry = entry.rsplit("<!-- stm:end", 1)[0]  # torn
+        elif roll < 0.15:
+            entry = entry.replace(f"end {entry_id}", f"end {rng.getrandbits(32):08x}")
+        elif roll < 0.2:
+            entry = entry.replace("\n", "\r\n")
+        elif roll < 0.25:
+            entry += f"<!-- stm:end {entry_id} -->\nstray text\n"
+        pieces.append(entry)
+    lines = "".join(pieces).encode().split(b"\n")
+    for _ in range(rng.randrange(3)):  # a union merge's interleaving, a lost line
+        i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    if rng.random() < 0.3:
+        del lines[rng.randrange(len(lines))]
+    return b"\n".join(lines) + rng.choice([b"", b"\xff", b"## 2026 \xc2\xb7 x"])
+
+
+RECALL_PIECES = [
+    *("OAuth", "login", "LOGIN,", "tokens", "the", "a", "x", "99", "0", "x1", "a_b", "auth_login"),
+    *(
+        "deploy",
+        "ß",
+        "stra\u00dfe",
+        "\u212aelvin",
+        "caf\u00e9",
+        "\u0130stanbul",
+        "\u017ft",
+        "\ufb01le",
+    ),
+    *(
+        "\u03a3\u03af\u03c3\u03c5\u03c6\u03bf\u03c2",
+        "\t",
+        "\r",
+        "\x00",
+        "(src/auth.py)",
+        "<!-- stm:",
+    ),
+]
+
+
+def random_texts(rng: random.Random, count: int, ascii_only: bool) -> list[str]:
+    pieces = [p for p in RECALL_PIECES if p.isascii()] if ascii_only else RECALL_PIECES
+    return [
+        " ".join(rng.choice(pieces) for _ in range(rng.randrange(12))) + rng.choice(["", "\nmore"])
+        for _ in range(count)
+    ]
+
+
+def test_log_entry_bodies_are_the_bodies_parse_log_yields():
+    rng = random.Random(3701)
+    for _ in range(1500):
+        data = shuffled_log(rng, random_texts(rng, rng.randrange(8), rng.random() < 0.5))
+        expected = [
+            b"".join(item[0].raw_body) for kind, *item in stm.parse_log(data) if kind == "entry"
+        ]
+        assert stm.log_entry_bodies(data) == expected, data
+
+
+def test_recall_counts_the_log_as_tokenising_every_entry_would(store):
+    """recall_log_entries keeps the words of the entries that hold a word of the work and
+    counts the others; BM25 over that gives the scores tokenising every entry gives."""
+    rng = random.Random(3702)
+    logs = store / ".stacks" / "logs"
+    today = int(stm.utc_now() // 86400)
+    opened_store = stm.open_store(stacks=str(store / ".stacks"))
+    for trial in range(40):
+        for day in range(stm.RECALL_LOG_DAYS + 2):  # two days too old to count
+            name = stm.iso((today - day) * 86400)[:10] + ".md"
+            texts = random_texts(rng, rng.randrange(6), ascii_only=day % 3 != 1)
+            (logs / name).write_bytes(shuffled_log(rng, texts))
+        query = stm.recall_words(" ".join(rng.sample(RECALL_PIECES, 4)))
+        every = []
+        for day in range(today - stm.RECALL_LOG_DAYS + 1, today + 1):
+            path = str(logs / (stm.iso(day * 86400)[:10] + ".md"))
+            for data, line, _ in stm.iter_log_blocks(path):  # as boot has always read
+                for kind, *item in stm.parse_log(data, line):
+                    if kind == "entry":
+                        body = b"".join(item[0].raw_body).decode("utf-8", "replace")
+                        every.append(stm.recall_words(body))
+        found, unseen, unseen_words = stm.recall_log_entries(opened_store, query)
+        assert found == [words for words in every if set(words) & set(query)], trial
+        assert unseen == len(every) - len(found)
+        assert unseen_words == sum(map(len, every)) - sum(map(len, found))
+        refs = [stm.recall_words("OAuth login tokens"), stm.recall_words("deploy caf\u00e9")]
+        scores = stm.bm25_scores(query, refs + found, unseen=(unseen, unseen_words))
+        expected = stm.bm25_scores(query, refs + every)
+        kept = [i for i, words in enumerate(refs + every) if i < 2 or set(words) & set(query)]
+        assert scores == [expected[i] for i in kept]
+        assert all(expected[i] == 0.0 for i in range(len(expected)) if i not in kept)
+
+
+def test_boot_tokenises_only_the_log_entries_holding_the_works_words(store, run, monkeypatch):
+    """60 entries today, 3 of them about the work: boot tokenises those 3 (the others are
+    counted in bulk) and parses no log entry by entry."""
+    for n in range(60):
+        topic = "OAuth login refresh" if n % 20 == 0 else "the CSS grid gap"
+        assert run("log", f"filler{n}: {topic}").code == 0
+    run("session", "new", "--name", "OAuth login tokens")
+    tokenised, parsed = [], []
+    recall_words, parse_log = stm.recall_words, stm.parse_log
+
+    def counted_words(text):
+        tokenised.extend(["log"] if "filler" in text else [])
+        return recall_words(text)
+
+    def counted_parse(*args):
+        parsed.append(args)
+        return parse_log(*args)
+
+    monkeypatch.setattr(stm, "recall_words", counted_words)
+    monkeypatch.setattr(stm, "parse_log", counted_parse)
+    boot = run("boot").out
+    assert "3 log entries match this work in the last 14 days" in boot
+    assert len(tokenised) == 3 and parsed == []
+
+
+LOREM = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+
+
+def write_log(path: Path, entries: int | None = None, size: int | None = None, torn=False):
+    body = "\n".join((LOREM * 2)[:110] for _ in range(50)) if size else "a short entry"
+    written, n = 0, 0
+    with open(path, "w") as f:
+        while (entries is not None and n < entries) or (size is not None and written < size):
+            eid = f"{n:08x}"
+            stamp = f"2026-11-20T{(n // 3600) % 24:02d}:{(n // 60) % 60:02d}:{n % 60:02d}Z"
+            entry = (
+                f"## {stamp} · tester <!-- stm:entry {eid} -->\n\nentry {n}\n{body}\n\n"
+                f"<!-- stm:end {eid} -->\n"
+            )
+            text = ("\n" if n else "") + entry
+            f.write(text)
+            written += len(text)
+            n += 1
+        if torn:
+            f.write("\n## 2026-11-20T23:59:59Z · tester <!-- stm:entry ffffffff -->\n\ntorn\n")
+
+
+def test_check_is_linear_on_a_log_with_a_torn_last_entry(store):
+    write_log(store / ".stacks" / "logs" / "2026-11-20.md", entries=16_000, torn=True)
+    try:
+        done = run_stm("check", "--json", cwd=store, timeout=20, env={"CI": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail("check did not finish in 20 s on 16,000 entries and a torn tail (quadratic)")
+    rules = [f["rule"] for f in json.loads(done.stdout)["findings"]]
+    assert rules == ["log-torn"], rules
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("big")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STM_FSYNC", "0")
+        new_store(root, handoff=False)
+    write_log(root / ".stacks" / "logs" / "2026-11-20.md", size=60 * 1024 * 1024)
+    return root
+
+
+MEASURE = (
+    "import resource, subprocess, sys; "
+    "done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode, "
+    "repr(done.stderr[-300:]))"
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["status"], ["check"], ["search", "zzzz-not-there"], ["export", "-o", "OUT"]],
+    ids=["status", "check", "search", "export"],
+)
+def test_big_files_are_streamed_in_bounded_memory(big_store, tmp_path, argv):
+    argv = [a.replace("OUT", str(tmp_path / "m.zip")) for a in argv]
+    done = run_process(
+        [sys.executable, "-c", MEASURE, sys.executable, STM_PY, *argv],
+        cwd=big_store,
+        timeout=120,
+        env={"CI": "1", "STM_FSYNC": "0"},
+    )
+    peak_kib, code, err = done.stdout.split(" ", 2)
+    assert "Traceback" not in err and code in ("0", "1"), (code, err)
+    assert int(peak_kib) < 100 * 1024, f"{argv}: peak {int(peak_kib) // 1024} MiB on a 60 MB log"
+
+
+def memory_with_bullets(count: int) -> str:
+    lines = ["# Session Memory", ""]
+    for section in range(4):
+        lines += [f"## Section {section}", ""]
+        lines += [f"- bullet {section}-{i}: some words of a note" for i in range(count // 4)]
+        lines.append("")
+    return "\n".join([*lines, "## Last Updated", "", "2026-01-01", ""])
+
+
+def counted(monkeypatch, *names) -> dict:
+    """Count the calls of stm functions (looked up by name at call time)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(stm, name)
+
+        def wrapper(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(stm, name, wrapper)
+    return calls
+
+
+def test_boot_under_a_limit_does_n_log_n_work_in_memory_bullets(store, run, monkeypatch):
+    steps = []
+    for count in (1000, 2000):
+        (store / ".stacks" / "MEMORY.md").write_text(memory_with_bullets(count))
+        with monkeypatch.context() as patch:
+            calls = counted(patch, "md_bullet_goes_on", "render_boot")
+            result = run("boot", "--max-chars", "9500")
+        assert result.code == 0 and len(result.out) <= 9500
+        assert "older bullets of Section" in result.out
+        steps.append(calls)
+    small, big = steps
+    assert small["md_bullet_goes_on"] >= 1000, steps  # the memory was read item by item
+    assert big["md_bullet_goes_on"] <= 2.2 * small["md_bullet_goes_on"], steps  # linear per line
+    assert big["render_boot"] <= small["render_boot"] + 3, steps  # a binary search: log n
+
+
+def md_blocks(text: str) -> tuple[list[str], list[list]]:
+    """A boot-rendered text as (preamble, [[heading, [units]]]), units as the Markdown
+    model reads them: each item (a bullet with its continuation, a fence, ...) and each
+    line outside an item."""
+    doc = stm.MdDoc(stm.md_lines(text), depth=2)
+    blocks = []
+    for part in doc.parts:
+        starts = {item.start: item for item in doc.items(part)}
+        units, index = [], part.start + 1
+        while index < part.end:
+            end = starts[index].end if index in starts else index + 1
+            units.append(doc.lines[index:end])
+            index = end
+        blocks.append([doc.lines[part.start], units])
+    return doc.preamble, blocks
+
+
+def is_bullet_unit(unit: list[str]) -> bool:
+    return unit[0].startswith(("- ", "* "))
+
+
+def reference_cut_memory(text: str, bullets: int, sections: int):
+    """cut_memory as it was before issue 22 (quadratic), to prove the output unchanged."""
+    preamble, blocks = md_blocks(text)
+    left_out = []
+    removed: dict[int, int] = {}
+    for _ in range(bullets):
+        counts = [sum(is_bullet_unit(u) for u in units) for _, units in blocks]
+        index = max(range(len(blocks)), key=lambda i: (counts[i], i), default=None)
+        if index is None or counts[index] == 0:
+            break
+        units = blocks[index][1]
+        last = max(i for i, unit in enumerate(units) if is_bullet_unit(unit))
+        del units[last]
+        removed[index] = removed.get(index, 0) + 1
+    for index in sorted(removed):
+        left_out.append(
+            f"{stm.plural(removed[index], 'older bullet')} of {blocks[index][0][5:].strip()}"
+        )
+    if sections:
+        keep = len(blocks) - sections if sections > 0 else 0
+        names = [heading[5:].strip() for heading, _ in blocks[keep:]]
+        blocks = blocks[:keep]
+        if names:
+            left_out.append(
+                ("the section " if len(names) == 1 else "the sections ") + ", ".join(names)
+            )
+    lines = list(preamble)
+    for heading, units in blocks:
+        lines.append(heading)
+        for unit in units:
+            lines += unit
+    return "\n".join(lines).strip("\n"), left_out
+
+
+def random_boot_memory(rng) -> str:
+    pieces = ["intro line"] if rng.random() < 0.5 else []
+    for section in range(rng.randint(0, 6)):
+        pieces.append(f"#### S{section}")
+        for _ in range(rng.randint(0, 9)):
+            kind = rng.random()
+            if kind < 0.5:
+                pieces.append(f"- b{rng.randint(0, 99)}")
+                pieces += ["  more"] * rng.randint(0, 2)
+            elif kind < 0.6:
+                pieces += ["```", "#### not a heading", "- not a bullet", "```"]
+            elif kind < 0.7:
+                pieces.append("* star bullet")
+            else:
+                pieces.append(rng.choice(["prose", "", "  indented prose"]))
+    return "\n".join(pieces)
+
+
+def test_cut_memory_gives_what_it_always_gave():
+    import random
+
+    rng = random.Random(22)
+    for _ in range(3000):
+        text = random_boot_memory(rng)
+        bullets, sections = rng.randint(0, 30), rng.choice([0, 0, 1, 2, -1])
+        assert stm.cut_memory(text, bullets, sections) == reference_cut_memory(
+            text, bullets, sections
+        ), (text, bullets, sections)

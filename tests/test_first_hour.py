@@ -9,12 +9,11 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, all_command_paths, run_stm, snapshot
-from helpers import GIT_IDENTITY, git, isolated_git_env
+from conftest import ROOT, all_command_paths, snapshot
+from helpers import GIT_IDENTITY, git, isolated_git_env, run_process, run_sh, run_stm
 
 import stm
 
@@ -295,6 +294,7 @@ def test_session_handoff_from_stdout_pipes_into_compose(store, run, monkeypatch)
     assert pointer["active_session"] == composed.out.strip()
 
 
+@pytest.mark.git
 def test_composing_a_committed_handoff_again_in_a_fresh_clone_adopts_it(tmp_path):
     sender = tmp_path / "sender"
     sender.mkdir()
@@ -345,6 +345,7 @@ def test_status_list_and_workflow_name_a_handoff_from_a_to_b(store, run, tmp_pat
 # ---- 5. a store below the repository's root ------------------------------------------
 
 
+@pytest.mark.git
 def test_init_below_the_repository_root_says_where_the_root_is(project, run, monkeypatch):
     git(project, "init", "-q")
     (project / "src" / "pkg").mkdir(parents=True)
@@ -359,6 +360,7 @@ def test_init_below_the_repository_root_says_where_the_root_is(project, run, mon
     assert at_root.code == 0 and "below the root" not in at_root.err
 
 
+@pytest.mark.git
 def test_commands_that_find_no_store_name_one_in_a_subfolder(project, run, monkeypatch):
     git(project, "init", "-q")
     (project / "src").mkdir()
@@ -559,22 +561,13 @@ def test_the_codex_snippet_names_stm_py_by_its_absolute_path(project):
     (project / "stm.py").write_bytes((ROOT / "stm.py").read_bytes())
     empty = project / "no-stm-here"
     empty.mkdir()
-    result = subprocess.run(
-        [sys.executable, "stm.py", "setup", "mcp", "--client", "codex"],
-        cwd=project,
-        env={**os.environ, "PATH": str(empty)},
-        capture_output=True,
-        text=True,
+    result = run_stm(
+        "setup", "mcp", "--client", "codex", script="stm.py", cwd=project, env={"PATH": str(empty)}
     )
     assert result.returncode == 0, result.stderr
     assert f'args = ["{project / "stm.py"}", "mcp"]' in result.stdout
-    local = subprocess.run(  # a project's own file still names it from the project root
-        [sys.executable, "stm.py", "setup", "mcp"],
-        cwd=project,
-        env={**os.environ, "PATH": str(empty)},
-        capture_output=True,
-        text=True,
-    )
+    # a project's own file still names it from the project root
+    local = run_stm("setup", "mcp", script="stm.py", cwd=project, env={"PATH": str(empty)})
     assert json.loads(local.stdout)["mcpServers"]["stm"]["args"] == ["stm.py", "mcp"]
 
 
@@ -605,9 +598,7 @@ def test_the_quick_start_runs_in_a_scratch_project_never_in_the_clone(tmp_path):
     before = sorted(os.listdir(clone))
     command = quick_start.replace("/tmp/", f"{tmp_path}/")
     env = {**os.environ, **GIT_ENV}
-    result = subprocess.run(
-        ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = run_process(["bash", "-c", command], cwd=clone, full_env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(clone)) == before  # the script run writes nothing beside it
     scratch = tmp_path / "stm-scratch"
@@ -686,6 +677,7 @@ HINT_RE = re.compile(r"`((?:stm|python3 -m stm|python3 \S*stm\.py) [^`]*)`")
 PLACEHOLDER_RE = re.compile(r"\b[A-Z]{2,}\b|…|\.\.\.|\bN\b")
 
 
+@pytest.mark.git
 def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -696,15 +688,7 @@ def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeyp
     project.mkdir()
 
     def stm_run(*args, stdin=None):
-        return subprocess.run(
-            [sys.executable, str(ROOT / "stm.py"), *args],
-            cwd=project,
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_stm(*args, cwd=project, full_env=env, input=stdin)
 
     said = []
     scenario = [
@@ -768,9 +752,7 @@ def test_every_hint_names_the_command_as_invoked_and_runs(tmp_path, run, monkeyp
     names = {" ".join([invoked, *path]) for path in all_command_paths()}
     names = {name.replace(sys.executable, "python3") for name in names}
     for hint in runnable:
-        result = subprocess.run(
-            ["sh", "-c", hint], cwd=project, env=env, capture_output=True, text=True, timeout=60
-        )
+        result = run_sh(hint, cwd=project, full_env=env)
         usage = result.returncode == 2 and hint not in names
         assert not usage and "Traceback" not in result.stderr, (
             hint,

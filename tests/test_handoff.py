@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from pathlib import Path
 
 import pytest
-from conftest import ROOT, snapshot
-from helpers import log_text
+from conftest import MEMORY, ROOT, TODAY, snapshot
+from helpers import assert_clean_refusal, findings, handoff_json, log_text, session_dir
 
 import stm
 
@@ -388,3 +390,58 @@ def test_an_unreadable_earlier_session_stops_compose_instead_of_duplicating(stor
     result = run("compose-handoff", str(EXAMPLE))
     assert result.code == 1 and "Traceback" not in result.err
     assert snapshot(store) == before
+
+
+# The findings of a `check --json` Result, which must hold no traceback.
+findings = functools.partial(findings, no_traceback=True)
+
+
+BAD_ZONES = ["+24:00", "-24:00", "+23:60", "+99:99", "+2400"]
+
+
+@pytest.mark.parametrize("zone", BAD_ZONES)
+def test_compose_handoff_refuses_a_zone_offset_of_24_hours_or_more(store, call, zone):
+    (store / "h.json").write_text(json.dumps(handoff_json(created_at=f"2026-11-22T09:30:00{zone}")))
+    before = snapshot(store)
+    assert_clean_refusal(call("compose-handoff", "h.json"), 1, "h.json")
+    assert snapshot(store) == before
+
+
+def set_state(store: Path, sid: str, **fields) -> Path:
+    path = session_dir(store, sid) / "state.json"
+    state = json.loads(path.read_text())
+    state.update(fields)
+    path.write_text(json.dumps(state))
+    return path
+
+
+@pytest.mark.parametrize(
+    "where", ["state-created", "state-updated", "phase-history", "log-entry", "last-updated"]
+)
+def test_no_traceback_from_a_zone_offset_of_24_hours_anywhere(store, call, where):
+    sid = call("session", "new").out.strip()
+    bad = "2026-11-22T10:00:00+24:00"
+    if where == "state-created":
+        set_state(store, sid, created_at=bad)
+    elif where == "state-updated":
+        set_state(store, sid, updated_at=bad)
+    elif where == "phase-history":
+        set_state(store, sid, phase_history=[{"phase": "init", "entered_at": bad}])
+    elif where == "log-entry":
+        (store / ".stacks" / "logs" / "2026-11-20.md").write_text(  # date-safe: pinned clock or id
+            f"## {bad} · x <!-- stm:entry 0badf00d -->\n\nhi\n\n<!-- stm:end 0badf00d -->\n"
+        )
+    else:
+        text = MEMORY.replace(TODAY + "\n", bad + "\n")
+        (store / ".stacks" / "MEMORY.md").write_text(text)
+    for argv in (["boot"], ["status"], ["session", "list"], ["session", "show"], ["search", "x"]):
+        result = call(*argv)
+        assert result.code is not None and "Traceback" not in result.err, (argv, result)
+    result = call("check", "--json")
+    assert "Traceback" not in result.err, result
+    if where != "last-updated":
+        assert result.code == 1
+        rules = {f["rule"] for f in findings(result) if f["severity"] == "error"}
+        assert rules & {"state-timestamp", "log-entry"}, rules
+    result = call("search", "x", "--since", "2026-11-22T00:00:00+24:00")
+    assert_clean_refusal(result, 2, "--since")

@@ -14,6 +14,8 @@ from helpers import GIT_IDENTITY
 
 import stm
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 GIT_ENV = GIT_IDENTITY
 
 

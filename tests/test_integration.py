@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 from conftest import ROOT, snapshot
-from helpers import GIT_IDENTITY, GIT_PRIVATE_CONFIG, git_out
+from helpers import GIT_IDENTITY, GIT_PRIVATE_CONFIG, git_out, run_process
 
 import stm
 
@@ -477,7 +477,6 @@ def test_setup_claude_default_command_names_this_stm(store, run, monkeypatch):
 def test_the_hook_command_leaves_no_pycache_in_the_project(store, run, monkeypatch, tmp_path):
     """`python3 -m stm` writes bytecode; the hook sends it to the user's cache folder."""
     import shutil as real_shutil
-    import subprocess
 
     copy = store / "tools" / "stm.py"
     copy.parent.mkdir()
@@ -489,9 +488,7 @@ def test_the_hook_command_leaves_no_pycache_in_the_project(store, run, monkeypat
     env = {**os.environ, "CLAUDE_PROJECT_DIR": str(store), "HOME": str(tmp_path / "home")}
     env.pop("XDG_CACHE_HOME", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # write bytecode, as on a user's machine
-    done = subprocess.run(
-        ["bash", "-c", command], cwd=store, env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_process(["bash", "-c", command], cwd=store, full_env=env)
     assert done.returncode == 0, done.stderr
     assert "## Identity" in done.stdout
     assert not list(store.rglob("__pycache__"))
@@ -695,6 +692,7 @@ GIT_ENV = {**GIT_IDENTITY, **GIT_PRIVATE_CONFIG}
 git = git_out
 
 
+@pytest.mark.git
 def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, monkeypatch):
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
@@ -723,6 +721,7 @@ def test_commit_takes_only_memory_and_leaves_other_changes_alone(store, run, mon
     assert data["committed"] is True and data["commit"] == git(store, "rev-parse", "HEAD").strip()
 
 
+@pytest.mark.git
 def test_commit_leaves_stm_s_own_backups_in_the_checkout(store, run, monkeypatch, tmp_path):
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)

@@ -7,10 +7,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, STM_PY, TODAY, all_command_paths, run_stm, snapshot
+from conftest import ROOT, STM_PY, TODAY, all_command_paths, snapshot
+from helpers import run_stm
 
 import stm
 
@@ -165,10 +165,8 @@ def test_stm_py_copied_alone_into_an_empty_folder_works(tmp_path):
     init = run_stm("init", cwd=tmp_path, env=env)
     assert init.returncode == 0, init.stderr
     # The copy, not the checkout, must have done the work.
-    subprocess.run([sys.executable, "stm.py", "log", "first"], cwd=tmp_path, check=True)
-    boot = subprocess.run(
-        [sys.executable, "stm.py", "boot"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run_stm("log", "first", script="stm.py", cwd=tmp_path, check=True)
+    boot = run_stm("boot", script="stm.py", cwd=tmp_path)
     assert boot.returncode == 0
     assert boot.stdout.startswith("# stm memory boot")
     assert list((tmp_path / ".stacks" / "logs").glob("*.md"))
@@ -754,6 +752,7 @@ def test_check_git_file_that_is_a_symlink_is_reported_not_followed(store, run, t
     assert outside.read_text() == "something else\n" and attributes.is_symlink()
 
 
+@pytest.mark.git
 def test_check_fix_restores_the_union_merge_git_sees(store, run):
     git = shutil.which("git")
     assert git, "the merge tests need git"

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, STM_PY, snapshot
+from conftest import ROOT, snapshot
 from helpers import (
     PROC_ENV,
     check_findings,
@@ -30,6 +30,7 @@ from helpers import (
     pin,
     read,
     rules,
+    run_stm,
     write_config,
     write_memory,
 )
@@ -438,9 +439,7 @@ def test_8_processes_setting_one_fact_lose_no_history_entry(store, aux):
     stamps = [stamp for stamp, _, _ in fact.history]
     assert stamps == sorted(stamps, reverse=True)
     assert all(stm.is_iso_utc(stamp) for stamp in stamps)
-    result = subprocess.run(
-        [sys.executable, str(STM_PY), "check"], cwd=store, env=PROC_ENV, capture_output=True
-    )
+    result = run_stm("check", cwd=store, full_env=PROC_ENV)
     assert result.returncode == 0, result.stdout
 
 
@@ -785,3 +784,59 @@ def test_note_ref_refuses_a_secret_and_a_conflicted_ref(store, run):
     before = snapshot(store)
     assert run("note", "--ref", "deploy", "Gotchas", "more").code == 1
     assert snapshot(store) == before
+
+
+def ref_folders(n: int) -> str:
+    return "/".join(f"d{i}" for i in range(n))
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        (ref_folders(stm.REFS_DEPTH_MAX + 1) + "/x", "deep"),
+        (ref_folders(20) + "/x", "deep"),
+        (".hidden", "hidden"),
+        ("sub/.hidden", "hidden"),
+        (".sub/visible", "hidden"),
+        ("refs/.hidden.md", "hidden"),
+    ],
+)
+def test_note_ref_refuses_a_path_the_readers_would_not_read(store, call, name, reason):
+    before = snapshot(store)
+    result = call("note", "--ref", name, "Sec", "hello", "--create")
+    assert result.code == 2, result
+    assert "--ref" in result.err and reason in result.err, result
+    assert len(result.err.strip().splitlines()) == 1, result
+    assert snapshot(store) == before
+
+
+def test_note_ref_at_the_depth_limit_is_read_by_every_reader(store, call):
+    name = ref_folders(stm.REFS_DEPTH_MAX) + "/bottom"
+    ok(call("note", "--ref", name, "Sec", "quokka at the bottom", "--create"))
+    assert "quokka at the bottom" in ok(call("search", "quokka")).out
+    assert f"refs/{name}.md" in ok(call("boot")).out
+    assert [f for f in check_findings(call)[1] if f["severity"] == "error"] == []
+
+
+def test_readers_skip_a_too_deep_refs_folder_with_the_reason(store, call):
+    """The readers and the writer share one rule; a tree made deeper by hand is reported
+    by check as too deep (not as a link), and boot and digest do not call it a FIFO."""
+    deep = store / ".stacks" / "refs" / ref_folders(20)
+    deep.mkdir(parents=True)
+    (deep / "x.md").write_text("# X\n\nquokka\n")
+    boot = ok(call("boot"))
+    assert "FIFO" not in boot.err and "not a regular file" not in boot.err, boot
+    digest = call("digest")
+    assert digest.code == 0, digest
+    found = [f for f in check_findings(call)[1] if f["path"].startswith(".stacks/refs/d0")]
+    assert found and all(f["rule"] != "layer-symlink" for f in found), found
+    assert all("deep" in f["message"] for f in found), found
+
+
+def test_note_ref_refuses_to_write_into_a_fact(store, run):
+    assert run("fact", "set", "lang", "Go").code == 0
+    before = snapshot(store)
+    result = run("note", "--ref", "facts", "lang", "x")
+    assert result.code == 2 and "stm fact set lang" in result.err
+    assert snapshot(store) == before
+    assert run("fact", "get", "lang").out == "Go\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TODAY
+from conftest import MEMORY, TODAY
 
 import stm
 
@@ -291,3 +291,19 @@ def test_a_heading_in_a_fence_or_comment_is_no_title_and_no_section():
     assert [part.name for part in stm.MdDoc.of(text).parts] == ["Status", "Last Updated"]
     assert stm.nearest_sections(text, "Hidden") is not None  # note: no such section
     assert stm.strip_comments("```\n<!-- code -->\n```\n<!-- gone -->") == "```\n<!-- code -->\n```"
+
+
+def test_a_four_backtick_fence_holding_a_three_backtick_line_hides_no_heading(store, run):
+    """One fence rule everywhere (CommonMark's closing rule): note, check and boot agree
+    with the merge driver."""
+    memory = store / ".stacks" / "MEMORY.md"
+    text = MEMORY.replace(
+        "Parser port half done; the lexer passes its tests.",
+        "Parser port half done.\n\n````\n```python\n````",
+    )
+    memory.write_text(text)
+    assert run("note", "Next Steps", "do X").code == 0
+    found = json.loads(run("check", "--json").out)["findings"]
+    assert not [f for f in found if f["rule"] == "heading-missing"]
+    assert run("check", "--fix").code == 0
+    assert memory.read_text().count("## Last Updated") == 1

@@ -7,8 +7,10 @@ import json
 import re
 
 import pytest
-from conftest import IDENTITY, MEMORY, run_stm
-from helpers import EXAMPLE, GIT, GIT_IDENTITY, GIT_PRIVATE_CONFIG, git
+from conftest import IDENTITY, MEMORY
+from helpers import EXAMPLE, GIT, GIT_IDENTITY, GIT_PRIVATE_CONFIG, git, run_stm
+
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
 
 GIT_ENV = {**GIT_IDENTITY, **GIT_PRIVATE_CONFIG, "STM_FSYNC": "0"}
 git = functools.partial(git, env=GIT_ENV, check=False)  # each test asserts git's exit code

@@ -4,8 +4,7 @@ conflict, never a loss.
 
 Complexity is proved by counting operations (calls of an inner function, comparisons of
 keys) on an input and on one twice as big, never by wall time; the linear merges are
-checked against the old reference implementations they replaced. Moved from
-test_hardening_input.py so that every merge test sits in a test_merge*.py file.
+checked against the old reference implementations they replaced.
 """
 
 from __future__ import annotations

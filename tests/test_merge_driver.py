@@ -26,10 +26,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import IDENTITY, MEMORY, STM_PY
-from helpers import GIT, git, isolated_git_env, marker_lines
+from conftest import IDENTITY, MEMORY, STM_PY, snapshot
+from helpers import GIT, added_lines, git, isolated_git_env, marker_lines, run_stm
 
+import stm
 import stm as stm_module
+
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
 
 MEMORY_PATH = ".stacks/MEMORY.md"
 DRIVER_ARGS = "merge-file %O %A %B --marker-size %L --path %P"
@@ -82,16 +85,7 @@ marker_lines = functools.partial(marker_lines, start=0, bare=True)
 
 def stm_proc(cwd, *args, env=None, script=STM_PY) -> subprocess.CompletedProcess:
     """stm as a real process, in this file's environment (plus `env`)."""
-    full = {**ENV, **(env or {})}
-    full = {k: v for k, v in full.items() if v is not None}
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stm(*args, script=script, cwd=cwd, full_env={**ENV, **(env or {})})
 
 
 def stm_ok(cwd, *args, env=None, script=STM_PY) -> str:
@@ -362,10 +356,12 @@ def test_different_sections_and_a_new_section(tmp_path, note):
         assert_check_ok(repo)
 
 
-# ---- 4. a real conflict stays in its section ----------------------------------------------
+# ---- 4. prose both sides rewrote: settled in its section, never a conflict ----------------
 
 
-def test_prose_rewritten_on_both_sides_conflicts_only_in_that_section(tmp_path, note):
+def test_prose_rewritten_on_both_sides_is_settled_only_in_that_section(tmp_path, note):
+    """Issue 35 (memory disagreements never block) replaces the earlier rule that left
+    markers here: git's driver settles the section (merge.md, "Through plain git")."""
     repo = make_repo(tmp_path / "repo")
     sha_a, sha_b = two_sides(
         repo,
@@ -373,38 +369,64 @@ def test_prose_rewritten_on_both_sides_conflicts_only_in_that_section(tmp_path, 
         [("Status", "--replace", "alpha status: lexer done", T_A1), ("Next Steps", "alpha", T_A2)],
         [("Status", "--replace", "beta status: parser done", T_B1), ("Next Steps", "beta", T_B2)],
     )
-    result = merge(repo, sha_a, sha_b)
-    assert result.returncode != 0
-    assert "CONFLICT" in result.stdout + result.stderr
-    assert "UU .stacks/MEMORY.md" in git(repo, "status", "--porcelain").stdout.splitlines()
+    for ours, theirs, first in ((sha_a, sha_b, "- beta"), (sha_b, sha_a, "- alpha")):
+        result = merge(repo, ours, theirs)
+        assert result.returncode == 0, result
+        assert "CONFLICT" not in result.stdout + result.stderr
+        assert "MEMORY.md ## Status: both sides rewrote it" in result.stderr, result
+        assert git(repo, "status", "--porcelain").stdout == ""
+        text = memory(repo)
+        assert marker_lines(text) == [], text
+        status = section_lines(text, "Status")
+        # b's notes are the later (## Last Updated): its text stands, a's is kept below.
+        assert status[:2] == ["beta status: parser done", status[1]], status
+        assert re.fullmatch(r"<!-- stm:settled [0-9a-f]{8} \d{4}-\d\d-\d\d -->", status[1])
+        assert "> alpha status: lexer done" in status, status
+        assert status[-1] == "-->" and status[2].startswith("<!-- stm:kept "), status
+        assert "alpha status" not in stm_module.strip_comments(text)
+        # Outside the settled region, everything merged as usual.
+        assert_one_of_each(text, ["- alpha", "- beta", *BASE_PROSE[1:]])
+        # (theirs' new bullets above ours', as always)
+        assert section_lines(text, "Next Steps")[:2] == [
+            first,
+            ({"- alpha", "- beta"} - {first}).pop(),
+        ]
+        assert headings(text) == headings(MEMORY)
+        assert section_lines(text, "Last Updated") == [T_B2]
+        assert_check_ok(repo)
 
-    text = memory(repo)
-    lines = text.splitlines()
-    marks = marker_lines(text)
-    assert [lines[i][:8] for i in marks] == ["<<<<<<< ", "=======", ">>>>>>> "], text
-    status = lines.index("## Status")
-    after_status = next(i for i in range(status + 1, len(lines)) if lines[i].startswith("## "))
-    assert all(status < i < after_status for i in marks), text
-    inside = lines[marks[0] : marks[2] + 1]
-    assert "alpha status: lexer done" in inside and "beta status: parser done" in inside
-    # Outside the conflict, everything merged as usual.
-    assert_one_of_each(text, ["- alpha", "- beta", *BASE_PROSE[1:]])
-    assert section_lines(text, "Next Steps")[:2] == ["- beta", "- alpha"]
-    assert headings(text) == headings(MEMORY)
-    assert section_lines(text, "Last Updated") == [T_B2]
-
-    # The same three versions, given to stm merge-file directly: exit 1.
+    # The same three versions, given to stm merge-file by a person (no --path): markers
+    # for them to choose, exit 1.
     stages = tmp_path / "stages"
     stages.mkdir()
-    for stage, name in ((1, "base"), (2, "ours"), (3, "theirs")):
-        shown = git(repo, "show", f":{stage}:{MEMORY_PATH}")
+    base = git(repo, "merge-base", sha_a, sha_b).stdout.strip()
+    for sha, name in ((base, "base"), (sha_a, "ours"), (sha_b, "theirs")):
+        shown = git(repo, "show", f"{sha}:{MEMORY_PATH}")
         (stages / f"{name}.md").write_text(shown.stdout)
     direct = stm_proc(stages, "merge-file", "base.md", "ours.md", "theirs.md")
     assert direct.returncode == 1, direct
     merged = (stages / "ours.md").read_text()
     assert len(marker_lines(merged)) == 3
     assert "alpha status: lexer done" in merged and "beta status: parser done" in merged
-    git(repo, "merge", "--abort")
+
+
+def test_merge_file_as_git_s_driver_keeps_hostile_older_text_inside_one_comment(tmp_path, run):
+    """The older side's text, kept in the file by the driver (--path given), can neither
+    end its comment early nor open a fence, a heading or a mark of its own."""
+    hostile = (
+        "alpha --> shown?\n```\n## Fake heading\n```\n<!-- stm:settled 12345678 2026-01-01 -->"
+    )
+    base, status = BASE_MD, "Parser port half done; the lexer passes its tests."
+    ours = base.replace(status, hostile)
+    theirs = base.replace(status, "beta status")
+    code, text = merge_file(run, base, ours, theirs, tmp_path, "--path", ".stacks/MEMORY.md")
+    assert code == 0, text
+    assert marker_lines(text) == [], text
+    assert headings(text) == headings(base), text
+    shown = stm_module.strip_comments(text)
+    assert "beta status" in shown and "alpha" not in shown and "Fake" not in shown, shown
+    assert len(stm_module.SETTLED_RE.findall(text)) == 1, text
+    assert "> alpha -- > shown?" in text and "> <! -- stm:settled 12345678" in text, text
 
 
 # ---- 5. a clone without the driver: git's own conflict, and a check warning ----------------
@@ -992,3 +1014,112 @@ def test_random_bullet_additions_merge_without_loss(tmp_path, run, seed):
             assert is_subsequence(own, merged), (side, name, own, merged)
     later = max((sides[side][2] for side in ("ours", "theirs")), key=epoch)
     assert section_lines(text, "Last Updated") == [later]
+
+
+@pytest.fixture
+def facts_base(store, run):
+    assert run("fact", "set", "language", "Go 1.22", "--why", "the port").code == 0
+    assert run("fact", "set", "ci", "GitHub Actions").code == 0
+    return (store / ".stacks" / "refs" / "facts.md").read_text()
+
+
+def theirs_note(base: str) -> str:
+    """A hand-added note under the newest History entry of `language`."""
+    lines = base.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("- ") and "Go 1.22" in line)
+    return "\n".join([*lines[: at + 1], "  - *Note: pinned in go.mod*", *lines[at + 1 :]]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "ours_edit, theirs_edit",
+    [
+        ("current", "note"),
+        ("current", "set"),
+        ("current", "other"),
+        ("history", "note"),
+        ("current-and-history", "note"),
+    ],
+)
+def test_the_merge_driver_never_drops_a_hand_edited_fact(
+    store, run, facts_base, monkeypatch, ours_edit, theirs_edit
+):
+    base = facts_base
+    ours = base
+    if "current" in ours_edit:
+        ours = ours.replace("**Current:** Go 1.22", "**Current:** Go 1.23 (hand-edited)")
+    if "history" in ours_edit:
+        ours = ours.replace(": Go 1.22\n", ": Go 1.22 (corrected)\n", 1)
+    if theirs_edit == "note":
+        theirs = theirs_note(base)
+    else:
+        facts = store / ".stacks" / "refs" / "facts.md"
+        key, value = ("language", "Rust") if theirs_edit == "set" else ("db", "Postgres")
+        monkeypatch.setattr(stm, "utc_now", lambda: stm.time.time() + 3600)
+        assert run("fact", "set", key, value).code == 0
+        theirs = facts.read_text()
+    paths = {}
+    for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
+        paths[name] = store / f"{name}.md"
+        paths[name].write_text(text)
+    result = run("merge-file", *(str(paths[n]) for n in ("base", "ours", "theirs")))
+    merged = paths["ours"].read_text()
+    assert result.code in (0, 1), result
+    for line in added_lines(base, ours) + added_lines(base, theirs):
+        assert line in merged, (line, merged)  # kept, merged or between conflict markers
+    assert (result.code == 1) == ("<<<<<<<" in merged)
+
+
+def test_merge_file_on_a_symlinked_ours_is_a_usage_error(store, run, tmp_path):
+    target = tmp_path / "elsewhere.md"
+    target.write_text("# M\n")
+    for name in ("base", "theirs"):
+        (store / f"{name}.md").write_text("# M\n\n## A\n")
+    (store / "ours.md").symlink_to(target)
+    result = run("merge-file", "base.md", "ours.md", "theirs.md")
+    assert result.code == 2 and result.err.count("\n") == 1 and "ours.md" in result.err
+    assert target.read_text() == "# M\n" and (store / "ours.md").is_symlink()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["claude"],
+        ["mcp", "--client", "claude"],
+        ["mcp", "--client", "cursor"],
+        ["mcp", "--client", "vscode"],
+    ],
+    ids=" ".join,
+)
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_setup_on_a_full_disk_leaves_the_tree_as_it_was(
+    store, run, monkeypatch, argv, existing, fail_at
+):
+    if existing:  # a settings file the user already has: kept byte for byte, no backup left
+        for folder, name in ((".claude", "settings.json"), (".cursor", "mcp.json")):
+            (store / folder).mkdir()
+            (store / folder / name).write_text('{"user": "kept"}\n')
+        (store / ".mcp.json").write_text('{"user": "kept"}\n')
+    before = snapshot(store)
+    real_write, calls = os.write, []
+
+    def full(fd, data):  # the disk fills up at the fail_at-th write (SQLite's method)
+        calls.append(fd)
+        if len(calls) >= fail_at:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(stm.os, "write", full)
+    result = run("setup", *argv, "--install")
+    monkeypatch.setattr(stm.os, "write", real_write)
+    if len(calls) < fail_at:
+        assert result.code == 0  # fewer writes than that: it succeeded
+        return
+    assert result.code == 1 and "No space left on device" in result.err
+    assert result.err.count("\n") == 1
+    assert snapshot(store) == before
+
+
+def test_setup_git_refuses_an_empty_command(store, run):
+    result = run("setup", "git", "--command", "")
+    assert result.code == 2 and "--command" in result.err

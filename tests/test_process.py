@@ -13,7 +13,8 @@ import sysconfig
 import time
 
 import pytest
-from conftest import STM_PY, run_stm, snapshot
+from conftest import STM_PY, snapshot
+from helpers import run_stm
 
 import stm
 

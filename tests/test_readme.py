@@ -72,6 +72,7 @@ def stm_command(folder) -> dict:
     return {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
 
 
+@pytest.mark.git
 @pytest.mark.file_times  # status prints file ages
 def test_readme_console_examples_run_in_order(tmp_path):
     """In a git repository, as most users have one: init installs the merge driver there,

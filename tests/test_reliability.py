@@ -17,7 +17,7 @@ import time
 
 import pytest
 from conftest import IDENTITY, MEMORY, ROOT, STM_PY, snapshot
-from helpers import Unprivileged, limited
+from helpers import FaultyOS, Unprivileged, limited
 
 import stm
 
@@ -230,28 +230,6 @@ def test_signals_during_writes_leave_no_temp_file_and_no_torn_record(store, run,
 
 
 # ---- 1, 5. injected faults at every step of the write protocol ---------------------
-
-
-class FaultyOS:
-    """Stands in for `os` inside stm: the Nth call to a write-path function fails."""
-
-    WRAPPED = {"open", "write", "fsync", "replace", "rename", "ftruncate", "mkdir", "fchmod"}
-
-    def __init__(self, real, fail_at: int, error: int):
-        self._real, self.fail_at, self.error, self.calls = real, fail_at, error, 0
-
-    def __getattr__(self, name):
-        attr = getattr(self._real, name)
-        if name not in self.WRAPPED:
-            return attr
-
-        def wrapper(*args, **kwargs):
-            self.calls += 1
-            if self.calls == self.fail_at:
-                raise OSError(self.error, os.strerror(self.error) + " (injected)")
-            return attr(*args, **kwargs)
-
-        return wrapper
 
 
 HANDOFF = str(ROOT / "spec" / "handoff-example.json")

@@ -4,13 +4,18 @@ are left alone (spec/memory-layers.md, "Secrets")."""
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
+import re
 import string
 import time
+import zipfile
+from pathlib import Path
 
 import pytest
-from conftest import snapshot
-from helpers import fake_token, findings
+from conftest import ROOT, snapshot
+from helpers import assert_clean_refusal, fake_token, findings, handoff_json
 
 import stm
 
@@ -267,3 +272,144 @@ def test_check_reports_a_secret_in_state_and_history(store, call):
     rel = folder.relative_to(store).as_posix()
     assert {f"{rel}/state.json", f"{rel}/history.jsonl"} <= found
     assert token not in report.out
+
+
+# The findings of a `check --json` Result, which must hold no traceback.
+findings = functools.partial(findings, no_traceback=True)
+
+
+JWT = (
+    base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=").decode()
+    + "."
+    + base64.urlsafe_b64encode(b'{"sub":"1234567890","name":"Test"}').rstrip(b"=").decode()
+    + "."
+    + fake_token("", 43, string.ascii_letters + string.digits + "-_")
+)
+
+
+# B64 in another order: the tokens of SECRETS were drawn from this one (fake_token).
+B64_SLASH_FIRST = string.ascii_letters + string.digits + "/+"
+
+
+# (kind, looks like a secret, a near miss that does not)
+SECRETS = [
+    ("pgp-private-key", "-----BEGIN PGP PRIVATE KEY BLOCK-----",
+     "-----BEGIN PGP PUBLIC KEY BLOCK-----"),
+    ("openssh-private-key", "-----BEGIN OPENSSH PRIVATE KEY-----",
+     "ssh-ed25519 " + fake_token("AAAAC3NzaC1lZDI1NTE5AAAAI", 43, B64_SLASH_FIRST) + " me@host"),
+    ("pkcs8-private-key", "-----BEGIN ENCRYPTED PRIVATE KEY-----",
+     "-----BEGIN CERTIFICATE-----"),
+    ("aws-secret-key", "aws_secret_access_key = " + fake_token("", 40, B64_SLASH_FIRST),
+     "aws_secret_access_key = ${AWS_SECRET_ACCESS_KEY}"),
+    ("github-token-glued", "tokenghp_" + fake_token("", 36), "tokenghp_" + fake_token("", 12)),
+    ("gitlab-token", fake_token("glpat-", 20, URLSAFE), "glpat-short"),
+    ("google-api-key", fake_token("AIza", 35, URLSAFE), "AIzaShort"),
+    ("stripe-live-key", fake_token("sk_live_", 24), "sk_live_" + fake_token("", 5)),
+    ("stripe-restricted-key", fake_token("rk_live_", 24), "rk_live_" + fake_token("", 5)),
+    ("npm-token", fake_token("npm_", 36), "npm_config_cache"),
+    ("pypi-token", "pypi-AgEIcHlwaS5vcmc" + fake_token("", 60, URLSAFE), "pypi-project-name"),
+    ("huggingface-token", fake_token("hf_", 34, string.ascii_letters), "hf_hub_download"),
+    ("slack-webhook",
+     "https://hooks.slack.com/services/" + fake_token("T", 8, string.ascii_uppercase)
+     + "/" + fake_token("B", 8, string.ascii_uppercase) + "/" + fake_token("", 24),
+     "see https://hooks.slack.com/services/ for the setup"),
+    ("jwt", JWT, "eyJhbGciOiJIUzI1NiJ9 is only a header"),
+    ("url-with-password", "https://deploy:" + fake_token("", 14) + "@git.example.com/x.git",
+     "https://deploy@git.example.com/x.git and postgres://localhost:5432/db"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind,secret,near_miss", SECRETS, ids=[row[0] for row in SECRETS])
+def test_secret_formats_are_refused_by_log_and_reported_by_check(
+    store, call, kind, secret, near_miss
+):
+    before = snapshot(store)
+    result = call("log", f"deploy note: {secret}")
+    assert_clean_refusal(result, 1)
+    assert snapshot(store) == before
+    ref = store / ".stacks" / "refs" / "creds.md"
+    ref.write_text(f"# Creds\n\nThe key: {secret}\n")
+    found = findings(call("check", "--json"))
+    assert any(f["rule"] == "secret" and f["path"] == ".stacks/refs/creds.md" for f in found)
+    assert secret not in call("check").out  # never printed whole
+    # the near miss is ordinary text
+    result = call("log", f"deploy note: {near_miss}")
+    assert result.code == 0, result
+    ref.write_text(f"# Creds\n\nThe key: {near_miss}\n")
+    assert not [f for f in findings(call("check", "--json")) if f["rule"] == "secret"]
+
+
+def documented_secret_patterns() -> list[str]:
+    text = (ROOT / "spec" / "memory-layers.md").read_text()
+    section = text.split("### Secrets", 1)[1].split("\n#", 1)[0]
+    patterns = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)]
+        if len(cells) >= 3 and cells[2].startswith("`") and cells[2].endswith("`"):
+            patterns.append(cells[2].strip("`").replace("\\|", "|"))
+    return patterns
+
+
+def test_the_secret_formats_are_documented():
+    """spec/memory-layers.md's table lists a pattern for every format, and none of the
+    documented patterns flags a near miss."""
+    patterns = [re.compile(p) for p in documented_secret_patterns()]
+    assert patterns
+    undocumented = [k for k, s, _ in SECRETS if not any(p.search(s) for p in patterns)]
+    assert not undocumented, f"no documented pattern finds {undocumented}"
+    flagged = [k for k, _, n in SECRETS if any(p.search(n) for p in patterns)]
+    assert not flagged, f"documented patterns flag the near misses of {flagged}"
+
+
+TOKEN = fake_token("ghp_", 36)
+
+
+def secret_paths():
+    return [
+        ("handoff-notes", ["compose-handoff", "h.json"], {"notes": f"use {TOKEN}"}),
+        ("handoff-task-id-in-receipt", ["compose-handoff", "h.json"], {"task_id": TOKEN}),
+        ("handoff-other-field", ["compose-handoff", "h.json"], {"credentials": TOKEN}),
+        ("note", ["note", "Status", f"use {TOKEN}"], None),
+        ("checkpoint-note", ["session", "checkpoint", "--note", f"use {TOKEN}"], None),
+        ("session-name", ["session", "new", "--name", f"use {TOKEN}"], None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "name,argv,handoff", secret_paths(), ids=[row[0] for row in secret_paths()]
+)
+def test_every_path_into_memory_refuses_a_secret(store, call, name, argv, handoff):
+    call("session", "new")
+    if handoff is not None:
+        (store / "h.json").write_text(json.dumps(handoff_json(**handoff)))
+    before = snapshot(store)
+    result = call(*argv)
+    assert_clean_refusal(result, 1)
+    assert snapshot(store) == before
+
+
+def memory_bytes(root: Path) -> bytes:
+    data = b""
+    for folder in (".stacks", ".state"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                data += path.read_bytes()
+    return data
+
+
+def test_a_secret_in_stm_user_never_reaches_a_log_header(store, call, monkeypatch):
+    monkeypatch.setenv("STM_USER", TOKEN)
+    result = call("log", "hello")
+    assert "Traceback" not in result.err
+    assert TOKEN.encode() not in memory_bytes(store)
+    if result.code == 0:
+        assert call("check").code == 0
+
+
+def test_import_refuses_an_archive_holding_a_secret(store, call):
+    archive = store / "in.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(".stacks/refs/creds.md", f"# Creds\n\n{TOKEN}\n")
+    before = snapshot(store)
+    assert_clean_refusal(call("import", "in.zip"), 1)
+    assert snapshot(store) == before

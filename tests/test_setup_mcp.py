@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 
 import pytest
 from conftest import snapshot
+from helpers import run_process
 
 import stm
 
@@ -106,14 +105,11 @@ def test_the_installed_config_starts_a_server_that_answers(store, run, no_stm_co
         "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}},
     }
-    done = subprocess.run(
+    done = run_process(
         [entry["command"], *entry["args"]],
         cwd=store,
         input=json.dumps(request) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **entry.get("env", {})},
+        env=entry.get("env", {}),
     )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)

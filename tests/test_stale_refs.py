@@ -15,6 +15,8 @@ from mcp_client import McpClient
 
 import stm
 
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
+
 pytestmark = needs_git
 
 PARSER = "def parse(text):\n    return text\n\n\ndef run_migrations():\n    pass\n"

@@ -33,9 +33,11 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, STM_PY, TODAY
-from helpers import GIT, fake_token, git_out, limited
+from helpers import GIT, fake_token, git_out, limited, run_sh, run_stm
 
 import stm
+
+pytestmark = pytest.mark.git  # git-heavy: `pytest -m 'not git'` leaves this file out
 
 FULL = os.environ.get("STM_TESTS_SCALE") == "full"
 CLONES, ROUNDS = (20, 25) if FULL else (4, 5)
@@ -103,10 +105,8 @@ def stm_at(cwd, *args: str) -> subprocess.CompletedProcess:
 
 
 def stm_process(cwd, *args: str, **options) -> subprocess.CompletedProcess:
-    """stm as a real process in `cwd`."""
-    return subprocess.run(
-        [sys.executable, str(STM_PY), *args], cwd=cwd, capture_output=True, text=True, **options
-    )
+    """stm as a real process in `cwd` (options as for helpers.run_process)."""
+    return run_stm(*args, cwd=cwd, **{"timeout": None, **options})
 
 
 def ok(cwd, *args: str) -> str:
@@ -1018,13 +1018,11 @@ def hook_command(project: Path, event: str) -> str:
 def run_hook(project: Path, event: str, home: Path, **env) -> subprocess.CompletedProcess:
     """A hook as Claude Code runs it: its command by sh, the payload on stdin."""
     payload = {"hook_event_name": event, "session_id": "s-end", "cwd": str(project)}
-    full = {**os.environ, "CLAUDE_PROJECT_DIR": str(project), "HOME": str(home), **env}
-    full.pop("PYTHONDONTWRITEBYTECODE", None)
-    return subprocess.run(
-        ["sh", "-c", hook_command(project, event)],
-        cwd=project, env=full, input=json.dumps(payload), capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
+    env = {"CLAUDE_PROJECT_DIR": str(project), "HOME": str(home), **env}
+    env["PYTHONDONTWRITEBYTECODE"] = None
+    return run_sh(
+        hook_command(project, event), cwd=project, env=env, input=json.dumps(payload), timeout=300
+    )
 
 
 def committed_stm_remote(tmp: Path) -> tuple[Path, Path]:
