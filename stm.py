@@ -77,7 +77,7 @@ holds this):
     Operations: integrations and setup    hooks, MCP client files, AGENTS.md
     Operations: import
     Operations: status
-    Check                      Checker, the fixers, the RULES registry, check_store
+    Check                      RULES and the Checker methods that register them, the fixers
     Front ends: the commands   each cmd_<verb>, its options and its command(...) row
     MCP server                 McpServer: the operations as MCP tools
     Command line               the argparse tree built from the rows, main()
@@ -120,6 +120,18 @@ transcript's), cut at CAPTURE_LIMITS[name]. Then name it in spec/capture.md and
 spec/state-layout.md, which tests/test_architecture.py holds to the table; its
 test_a_new_capture_field_is_one_row adds one, row and reading line, and follows it to
 boot and the log.
+
+A new check rule. One room, the Check section: write the Checker method that finds it
+and put its row on it, `@check_step(Rule("rule-id", "warning", "the fix advice"))`;
+`check` runs the steps in the class's order (declare a new one where it should run),
+`check --staged` too unless `staged=False`; a helper a step calls declares its rows
+with `@reports(Rule(...))`. It reports with `self.report("rule-id", path, message)`.
+If `check --fix` can repair it safely, a fixer below the class, `@fixes("rule-id")` on
+`fix_<name>(store, finding, dry_run)`. Then give the rule its row in its spec's rule
+table (memory-layers.md, state-layout.md or handoff.md) and a fixer its row in
+spec/reliability.md's fixer table: test_the_spec_rule_tables_match_the_rule_registry
+and test_the_spec_fixer_table_matches_the_fixers (tests/test_architecture.py) fail
+until they agree; test_a_new_check_rule_is_one_room adds one, fixer and all.
 
 A new command. One room, "Front ends: the commands". Write cmd_<verb>(args, store) (or
 cmd_<verb>(args) when it opens the store itself, or never), its options_<verb>(p), and
@@ -6956,24 +6968,6 @@ def compact_duplicates(store: Store, moves: list) -> dict[str, list]:
         if left:
             found.setdefault(compact_target(store, rel), []).extend((name, i) for i in left)
     return found
-
-
-def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
-    """Remove what a compact already moved to the log from the file it came from."""
-    dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
-    if not dupes:
-        return None
-    rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
-    text = compact_target_text(store, rel)  # the same bounded, link-free read
-    # A file with conflict markers is the user's to merge first: stm edits no
-    # conflicted file (refuse_conflicted).
-    if text is None or md_has_conflict_markers(text):
-        return None
-    if not dry_run:
-        original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
-        fixed = in_line_ends_of(original, drop_items(text, dupes))
-        atomic_write(finding.target, fixed.encode("utf-8"))
-    return f"removed {plural(len(dupes), 'item')} already in the log"
 
 
 def drop_items(text: str, dupes: list) -> str:
@@ -15345,11 +15339,77 @@ class Finding:
         return {k: getattr(self, k) for k in self.FIELDS}
 
 
+class Rule:
+    """One check rule: id, severity, the fix advice it gives, and the function that
+    `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
+    the same ids and severities, spec/reliability.md's fixer table the rules that have
+    a fixer (tests compare them)."""
+
+    __slots__ = ("id", "severity", "fix", "fixer")
+
+    def __init__(self, rule_id: str, severity: str, fix: str, fixer=None):
+        self.id, self.severity, self.fix, self.fixer = rule_id, severity, fix, fixer
+
+
+FIX_RUN = "run `stm check --fix`"
+FIX_GIT = "restore it from git"
+
+# Every rule check knows, each registered where it is found: the Checker method that
+# reports it declares its row (@reports, @check_step), the fixer that repairs it says so
+# (@fixes). A new rule is one room: its method, its row, its fixer (the recipe: the
+# module's docstring).
+RULES: dict[str, Rule] = {}
+# The Checker methods `run` calls, in the class's order, each with whether the staged
+# check (`check --staged`) calls it too.
+CHECK_STEPS: list[tuple[str, bool]] = []
+
+
+def reports(*rules: Rule):
+    """Register the rules a Checker method reports (an id registered twice is a mistake,
+    found at import)."""
+
+    def register(method):
+        for rule in rules:
+            if rule.id in RULES:
+                raise ValueError(f"check rule {rule.id!r} is registered twice")
+            RULES[rule.id] = rule
+        return method
+
+    return register
+
+
+def check_step(*rules: Rule, staged: bool = True):
+    """A Checker method `run` calls, in the order the class defines them, and the rules
+    it reports. `staged=False`: not in the staged check, whose cost follows the commit."""
+
+    def register(method):
+        CHECK_STEPS.append((method.__name__, staged))
+        return reports(*rules)(method)
+
+    return register
+
+
+def fixes(*rule_ids: str):
+    """Register `fixer(store, finding, dry_run)` as what `check --fix` repairs these
+    rules with; it returns what it did (would do), or None when nothing is safe to do."""
+
+    def register(fixer):
+        for rule_id in rule_ids:
+            if RULES[rule_id].fixer is not None:  # a KeyError: no Checker method reports it
+                raise ValueError(f"check rule {rule_id!r} has two fixers")
+            RULES[rule_id].fixer = fixer
+        return fixer
+
+    return register
+
+
 class Checker:
     """Runs every rule of spec/memory-layers.md and spec/state-layout.md: on the whole
     store, or (`only`: paths in the store, those staged for a commit) on the logs and
     sessions those paths are in, beside the layers, refs and git files, which are read
     whole either way. Then the cost follows what changed, not how much history there is.
+    Each rule's row sits on the method that reports it; `run` calls the @check_step
+    methods in the order they stand here (CHECK_STEPS).
     """
 
     def __init__(self, store: Store, only: list[str] | None = None):
@@ -15361,6 +15421,13 @@ class Checker:
         self.receipts_complete = only is None  # every log read for receipts
         self.oversized: set[str] = set()  # files over MEMORY_READ_MAX_BYTES, reported once
 
+    @reports(
+        Rule(
+            "file-too-large",
+            "error",
+            "keep big content outside memory (reference it by path), or restore the file from git",
+        ),
+    )
     def too_large(self, path: str, size: int | None = None) -> bool:
         """A memory file over MEMORY_READ_MAX_BYTES is reported, never read: what check
         costs stays the same whatever arrived by git. `size`: when already known."""
@@ -15389,78 +15456,24 @@ class Checker:
         finding = Finding(registered.severity, rule, rel, message, fix, line, path, data)
         self.findings.append(finding)
 
+    @reports(
+        Rule(
+            "root-symlink",
+            "error",
+            "replace the link with the project's own folder (`rm` the link, then `git checkout` "
+            "the folder or `stm init`), or pass --dir/--state-dir with the folder it points to",
+        ),
+    )
     def run(self) -> list[Finding]:
         for path, why in self.store.linked_roots():
             # Nothing behind it is read: it may be another project's memory.
             self.report("root-symlink", path, f"{why}; nothing behind it is read or written")
         if self.findings:
             return self.findings
-        self.check_layers()
-        self.check_refs()
-        if self.only is None:
-            self.check_logs()
-        else:
-            self.check_only_logs()
-        # After the logs: their compact entries were gathered while they were read.
-        self.check_compact_duplicates()
-        self.check_config()
-        self.check_budget()
-        # Temp files appear only beside the files stm rewrites: look exactly there (git
-        # ignores them: a commit carries none, so the staged check leaves logs/ unlisted).
-        for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
-            if self.only is None or folder != self.store.logs_dir:
-                self.check_temp_files(folder)
-        self.check_lock_file(self.store.stacks, "layer-symlink")
-        if os.path.isdir(self.store.state):
-            self.check_state()
-        self.check_git_files()
-        self.check_hooks()
-        if self.only is None:  # the staged check's cost follows the commit: no history scan
-            self.check_stale_references()
+        for name, staged in CHECK_STEPS:  # the @check_step methods below, in their order
+            if staged or self.only is None:
+                getattr(self, name)()
         return self.findings
-
-    def check_stale_references(self) -> None:
-        """Notes naming code that moved or is gone (stale-reference): AGENT.md, MEMORY.md
-        and refs line by line (code fences too, HTML comments not), and the pending steps
-        and resume lines of the current and waiting sessions. Logs are history: never."""
-        store = self.store
-        root = os.path.dirname(os.path.abspath(store.stacks))
-        if not inside_git_work_tree(root):
-            return
-        exclude = memory_folders(store)
-        sources = []  # (path, line number or None, what the line is, references)
-        files = [store.agent_path, store.memory_path]
-        files += [p for p in iter_ref_files(store.refs_dir) if not os.path.islink(p)]
-        for path in files:
-            try:
-                lines = read_text(path).replace("\r\n", "\n").split("\n")
-            except OSError:
-                continue  # layer-missing or layer-symlink says why
-            lines = uncommented_lines(lines)
-            for index, refs in memory_code_refs(lines, exclude):
-                sources.append((path, index + 1, "", refs))
-        for _, folder, state in stale_reference_sessions(store):
-            for what, text in checkpoint_texts(state):
-                for _, refs in memory_code_refs([text], exclude):
-                    sources.append((os.path.join(folder, STATE_FILE), None, what, refs))
-        every = {ref for *_, refs in sources for ref in refs}
-        if not every:
-            return
-        memory = os.path.relpath(store.memory_path, root).replace(os.sep, "/")
-        fates = CodeTruth(root, exclude, memory, full=True).fates(every)
-        for path, line, what, refs in sources:
-            for ref in refs:
-                if ref not in fates:
-                    continue
-                fate = fates[ref]
-                message = code_fate_message(ref, fates[ref])
-                fix, data = "update the note, or remove it", None
-                if what:
-                    message = f"{what}: {message}"
-                    fix = "checkpoint the session with the new text (`stm session checkpoint`)"
-                elif fate[0] == "moved":
-                    fix, data = FIX_RUN + " to write the new path", (ref[1], fate[1])
-                self.report("stale-reference", path, message, fix, line, data)
 
     def only_under(self, root: str) -> list[list[str]]:
         """The `only` paths inside `root`, each as its path components below it."""
@@ -15480,133 +15493,15 @@ class Checker:
             if os.path.lexists(os.path.join(self.store.logs_dir, name)):  # not deleted
                 self.check_log_name(name)
 
-    def check_hooks(self) -> None:
-        """The agent-client hooks stm installed: each command must run stm in this clone
-        (hook-command); one that never ran here, or not for long, is a notice (never a
-        failure: a hook runs only when an agent starts). Not said on CI, where no agent
-        starts."""
-        root = os.path.dirname(os.path.abspath(self.store.stacks))
-        for client in HOOK_CLIENTS_TABLE:
-            path = os.path.join(root, client.file)
-            if not os.path.isfile(path) or links_on_the_way(root, path):
-                continue
-            events = tuple(event for event, _, _ in client.hooks)
-            try:
-                data, _ = load_settings(path, events)
-            except (StmError, OSError):
-                continue  # not stm's file to judge: setup refuses it with the reason
-            installed = {e: stm_hook_commands(data, e) for e in events}
-            for event, commands in installed.items():
-                for command in commands:
-                    problem = hook_command_problem(root, command)
-                    if problem:
-                        fix = f"run `stm setup {client.name} --install` in this clone"
-                        self.report("hook-command", path, f"the {event} hook: {problem}", fix)
-            installed = [e for e, commands in installed.items() if commands]
-            if not self.store.settings.ci:
-                for notice in hook_run_notices(self.store, client, installed):
-                    self.report("hook-not-run", path, notice)
-
-    def check_git_files(self) -> None:
-        """The .gitattributes and .gitignore lines init writes: without them a merge of
-        two branches that both logged conflicts, or a lock file gets committed."""
-        for path, template, rule in git_support_files(self.store):
-            if os.path.islink(path):
-                self.report(
-                    rule, path, "is a symbolic link, which stm does not follow", "replace it"
-                )
-                continue
-            if os.path.lexists(path) and not os.path.isfile(path):
-                self.report("layer-symlink", path, "is not a regular file", "remove it")
-                continue
-            missing = missing_git_lines(path, template)
-            if missing:
-                lines = ", ".join(f"`{line}`" for line in missing)
-                why = (
-                    "appends from two branches could conflict in a merge, or be checked "
-                    "out with CRLF line ends"
-                    if rule == "git-attributes"
-                    else "lock, temp, backup or pointer files could be committed"
-                )
-                self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
-        self.check_merge_driver()
-        self.check_unmerged()
-
-    def check_merge_driver(self) -> None:
-        """The attributes name the `stm` merge driver, but this clone has not installed
-        it: git then merges MEMORY.md as plain text and two notes conflict. Not said on CI
-        (CI=...), where checkouts never merge."""
-        import shutil
-
-        path = self.store.layer(".gitattributes")
-        if self.store.settings.ci or os.path.islink(path) or shutil.which("git") is None:
-            return
-        try:
-            if "merge=stm" not in read_text(path):
-                return
-        except OSError:
-            return
-        root = os.path.dirname(self.store.stacks)
-        inside = git(root, "rev-parse", "--is-inside-work-tree")
-        if inside.returncode == 0 and installed_git_driver(root) is None:
-            self.report(
-                "merge-driver",
-                path,
-                "names the `stm` merge driver, which this clone has not installed: "
-                "two notes to MEMORY.md, or two checkpoints of one session, would conflict",
-            )
-
-    def check_unmerged(self) -> None:
-        """Memory files git still lists as unmerged although they hold no conflict
-        markers any more (merged by `check --fix`, or by hand): the merge is not finished
-        until they are added, and `stm check` must not say ok meanwhile. The fix names
-        the exact git commands, which stm never runs itself."""
-        root = os.path.dirname(os.path.abspath(self.store.stacks))
-        folders = [p for p in (self.store.stacks, self.store.state) if os.path.isdir(p)]
-        unmerged = git_unmerged(root, folders) if inside_git_work_tree(root) else None
-        if not unmerged:
-            return
-        top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
-        resolved = []
-        for name in unmerged:
-            path = os.path.join(top, *name.split("/"))
-            if not os.path.lexists(path):
-                resolved.append(path)  # removed: a moved session joined (fix_session_moved)
-                continue
-            with contextlib.suppress(OSError):
-                if not md_has_conflict_markers(read_text(path)):
-                    resolved.append(path)
-        if not resolved:
-            return  # conflict-markers (or state-conflict) says what to do first
-        staged = list(resolved)
-        for path in resolved:  # a rebuilt state renumbers its history: it goes with it
-            staged += self.unmerged_companions(path)
-        hint = git_finish_hint(root, list(dict.fromkeys(staged)))
-        for path in resolved:
-            self.report(
-                "git-unmerged",
-                path,
-                "git still lists it as unmerged: the merge is not finished",
-                f"run {hint}" if hint else None,
-            )
-
-    def unmerged_companions(self, path: str) -> list[str]:
-        """The files to add with an unmerged one: a rebuilt state's history; for a file of
-        a session joined into its archived copy, that copy's files (what the join wrote)."""
-        folder = os.path.dirname(path)
-        if os.path.lexists(path):
-            history = os.path.join(folder, HISTORY_FILE)
-            return (
-                [history] if path.endswith(os.sep + STATE_FILE) and os.path.isfile(history) else []
-            )
-        session = os.path.basename(folder)
-        archived = os.path.join(self.store.history_dir, archive_month(session), session)
-        if not is_session_id(session) or not os.path.isdir(archived):
-            return []
-        return [os.path.join(archived, name) for name in (STATE_FILE, HISTORY_FILE)]
-
     # Stacks -----------------------------------------------------------------
 
+    @check_step(
+        Rule("layer-missing", "error", "run `stm init`"),
+        Rule("layer-symlink", "error", "replace it with a real file or folder"),
+        Rule("identity-template", "warning", "write who the agent is into it"),
+        Rule("session-template", "warning", "write where work stands into it"),
+        Rule("heading-missing", "warning", "run `stm check --fix` to add it back"),
+    )
     def check_layers(self) -> None:
         store = self.store
         for layer in LAYERS:
@@ -15645,6 +15540,11 @@ class Checker:
                 )
             self.scan_secrets(path, text)
 
+    @check_step(
+        Rule("ref-empty", "error", "write it, or delete it"),
+        Rule("ref-title", "error", "add a '# Title' line"),
+        Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
+    )
     def check_refs(self) -> None:
         skipped: list = []
         for path in iter_ref_files(self.store.refs_dir, skipped=skipped):
@@ -15676,7 +15576,12 @@ class Checker:
                 "reads nothing in it",
             )
 
+    @check_step()
     def check_logs(self) -> None:
+        """Every log; the staged check: only the staged ones (check_only_logs)."""
+        if self.only is not None:
+            self.check_only_logs()
+            return
         logs = self.store.logs_dir
         if os.path.islink(logs):
             return  # reported by check_layers; never read through a link
@@ -15687,6 +15592,7 @@ class Checker:
         for name in names:
             self.check_log_name(name)
 
+    @reports(Rule("log-name", "error", "rename it to the UTC date of its entries"))
     def check_log_name(self, name: str) -> None:
         """One entry of logs/: its name, its kind, and the log itself."""
         path = os.path.join(self.store.logs_dir, name)
@@ -15724,6 +15630,7 @@ class Checker:
         finally:
             os.close(fd)
 
+    @reports(Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it"))
     def check_log_blocks(self, path: str, blocks) -> None:
         held = None  # an entry without its end line: torn, unless more text follows
         for data, first, last, _ in blocks:
@@ -15747,6 +15654,7 @@ class Checker:
                 line=held.line,
             )
 
+    @reports(Rule("log-entry", "error", FIX_GIT))
     def report_log_item(self, path: str, item: tuple, held):
         """Report one parse_log item; returns the entry now held (see check_log_file)."""
         # Something follows the held entry: it is not the file's tail, so not a write cut
@@ -15786,7 +15694,15 @@ class Checker:
             )
         return None
 
+    @check_step(
+        Rule(
+            "compact-duplicate",
+            "warning",
+            FIX_RUN + " to remove them from the file (the log keeps them)",
+        ),
+    )
     def check_compact_duplicates(self) -> None:
+        # After the logs: their compact entries were gathered while they were read.
         moves = newest_compact_moves(self.compact_moves)
         for path, dupes in compact_duplicates(self.store, moves).items():
             sections = sorted({name for name, _ in dupes})
@@ -15798,6 +15714,9 @@ class Checker:
                 "entry: the compact was interrupted after the log was written",
             )
 
+    @check_step(
+        Rule("config-invalid", "error", "fix .stacks/config.json (spec/memory-layers.md)"),
+    )
     def check_config(self) -> None:
         """config.json valid (when there is one), and MEMORY.md within its threshold."""
         config, problems = read_config(self.store)
@@ -15812,6 +15731,15 @@ class Checker:
         self.memory_threshold(MdDoc.of(text).bullet_count(), config)
         self.sections_over_limit(text, config)
 
+    @reports(
+        Rule(
+            "section-over-limit",
+            "warning",
+            "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
+            "rewrite the section, or raise its limit in .stacks/config.json "
+            '(`{"section_limits": {"Next Steps": 20}}`, or `default_section_limit` for all)',
+        ),
+    )
     def sections_over_limit(self, text: str, config: dict) -> None:
         """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
         compact would move the oldest; say so before either happens."""
@@ -15825,6 +15753,13 @@ class Checker:
                 line=part.start + 1,
             )
 
+    @reports(
+        Rule(
+            "memory-over-threshold",
+            "warning",
+            "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
+        ),
+    )
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
             self.report(
@@ -15834,6 +15769,13 @@ class Checker:
                 f"{config['consolidation_threshold']}",
             )
 
+    @reports(
+        Rule(
+            "fact-current",
+            "error",
+            "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
+        ),
+    )
     def check_facts(self, path: str, text: str) -> None:
         """A hand-edited fact whose Current is not its newest History value."""
         if not may_hold_facts(text):
@@ -15847,6 +15789,13 @@ class Checker:
                     f"says {fact.history[0][1]!r}",
                 )
 
+    @reports(
+        Rule(
+            "conflict-markers",
+            "error",
+            "resolve the conflict (keep what both sides meant), then `git add` the file",
+        ),
+    )
     def check_conflict_markers(self, path: str, text: str) -> None:
         lines = md_has_conflict_markers(text)
         if lines:
@@ -15862,6 +15811,7 @@ class Checker:
                 line=lines[0],
             )
 
+    @reports(Rule("secret", "error", "remove it and rotate the credential (git history keeps it)"))
     def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")  # ASCII: a copy (the scanner reads bytes)
@@ -15874,6 +15824,9 @@ class Checker:
                 line=line,
             )
 
+    @check_step(
+        Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
+    )
     def check_budget(self) -> None:
         if not os.path.isfile(self.store.agent_path):
             return
@@ -15897,6 +15850,7 @@ class Checker:
                 "shorten MEMORY.md (`stm log` what is history, then `stm note --replace`)",
             )
 
+    @reports(Rule("temp-file", "warning", FIX_RUN + " to remove it"))
     def check_temp_files(self, directory: str, names=None) -> None:
         """Leftover temp files in `directory` (`names`: its listing, when already read)."""
         if names is not None:
@@ -15917,12 +15871,25 @@ class Checker:
                     "leftover half-built session folder",
                 )
 
+    @check_step()
+    def check_stacks_leftovers(self) -> None:
+        """Temp files appear only beside the files stm rewrites: look exactly there (git
+        ignores them: a commit carries none, so the staged check leaves logs/ unlisted);
+        and .stacks/'s lock file."""
+        for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
+            if self.only is None or folder != self.store.logs_dir:
+                self.check_temp_files(folder)
+        self.check_lock_file(self.store.stacks, "layer-symlink")
+
     # State ------------------------------------------------------------------
 
+    @check_step()
     def check_state(self) -> None:
         """Every session, active and archived; no folder that is a link is walked: each
         is reported instead (a cloned repository chooses where links point)."""
         store = self.store
+        if not os.path.isdir(store.state):
+            return  # a store without .state/: only the layers are checked
         self.check_temp_files(store.state)
         self.check_lock_file(store.state, "session-symlink")
         for folder in (store.sessions_dir, store.history_dir):
@@ -15998,6 +15965,14 @@ class Checker:
         self.receipts_complete = True
         return session_id in self.receipts
 
+    @reports(
+        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
+        Rule(
+            "pointer-archived",
+            "warning",
+            FIX_RUN + " to clear it (the session stays readable: `stm session show ID`)",
+        ),
+    )
     def check_pointer(self) -> None:
         store = self.store
         try:
@@ -16024,6 +15999,7 @@ class Checker:
                 f"points to {active}, which is archived (in another clone?)",
             )
 
+    @reports(Rule("import-incomplete", "error", "run the same `stm import` again to finish it"))
     def check_import_mark(self) -> None:
         """An import killed between its files left its record: memory holds part of it."""
         path = os.path.join(self.store.state, IMPORT_MARK_FILE)
@@ -16057,6 +16033,22 @@ class Checker:
         elif os.path.lexists(lock) and not os.path.isfile(lock):
             self.report(rule, lock, "the lock file is not a regular file; remove it")
 
+    @reports(
+        Rule("session-id", "error", "move it out of .state/sessions/"),
+        Rule("session-symlink", "error", "replace it with a real file or folder"),
+        Rule(
+            "session-moved",
+            "error",
+            FIX_RUN + " to join the two copies into the archived one",
+        ),
+        Rule("archive-month", "error", "move it to the history month its id names"),
+        Rule(
+            "state-conflict",
+            "error",
+            "run `stm check --fix` to rebuild state.json from the merged history",
+        ),
+        Rule("history-behind", "warning", FIX_RUN + " to record a `recovered` event"),
+    )
     def check_session(self, path: str, name: str, month: str | None, link: bool) -> None:
         """One session folder (`link`: whether it is a symbolic link, from the listing).
         Its own listing answers which optional files exist: no lstat for each."""
@@ -16155,6 +16147,14 @@ class Checker:
                 self.check_conflict_markers(session_md, text)
                 self.scan_secrets(session_md, text)
 
+    @reports(
+        Rule("archive-incomplete", "error", FIX_RUN + " to finish moving it to history/"),
+        Rule(
+            "handoff-receipt",
+            "warning",
+            FIX_RUN + ", or compose the handoff again, to log its receipt",
+        ),
+    )
     def check_interrupted_steps(self, path: str, name: str, month, state, context=True) -> None:
         """Multi-file commands killed between steps: an archive marked but not moved, a
         handoff session whose log receipt was never written (`context`: whether the
@@ -16222,6 +16222,13 @@ class Checker:
             return []
         return md_has_conflict_markers(raw)
 
+    @reports(
+        Rule("state-invalid", "error", FIX_GIT),
+        Rule("state-field", "error", "fix the field, or restore the file from git"),
+        Rule("state-timestamp", "error", "fix the field, or restore the file from git"),
+        Rule("state-phase", "error", "fix the field, or restore the file from git"),
+        Rule("state-size", "warning", "keep big inputs in context/ and reference them by path"),
+    )
     def check_state_file(self, path: str, name: str) -> dict | None:
         if self.too_large(path):
             return None
@@ -16260,6 +16267,10 @@ class Checker:
             self.report(rule, path, message, "fix the field, or restore the file from git")
         return state
 
+    @reports(
+        Rule("history-invalid", "error", "restore the file from git"),
+        Rule("history-torn", "warning", FIX_RUN + ", or the next update cuts it"),
+    )
     def check_history(self, path: str) -> list | None:
         """Report history.jsonl's problems; returns its readable events (None: unread)."""
         if self.too_large(path):
@@ -16312,6 +16323,10 @@ class Checker:
             )
         return events
 
+    @reports(
+        Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
+        Rule("handoff-invalid", "error", "restore the original handoff from git"),
+    )
     def check_handoff(self, path: str) -> None:
         session_md = os.path.join(path, SESSION_MD)
         if not os.path.isfile(session_md) and not os.path.islink(session_md):
@@ -16328,7 +16343,202 @@ class Checker:
             message = getattr(exc, "message", str(exc)).replace("handoff  ", "handoff ")
             self.report("handoff-invalid", handoff_path, message)
 
+    # Git, hooks and code references ------------------------------------------
 
+    @check_step(
+        Rule("git-attributes", "warning", FIX_RUN + " to add it"),
+        Rule("git-ignore", "warning", FIX_RUN + " to add it"),
+    )
+    def check_git_files(self) -> None:
+        """The .gitattributes and .gitignore lines init writes: without them a merge of
+        two branches that both logged conflicts, or a lock file gets committed."""
+        for path, template, rule in git_support_files(self.store):
+            if os.path.islink(path):
+                self.report(
+                    rule, path, "is a symbolic link, which stm does not follow", "replace it"
+                )
+                continue
+            if os.path.lexists(path) and not os.path.isfile(path):
+                self.report("layer-symlink", path, "is not a regular file", "remove it")
+                continue
+            missing = missing_git_lines(path, template)
+            if missing:
+                lines = ", ".join(f"`{line}`" for line in missing)
+                why = (
+                    "appends from two branches could conflict in a merge, or be checked "
+                    "out with CRLF line ends"
+                    if rule == "git-attributes"
+                    else "lock, temp, backup or pointer files could be committed"
+                )
+                self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
+        self.check_merge_driver()
+        self.check_unmerged()
+
+    @reports(
+        Rule(
+            "merge-driver",
+            "warning",
+            FIX_RUN + " (or `stm setup git --install`) once in this clone",
+        ),
+    )
+    def check_merge_driver(self) -> None:
+        """The attributes name the `stm` merge driver, but this clone has not installed
+        it: git then merges MEMORY.md as plain text and two notes conflict. Not said on CI
+        (CI=...), where checkouts never merge."""
+        import shutil
+
+        path = self.store.layer(".gitattributes")
+        if self.store.settings.ci or os.path.islink(path) or shutil.which("git") is None:
+            return
+        try:
+            if "merge=stm" not in read_text(path):
+                return
+        except OSError:
+            return
+        root = os.path.dirname(self.store.stacks)
+        inside = git(root, "rev-parse", "--is-inside-work-tree")
+        if inside.returncode == 0 and installed_git_driver(root) is None:
+            self.report(
+                "merge-driver",
+                path,
+                "names the `stm` merge driver, which this clone has not installed: "
+                "two notes to MEMORY.md, or two checkpoints of one session, would conflict",
+            )
+
+    @reports(Rule("git-unmerged", "warning", "`git add` the file, then finish the merge"))
+    def check_unmerged(self) -> None:
+        """Memory files git still lists as unmerged although they hold no conflict
+        markers any more (merged by `check --fix`, or by hand): the merge is not finished
+        until they are added, and `stm check` must not say ok meanwhile. The fix names
+        the exact git commands, which stm never runs itself."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        folders = [p for p in (self.store.stacks, self.store.state) if os.path.isdir(p)]
+        unmerged = git_unmerged(root, folders) if inside_git_work_tree(root) else None
+        if not unmerged:
+            return
+        top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+        resolved = []
+        for name in unmerged:
+            path = os.path.join(top, *name.split("/"))
+            if not os.path.lexists(path):
+                resolved.append(path)  # removed: a moved session joined (fix_session_moved)
+                continue
+            with contextlib.suppress(OSError):
+                if not md_has_conflict_markers(read_text(path)):
+                    resolved.append(path)
+        if not resolved:
+            return  # conflict-markers (or state-conflict) says what to do first
+        staged = list(resolved)
+        for path in resolved:  # a rebuilt state renumbers its history: it goes with it
+            staged += self.unmerged_companions(path)
+        hint = git_finish_hint(root, list(dict.fromkeys(staged)))
+        for path in resolved:
+            self.report(
+                "git-unmerged",
+                path,
+                "git still lists it as unmerged: the merge is not finished",
+                f"run {hint}" if hint else None,
+            )
+
+    def unmerged_companions(self, path: str) -> list[str]:
+        """The files to add with an unmerged one: a rebuilt state's history; for a file of
+        a session joined into its archived copy, that copy's files (what the join wrote)."""
+        folder = os.path.dirname(path)
+        if os.path.lexists(path):
+            history = os.path.join(folder, HISTORY_FILE)
+            return (
+                [history] if path.endswith(os.sep + STATE_FILE) and os.path.isfile(history) else []
+            )
+        session = os.path.basename(folder)
+        archived = os.path.join(self.store.history_dir, archive_month(session), session)
+        if not is_session_id(session) or not os.path.isdir(archived):
+            return []
+        return [os.path.join(archived, name) for name in (STATE_FILE, HISTORY_FILE)]
+
+    @check_step(
+        Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
+        Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
+    )
+    def check_hooks(self) -> None:
+        """The agent-client hooks stm installed: each command must run stm in this clone
+        (hook-command); one that never ran here, or not for long, is a notice (never a
+        failure: a hook runs only when an agent starts). Not said on CI, where no agent
+        starts."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        for client in HOOK_CLIENTS_TABLE:
+            path = os.path.join(root, client.file)
+            if not os.path.isfile(path) or links_on_the_way(root, path):
+                continue
+            events = tuple(event for event, _, _ in client.hooks)
+            try:
+                data, _ = load_settings(path, events)
+            except (StmError, OSError):
+                continue  # not stm's file to judge: setup refuses it with the reason
+            installed = {e: stm_hook_commands(data, e) for e in events}
+            for event, commands in installed.items():
+                for command in commands:
+                    problem = hook_command_problem(root, command)
+                    if problem:
+                        fix = f"run `stm setup {client.name} --install` in this clone"
+                        self.report("hook-command", path, f"the {event} hook: {problem}", fix)
+            installed = [e for e, commands in installed.items() if commands]
+            if not self.store.settings.ci:
+                for notice in hook_run_notices(self.store, client, installed):
+                    self.report("hook-not-run", path, notice)
+
+    @check_step(
+        Rule(
+            "stale-reference",
+            "warning",
+            "update the note; " + FIX_RUN + " writes a moved path's new one",
+        ),
+        staged=False,  # the staged check's cost follows the commit: no history scan
+    )
+    def check_stale_references(self) -> None:
+        """Notes naming code that moved or is gone (stale-reference): AGENT.md, MEMORY.md
+        and refs line by line (code fences too, HTML comments not), and the pending steps
+        and resume lines of the current and waiting sessions. Logs are history: never."""
+        store = self.store
+        root = os.path.dirname(os.path.abspath(store.stacks))
+        if not inside_git_work_tree(root):
+            return
+        exclude = memory_folders(store)
+        sources = []  # (path, line number or None, what the line is, references)
+        files = [store.agent_path, store.memory_path]
+        files += [p for p in iter_ref_files(store.refs_dir) if not os.path.islink(p)]
+        for path in files:
+            try:
+                lines = read_text(path).replace("\r\n", "\n").split("\n")
+            except OSError:
+                continue  # layer-missing or layer-symlink says why
+            lines = uncommented_lines(lines)
+            for index, refs in memory_code_refs(lines, exclude):
+                sources.append((path, index + 1, "", refs))
+        for _, folder, state in stale_reference_sessions(store):
+            for what, text in checkpoint_texts(state):
+                for _, refs in memory_code_refs([text], exclude):
+                    sources.append((os.path.join(folder, STATE_FILE), None, what, refs))
+        every = {ref for *_, refs in sources for ref in refs}
+        if not every:
+            return
+        memory = os.path.relpath(store.memory_path, root).replace(os.sep, "/")
+        fates = CodeTruth(root, exclude, memory, full=True).fates(every)
+        for path, line, what, refs in sources:
+            for ref in refs:
+                if ref not in fates:
+                    continue
+                fate = fates[ref]
+                message = code_fate_message(ref, fates[ref])
+                fix, data = "update the note, or remove it", None
+                if what:
+                    message = f"{what}: {message}"
+                    fix = "checkpoint the session with the new text (`stm session checkpoint`)"
+                elif fate[0] == "moved":
+                    fix, data = FIX_RUN + " to write the new path", (ref[1], fate[1])
+                self.report("stale-reference", path, message, fix, line, data)
+
+
+@fixes("temp-file")
 def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     path = finding.target
     if not os.path.lexists(path):
@@ -16344,6 +16554,7 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return "removed"
 
 
+@fixes("log-entry")
 def fix_log_untangle(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """A day log git's union merge interleaved (untangle_log): its entries whole again,
     written atomically. Any other broken entry is left to a person."""
@@ -16359,6 +16570,7 @@ def fix_log_untangle(store: Store, finding: Finding, dry_run: bool) -> str | Non
     return "separated the entries a union merge interleaved (no line dropped)"
 
 
+@fixes("log-torn", "history-torn")
 def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Cut a torn last record, recomputed under the lock (a writer may have fixed it)."""
     complete_end = log_complete_end if finding.rule == "log-torn" else jsonl_complete_end
@@ -16379,6 +16591,25 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     finally:
         os.close(fd)
     return f"cut {plural(size - end, 'torn byte')} at the end"
+
+
+@fixes("compact-duplicate")
+def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Remove what a compact already moved to the log from the file it came from."""
+    dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
+    if not dupes:
+        return None
+    rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
+    text = compact_target_text(store, rel)  # the same bounded, link-free read
+    # A file with conflict markers is the user's to merge first: stm edits no
+    # conflicted file (refuse_conflicted).
+    if text is None or md_has_conflict_markers(text):
+        return None
+    if not dry_run:
+        original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
+        fixed = in_line_ends_of(original, drop_items(text, dupes))
+        atomic_write(finding.target, fixed.encode("utf-8"))
+    return f"removed {plural(len(dupes), 'item')} already in the log"
 
 
 def git_support_files(store: Store) -> list[tuple[str, str, str]]:
@@ -16422,6 +16653,7 @@ def missing_git_lines(path: str, template: str) -> list[str]:
     return missing
 
 
+@fixes("git-attributes", "git-ignore")
 def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Append the missing lines (with the template's comments); the user's lines stay."""
     template = next(t for p, t, _ in git_support_files(store) if p == finding.target)
@@ -16457,6 +16689,7 @@ def missing_block(template: str, missing: list[str]) -> str:
     return "\n".join(out_lines) + "\n"
 
 
+@fixes("heading-missing")
 def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     template = AGENT_TEMPLATE if finding.target == store.agent_path else MEMORY_TEMPLATE
     try:
@@ -16475,6 +16708,7 @@ def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return f"added '## {heading}'"
 
 
+@fixes("history-behind")
 def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Record the update whose event was lost, re-read under the lock."""
     folder = os.path.dirname(finding.target)
@@ -16539,6 +16773,7 @@ def state_conflict_reason(state, events: list | None, conflicted: bool) -> str |
     return None
 
 
+@fixes("state-conflict")
 def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Rebuild state.json (and renumber history.jsonl) from the merged history.
 
@@ -16588,6 +16823,7 @@ def git_base_state(path: str) -> dict | None:
     return base if isinstance(base, dict) and type(base.get("version")) is int else None
 
 
+@fixes("merge-driver")
 def fix_merge_driver(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Install the merge driver in this clone: clone-local git config, cheap and safe."""
     top = git_output(os.path.dirname(os.path.abspath(store.stacks)), "rev-parse", "--show-toplevel")
@@ -16598,6 +16834,7 @@ def fix_merge_driver(store: Store, finding: Finding, dry_run: bool) -> str | Non
     return "installed the stm merge driver in this clone's git config (`stm setup git`)"
 
 
+@fixes("conflict-markers")
 def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """A memory file git left conflicted because this clone had no merge driver: with the
     driver installed, git's own re-merge (`git checkout -m -- FILE`) merges it again, the
@@ -16630,6 +16867,7 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
     return said
 
 
+@fixes("pointer-archived")
 def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Clear a pointer to an archived session (archived in another clone)."""
     if dry_run:
@@ -16638,6 +16876,7 @@ def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str |
     return "cleared the pointer: " + released.split(", so ", 1)[0] if released else None
 
 
+@fixes("session-moved")
 def fix_session_moved(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Join a session that is both active and archived (archived in one clone, written
     in the other, merged by git without stm sync: a modify/delete conflict) into the
@@ -16706,6 +16945,7 @@ def read_pointer_quietly(store: Store) -> str | None:
         return None
 
 
+@fixes("archive-incomplete")
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Finish an archive that was marked but not moved: one rename into history/."""
     folder = finding.target
@@ -16737,6 +16977,7 @@ def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str
     return f"moved to {store.rel(destination)}"
 
 
+@fixes("handoff-receipt")
 def fix_handoff_receipt(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Write the log receipt an interrupted compose-handoff did not."""
     folder = os.path.dirname(os.path.dirname(finding.target))
@@ -16797,6 +17038,7 @@ def checkpoint_texts(state: dict) -> list[tuple[str, str]]:
     return [(what, text) for what, text in texts if isinstance(text, str)]
 
 
+@fixes("stale-reference")
 def fix_stale_reference(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """A moved path in AGENT.md, MEMORY.md or a ref: the line is rewritten with the path
     it has now. Nothing else is ever rewritten or deleted."""
@@ -16819,153 +17061,6 @@ def fix_stale_reference(store: Store, finding: Finding, dry_run: bool) -> str | 
         lines[finding.line - 1] = line
         atomic_write(finding.target, in_line_ends_of(original, "\n".join(lines)).encode("utf-8"))
     return f"replaced `{old}` with `{new}`"
-
-
-class Rule:
-    """One check rule: id, severity, the fix advice it gives, and the function that
-    `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
-    the same ids and severities (a test compares them)."""
-
-    __slots__ = ("id", "severity", "fix", "fixer")
-
-    def __init__(self, rule_id: str, severity: str, fix: str, fixer=None):
-        self.id, self.severity, self.fix, self.fixer = rule_id, severity, fix, fixer
-
-
-FIX_RUN = "run `stm check --fix`"
-FIX_GIT = "restore it from git"
-
-# Every rule check knows; a new rule is one row here and one in the spec's table.
-RULES = {
-    rule.id: rule
-    for rule in (
-        # .stacks/ (spec/memory-layers.md)
-        Rule("layer-missing", "error", "run `stm init`"),
-        Rule(
-            "root-symlink",
-            "error",
-            "replace the link with the project's own folder (`rm` the link, then `git checkout` "
-            "the folder or `stm init`), or pass --dir/--state-dir with the folder it points to",
-        ),
-        Rule("layer-symlink", "error", "replace it with a real file or folder"),
-        Rule("identity-template", "warning", "write who the agent is into it"),
-        Rule("session-template", "warning", "write where work stands into it"),
-        Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
-        Rule("ref-empty", "error", "write it, or delete it"),
-        Rule("ref-title", "error", "add a '# Title' line"),
-        Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
-        Rule(
-            "file-too-large",
-            "error",
-            "keep big content outside memory (reference it by path), or restore the file from git",
-        ),
-        Rule(
-            "fact-current",
-            "error",
-            "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
-        ),
-        Rule("log-name", "error", "rename it to the UTC date of its entries"),
-        Rule("log-entry", "error", FIX_GIT, fix_log_untangle),
-        Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it", fix_torn_tail),
-        Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
-        Rule(
-            "memory-over-threshold",
-            "warning",
-            "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
-        ),
-        Rule(
-            "section-over-limit",
-            "warning",
-            "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
-            "rewrite the section, or raise its limit in .stacks/config.json "
-            '(`{"section_limits": {"Next Steps": 20}}`, or `default_section_limit` for all)',
-        ),
-        Rule(
-            "compact-duplicate",
-            "warning",
-            FIX_RUN + " to remove them from the file (the log keeps them)",
-            fix_compact_duplicate,
-        ),
-        Rule("config-invalid", "error", "fix .stacks/config.json (spec/memory-layers.md)"),
-        Rule("secret", "error", "remove it and rotate the credential (git history keeps it)"),
-        Rule("temp-file", "warning", FIX_RUN + " to remove it", fix_temp_file),
-        Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
-        Rule("git-ignore", "warning", FIX_RUN + " to add it", fix_git_file),
-        Rule(
-            "merge-driver",
-            "warning",
-            FIX_RUN + " (or `stm setup git --install`) once in this clone",
-            fix_merge_driver,
-        ),
-        Rule("git-unmerged", "warning", "`git add` the file, then finish the merge"),
-        Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
-        Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
-        Rule(
-            "stale-reference",
-            "warning",
-            "update the note; " + FIX_RUN + " writes a moved path's new one",
-            fix_stale_reference,
-        ),
-        # .state/ (spec/state-layout.md)
-        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
-        Rule(
-            "pointer-archived",
-            "warning",
-            FIX_RUN + " to clear it (the session stays readable: `stm session show ID`)",
-            fix_pointer_archived,
-        ),
-        Rule(
-            "session-moved",
-            "error",
-            FIX_RUN + " to join the two copies into the archived one",
-            fix_session_moved,
-        ),
-        Rule("session-id", "error", "move it out of .state/sessions/"),
-        Rule("session-symlink", "error", "replace it with a real file or folder"),
-        Rule("state-invalid", "error", FIX_GIT),
-        Rule("state-field", "error", "fix the field, or restore the file from git"),
-        Rule("state-timestamp", "error", "fix the field, or restore the file from git"),
-        Rule("state-phase", "error", "fix the field, or restore the file from git"),
-        Rule("state-size", "warning", "keep big inputs in context/ and reference them by path"),
-        Rule("history-invalid", "error", "restore the file from git"),
-        Rule("history-torn", "warning", FIX_RUN + ", or the next update cuts it", fix_torn_tail),
-        Rule(
-            "history-behind",
-            "warning",
-            FIX_RUN + " to record a `recovered` event",
-            fix_history_behind,
-        ),
-        Rule("archive-month", "error", "move it to the history month its id names"),
-        Rule(
-            "state-conflict",
-            "error",
-            "run `stm check --fix` to rebuild state.json from the merged history",
-            fix_state_conflict,
-        ),
-        Rule(
-            "conflict-markers",
-            "error",
-            "resolve the conflict (keep what both sides meant), then `git add` the file",
-            fix_conflict_markers,
-        ),
-        # handoffs (spec/handoff.md)
-        Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
-        Rule("handoff-invalid", "error", "restore the original handoff from git"),
-        Rule(
-            "handoff-receipt",
-            "warning",
-            FIX_RUN + ", or compose the handoff again, to log its receipt",
-            fix_handoff_receipt,
-        ),
-        Rule("import-incomplete", "error", "run the same `stm import` again to finish it"),
-        Rule(
-            "archive-incomplete",
-            "error",
-            FIX_RUN + " to finish moving it to history/",
-            fix_archive_incomplete,
-        ),
-    )
-}
 
 
 def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:

@@ -7,7 +7,8 @@ import json
 import re
 
 import pytest
-from conftest import ROOT, all_command_paths
+from conftest import MEMORY, ROOT, all_command_paths
+from helpers import check_findings, rules
 
 import stm
 
@@ -33,6 +34,87 @@ def test_every_rule_has_fix_advice_and_fixers_are_callables():
     for rule in stm.RULES.values():
         assert rule.fix.strip(), rule.id
         assert rule.fixer is None or callable(rule.fixer)
+
+
+def spec_fixer_rows() -> list[str]:
+    """The rule ids of spec/reliability.md's fixer table (`check --fix` and `--dry-run`),
+    in order: a row may name several (`git-attributes`, `git-ignore`)."""
+    text = (ROOT / "spec" / "reliability.md").read_text()
+    section = text.split("\n## `check --fix` and `--dry-run`\n", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| Rule | Repair |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    ids = []
+    for row in table.splitlines():
+        assert row.startswith("| `"), row
+        ids += re.findall(r"`([a-z][a-z-]+)`", row.split(" | ", 1)[0])
+    return ids
+
+
+def test_the_spec_fixer_table_matches_the_fixers():
+    """Every rule `check --fix` repairs has its row in spec/reliability.md, and only
+    those: a fixer registered (@fixes) without a row, or a row left behind, fails here."""
+    rows = spec_fixer_rows()
+    assert len(rows) == len(set(rows)), "a rule in two rows of the fixer table"
+    fixed = {rule.id for rule in stm.RULES.values() if rule.fixer is not None}
+    assert set(rows) == fixed
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_a_new_check_rule_is_one_room(store, run, monkeypatch, staged):
+    """What adding a rule costs (the recipe in stm's docstring): a Checker method that
+    declares its row, and a fixer that says what it repairs. `run`, `--staged`, `--fix`
+    and the finding's severity and advice follow from the registry alone."""
+    monkeypatch.setattr(stm, "RULES", dict(stm.RULES))
+    monkeypatch.setattr(stm, "CHECK_STEPS", list(stm.CHECK_STEPS))
+
+    @stm.check_step(stm.Rule("shouting", "warning", "write it in lower case"), staged=staged)
+    def check_shouting(self):
+        text = (store / ".stacks" / "MEMORY.md").read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.endswith("!!!"):
+                self.report("shouting", self.store.memory_path, "a line shouts", line=number)
+
+    @stm.fixes("shouting")
+    def fix_shouting(memory, finding, dry_run):
+        if not dry_run:
+            text = (store / ".stacks" / "MEMORY.md").read_text().replace("!!!", ".")
+            stm.atomic_write(finding.target, text.encode())
+        return "calmed it"
+
+    monkeypatch.setattr(stm.Checker, "check_shouting", check_shouting, raising=False)
+    memory = store / ".stacks" / "MEMORY.md"
+    memory.write_text(memory.read_text().replace("Port the expression grammar.", "Ship it!!!"))
+    code, found = check_findings(run, "--strict")
+    assert code == 1 and rules(found)[-1:] == ["shouting"]
+    assert found[-1] == {
+        "severity": "warning",
+        "rule": "shouting",
+        "path": ".stacks/MEMORY.md",
+        "line": MEMORY.splitlines().index("Port the expression grammar.") + 1,
+        "message": "a line shouts",
+        "fix": "write it in lower case",
+    }
+    staged_run = stm.check_store(stm.open_store(), only=[])[0]
+    assert ("shouting" in [f.rule for f in staged_run]) is staged
+    fixed = run("check", "--fix")
+    assert fixed.code == 0 and re.search(
+        r"^fixed +shouting +\.stacks/MEMORY\.md:\d+: calmed it$", fixed.out, re.M
+    )
+    assert "Ship it." in memory.read_text()
+    assert "shouting" not in rules(check_findings(run)[1])
+
+
+def test_a_rule_registered_twice_or_a_fixer_without_a_rule_is_refused(monkeypatch):
+    """Mistakes in the registry are found at import, not by a user running check."""
+    monkeypatch.setattr(
+        stm, "RULES", {k: stm.Rule(r.id, r.severity, r.fix, r.fixer) for k, r in stm.RULES.items()}
+    )
+    monkeypatch.setattr(stm, "CHECK_STEPS", list(stm.CHECK_STEPS))
+    with pytest.raises(ValueError, match="'secret' is registered twice"):
+        stm.reports(stm.Rule("secret", "error", "x"))(lambda self: None)
+    with pytest.raises(ValueError, match="'temp-file' has two fixers"):
+        stm.fixes("temp-file")(lambda store, finding, dry_run: None)
+    with pytest.raises(KeyError):
+        stm.fixes("no-such-rule")(lambda store, finding, dry_run: None)
 
 
 def test_check_refuses_a_rule_that_is_not_registered(store):
