@@ -5443,9 +5443,13 @@ def read_transcript(
     for each, part in ((head, first), (reader, lines)):
         for line in part:
             entry = parse_entry(line)
-            if entry is not None:
-                with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
-                    each.feed(entry)  # a line of an unforeseen shape is skipped, not the file
+            if entry is None:
+                continue
+            # try, not contextlib.suppress: thousands of lines, and a `with` is a call or two.
+            try:
+                each.feed(entry)
+            except (ValueError, TypeError, AttributeError, RecursionError):
+                continue  # a line of an unforeseen shape is skipped, not the file
     if head.requests and head.client in ("", reader.client):
         reader.follow(head.requests[:REQUESTS_FIRST])
     return reader.finish(size, root)
