@@ -77,10 +77,10 @@ holds this):
     Operations: integrations and setup    hooks, MCP client files, AGENTS.md
     Operations: import
     Operations: status
-    Check                      Checker, the fixers, the RULES registry, check_store
-    Front ends: the commands   each cmd_<verb> beside its options; out, print_json
+    Check                      RULES and the Checker methods that register them, the fixers
+    Front ends: the commands   each cmd_<verb>, its options and its command(...) row
     MCP server                 McpServer: the operations as MCP tools
-    Command line               the command tables, build_parser(), main()
+    Command line               the argparse tree built from the rows, main()
 
 Operations return or raise and print nothing; the front ends word, print and exit.
 
@@ -120,6 +120,31 @@ transcript's), cut at CAPTURE_LIMITS[name]. Then name it in spec/capture.md and
 spec/state-layout.md, which tests/test_architecture.py holds to the table; its
 test_a_new_capture_field_is_one_row adds one, row and reading line, and follows it to
 boot and the log.
+
+A new check rule. One room, the Check section: write the Checker method that finds it
+and put its row on it, `@check_step(Rule("rule-id", "warning", "the fix advice"))`;
+`check` runs the steps in the class's order (declare a new one where it should run),
+`check --staged` too unless `staged=False`; a helper a step calls declares its rows
+with `@reports(Rule(...))`. It reports with `self.report("rule-id", path, message)`.
+If `check --fix` can repair it safely, a fixer below the class, `@fixes("rule-id")` on
+`fix_<name>(store, finding, dry_run)`. Then give the rule its row in its spec's rule
+table (memory-layers.md, state-layout.md or handoff.md) and a fixer its row in
+spec/reliability.md's fixer table: test_the_spec_rule_tables_match_the_rule_registry
+and test_the_spec_fixer_table_matches_the_fixers (tests/test_architecture.py) fail
+until they agree; test_a_new_check_rule_is_one_room adds one, fixer and all.
+
+A new command. One room, "Front ends: the commands". Write cmd_<verb>(args, store) (or
+cmd_<verb>(args) when it opens the store itself, or never), its options_<verb>(p), and
+right below them its row: command("verb", cmd_<verb>, options_<verb>, "help",
+"stm verb example", json=True, store="open") ("group verb" for a verb of session, fact,
+refs, setup). The command line builds its parser, adds --json and opens the store from
+the row (HELP_ORDER places it in `stm --help`; unnamed, it comes last). Its work is an
+operation ("Operations: …"), which also checks any rule joining two of its arguments,
+so `stm mcp` shares it. Spec: its part of spec/ (memory-layers.md "Commands", or its
+area's file) and its --json keys in spec/json.md; tests/test_architecture.py
+(test_every_command_and_verb_is_named_in_the_spec, the row's place) and
+test_integration.py::test_json_spec_covers_every_command_that_reports say when they
+disagree, tests/test_help_examples.py runs its example.
 """
 
 from __future__ import annotations
@@ -6956,24 +6981,6 @@ def compact_duplicates(store: Store, moves: list) -> dict[str, list]:
     return found
 
 
-def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
-    """Remove what a compact already moved to the log from the file it came from."""
-    dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
-    if not dupes:
-        return None
-    rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
-    text = compact_target_text(store, rel)  # the same bounded, link-free read
-    # A file with conflict markers is the user's to merge first: stm edits no
-    # conflicted file (refuse_conflicted).
-    if text is None or md_has_conflict_markers(text):
-        return None
-    if not dry_run:
-        original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
-        fixed = in_line_ends_of(original, drop_items(text, dupes))
-        atomic_write(finding.target, fixed.encode("utf-8"))
-    return f"removed {plural(len(dupes), 'item')} already in the log"
-
-
 def drop_items(text: str, dupes: list) -> str:
     """`text` without the leftover items, taken from the bottom of their sections."""
     preamble, sections = MdDoc.of(text).split()
@@ -11827,11 +11834,18 @@ def switch_session(store: Store, token: str) -> SessionRef:
 
 @memory_write
 def archive_session(
-    store: Store, token: str | None = None, *, expect_version: int | None = None
+    store: Store,
+    token: str | None = None,
+    *,
+    expect_version: int | None = None,
+    dry_run: bool = False,
 ) -> tuple[SessionRef, dict, bool]:
     """The `session archive` operation: mark the session archived and move it to
     history/YYYY-MM/ in one rename, clearing the pointer if it pointed there. Returns
-    (archived ref, state, moved); moved is False when it was archived already."""
+    (archived ref, state, moved); moved is False when it was archived already. A
+    `dry_run` goes with archive_stale only: here it is refused, for every front end."""
+    if dry_run:
+        raise usage_error("--dry-run goes with --stale")
     ref = require_session(store, token)
     with store.state_lock(), Rollback() as rollback:
         # Found again under the lock: another process may have archived it while we waited.
@@ -11894,10 +11908,21 @@ def stale_sessions(store: Store) -> list[tuple[SessionRef, dict]]:
     return found
 
 
-def archive_stale(store: Store, *, dry_run: bool = False) -> list[tuple[SessionRef, dict]]:
+def archive_stale(
+    store: Store,
+    *,
+    dry_run: bool = False,
+    token: str | None = None,
+    expect_version: int | None = None,
+) -> list[tuple[SessionRef, dict]]:
     """The `session archive --stale` operation: archive every stale session (see
     stale_sessions), one by one, each as `session archive ID` would; returns the archived
-    (or, dry_run, the stale) sessions."""
+    (or, dry_run, the stale) sessions. It names no session: a `token` or an
+    `expect_version` given with it is refused, for every front end."""
+    if token is not None or expect_version is not None:
+        raise usage_error(
+            "--stale archives every stale session: give no session ID or --expect-version"
+        )
     stale = stale_sessions(store)
     if dry_run:
         return stale
@@ -13332,10 +13357,16 @@ def search_memory(
     layer: str | None = None,
     since: str | None = None,
     regex: bool = False,
+    rank: bool = False,
 ):
     """The `search` operation: yield each matching line as {path, line, text, layer},
-    in search_files' order, reading files as it goes (a caller may stop at any time).
-    Bad arguments are refused before the first file is opened."""
+    in search_files' order, reading files as it goes (a caller may stop at any time);
+    with `rank`, ranked_search's hits, best first. Bad arguments are refused before the
+    first file is opened."""
+    if rank and regex:
+        raise usage_error("--rank takes words, not a regular expression: drop --regex")
+    if rank:
+        return iter(ranked_search(store, pattern, layer=layer, since=since))
     if since is not None and parse_iso(since, date_only_ok=True) is None:
         raise usage_error(f"--since {since!r} is not a date (YYYY-MM-DD)")
     if layer is not None and layer not in search_layers():
@@ -15319,11 +15350,77 @@ class Finding:
         return {k: getattr(self, k) for k in self.FIELDS}
 
 
+class Rule:
+    """One check rule: id, severity, the fix advice it gives, and the function that
+    `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
+    the same ids and severities, spec/reliability.md's fixer table the rules that have
+    a fixer (tests compare them)."""
+
+    __slots__ = ("id", "severity", "fix", "fixer")
+
+    def __init__(self, rule_id: str, severity: str, fix: str, fixer=None):
+        self.id, self.severity, self.fix, self.fixer = rule_id, severity, fix, fixer
+
+
+FIX_RUN = "run `stm check --fix`"
+FIX_GIT = "restore it from git"
+
+# Every rule check knows, each registered where it is found: the Checker method that
+# reports it declares its row (@reports, @check_step), the fixer that repairs it says so
+# (@fixes). A new rule is one room: its method, its row, its fixer (the recipe: the
+# module's docstring).
+RULES: dict[str, Rule] = {}
+# The Checker methods `run` calls, in the class's order, each with whether the staged
+# check (`check --staged`) calls it too.
+CHECK_STEPS: list[tuple[str, bool]] = []
+
+
+def reports(*rules: Rule):
+    """Register the rules a Checker method reports (an id registered twice is a mistake,
+    found at import)."""
+
+    def register(method):
+        for rule in rules:
+            if rule.id in RULES:
+                raise ValueError(f"check rule {rule.id!r} is registered twice")
+            RULES[rule.id] = rule
+        return method
+
+    return register
+
+
+def check_step(*rules: Rule, staged: bool = True):
+    """A Checker method `run` calls, in the order the class defines them, and the rules
+    it reports. `staged=False`: not in the staged check, whose cost follows the commit."""
+
+    def register(method):
+        CHECK_STEPS.append((method.__name__, staged))
+        return reports(*rules)(method)
+
+    return register
+
+
+def fixes(*rule_ids: str):
+    """Register `fixer(store, finding, dry_run)` as what `check --fix` repairs these
+    rules with; it returns what it did (would do), or None when nothing is safe to do."""
+
+    def register(fixer):
+        for rule_id in rule_ids:
+            if RULES[rule_id].fixer is not None:  # a KeyError: no Checker method reports it
+                raise ValueError(f"check rule {rule_id!r} has two fixers")
+            RULES[rule_id].fixer = fixer
+        return fixer
+
+    return register
+
+
 class Checker:
     """Runs every rule of spec/memory-layers.md and spec/state-layout.md: on the whole
     store, or (`only`: paths in the store, those staged for a commit) on the logs and
     sessions those paths are in, beside the layers, refs and git files, which are read
     whole either way. Then the cost follows what changed, not how much history there is.
+    Each rule's row sits on the method that reports it; `run` calls the @check_step
+    methods in the order they stand here (CHECK_STEPS).
     """
 
     def __init__(self, store: Store, only: list[str] | None = None):
@@ -15335,6 +15432,13 @@ class Checker:
         self.receipts_complete = only is None  # every log read for receipts
         self.oversized: set[str] = set()  # files over MEMORY_READ_MAX_BYTES, reported once
 
+    @reports(
+        Rule(
+            "file-too-large",
+            "error",
+            "keep big content outside memory (reference it by path), or restore the file from git",
+        ),
+    )
     def too_large(self, path: str, size: int | None = None) -> bool:
         """A memory file over MEMORY_READ_MAX_BYTES is reported, never read: what check
         costs stays the same whatever arrived by git. `size`: when already known."""
@@ -15363,78 +15467,24 @@ class Checker:
         finding = Finding(registered.severity, rule, rel, message, fix, line, path, data)
         self.findings.append(finding)
 
+    @reports(
+        Rule(
+            "root-symlink",
+            "error",
+            "replace the link with the project's own folder (`rm` the link, then `git checkout` "
+            "the folder or `stm init`), or pass --dir/--state-dir with the folder it points to",
+        ),
+    )
     def run(self) -> list[Finding]:
         for path, why in self.store.linked_roots():
             # Nothing behind it is read: it may be another project's memory.
             self.report("root-symlink", path, f"{why}; nothing behind it is read or written")
         if self.findings:
             return self.findings
-        self.check_layers()
-        self.check_refs()
-        if self.only is None:
-            self.check_logs()
-        else:
-            self.check_only_logs()
-        # After the logs: their compact entries were gathered while they were read.
-        self.check_compact_duplicates()
-        self.check_config()
-        self.check_budget()
-        # Temp files appear only beside the files stm rewrites: look exactly there (git
-        # ignores them: a commit carries none, so the staged check leaves logs/ unlisted).
-        for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
-            if self.only is None or folder != self.store.logs_dir:
-                self.check_temp_files(folder)
-        self.check_lock_file(self.store.stacks, "layer-symlink")
-        if os.path.isdir(self.store.state):
-            self.check_state()
-        self.check_git_files()
-        self.check_hooks()
-        if self.only is None:  # the staged check's cost follows the commit: no history scan
-            self.check_stale_references()
+        for name, staged in CHECK_STEPS:  # the @check_step methods below, in their order
+            if staged or self.only is None:
+                getattr(self, name)()
         return self.findings
-
-    def check_stale_references(self) -> None:
-        """Notes naming code that moved or is gone (stale-reference): AGENT.md, MEMORY.md
-        and refs line by line (code fences too, HTML comments not), and the pending steps
-        and resume lines of the current and waiting sessions. Logs are history: never."""
-        store = self.store
-        root = os.path.dirname(os.path.abspath(store.stacks))
-        if not inside_git_work_tree(root):
-            return
-        exclude = memory_folders(store)
-        sources = []  # (path, line number or None, what the line is, references)
-        files = [store.agent_path, store.memory_path]
-        files += [p for p in iter_ref_files(store.refs_dir) if not os.path.islink(p)]
-        for path in files:
-            try:
-                lines = read_text(path).replace("\r\n", "\n").split("\n")
-            except OSError:
-                continue  # layer-missing or layer-symlink says why
-            lines = uncommented_lines(lines)
-            for index, refs in memory_code_refs(lines, exclude):
-                sources.append((path, index + 1, "", refs))
-        for _, folder, state in stale_reference_sessions(store):
-            for what, text in checkpoint_texts(state):
-                for _, refs in memory_code_refs([text], exclude):
-                    sources.append((os.path.join(folder, STATE_FILE), None, what, refs))
-        every = {ref for *_, refs in sources for ref in refs}
-        if not every:
-            return
-        memory = os.path.relpath(store.memory_path, root).replace(os.sep, "/")
-        fates = CodeTruth(root, exclude, memory, full=True).fates(every)
-        for path, line, what, refs in sources:
-            for ref in refs:
-                if ref not in fates:
-                    continue
-                fate = fates[ref]
-                message = code_fate_message(ref, fates[ref])
-                fix, data = "update the note, or remove it", None
-                if what:
-                    message = f"{what}: {message}"
-                    fix = "checkpoint the session with the new text (`stm session checkpoint`)"
-                elif fate[0] == "moved":
-                    fix, data = FIX_RUN + " to write the new path", (ref[1], fate[1])
-                self.report("stale-reference", path, message, fix, line, data)
 
     def only_under(self, root: str) -> list[list[str]]:
         """The `only` paths inside `root`, each as its path components below it."""
@@ -15454,133 +15504,15 @@ class Checker:
             if os.path.lexists(os.path.join(self.store.logs_dir, name)):  # not deleted
                 self.check_log_name(name)
 
-    def check_hooks(self) -> None:
-        """The agent-client hooks stm installed: each command must run stm in this clone
-        (hook-command); one that never ran here, or not for long, is a notice (never a
-        failure: a hook runs only when an agent starts). Not said on CI, where no agent
-        starts."""
-        root = os.path.dirname(os.path.abspath(self.store.stacks))
-        for client in HOOK_CLIENTS_TABLE:
-            path = os.path.join(root, client.file)
-            if not os.path.isfile(path) or links_on_the_way(root, path):
-                continue
-            events = tuple(event for event, _, _ in client.hooks)
-            try:
-                data, _ = load_settings(path, events)
-            except (StmError, OSError):
-                continue  # not stm's file to judge: setup refuses it with the reason
-            installed = {e: stm_hook_commands(data, e) for e in events}
-            for event, commands in installed.items():
-                for command in commands:
-                    problem = hook_command_problem(root, command)
-                    if problem:
-                        fix = f"run `stm setup {client.name} --install` in this clone"
-                        self.report("hook-command", path, f"the {event} hook: {problem}", fix)
-            installed = [e for e, commands in installed.items() if commands]
-            if not self.store.settings.ci:
-                for notice in hook_run_notices(self.store, client, installed):
-                    self.report("hook-not-run", path, notice)
-
-    def check_git_files(self) -> None:
-        """The .gitattributes and .gitignore lines init writes: without them a merge of
-        two branches that both logged conflicts, or a lock file gets committed."""
-        for path, template, rule in git_support_files(self.store):
-            if os.path.islink(path):
-                self.report(
-                    rule, path, "is a symbolic link, which stm does not follow", "replace it"
-                )
-                continue
-            if os.path.lexists(path) and not os.path.isfile(path):
-                self.report("layer-symlink", path, "is not a regular file", "remove it")
-                continue
-            missing = missing_git_lines(path, template)
-            if missing:
-                lines = ", ".join(f"`{line}`" for line in missing)
-                why = (
-                    "appends from two branches could conflict in a merge, or be checked "
-                    "out with CRLF line ends"
-                    if rule == "git-attributes"
-                    else "lock, temp, backup or pointer files could be committed"
-                )
-                self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
-        self.check_merge_driver()
-        self.check_unmerged()
-
-    def check_merge_driver(self) -> None:
-        """The attributes name the `stm` merge driver, but this clone has not installed
-        it: git then merges MEMORY.md as plain text and two notes conflict. Not said on CI
-        (CI=...), where checkouts never merge."""
-        import shutil
-
-        path = self.store.layer(".gitattributes")
-        if self.store.settings.ci or os.path.islink(path) or shutil.which("git") is None:
-            return
-        try:
-            if "merge=stm" not in read_text(path):
-                return
-        except OSError:
-            return
-        root = os.path.dirname(self.store.stacks)
-        inside = git(root, "rev-parse", "--is-inside-work-tree")
-        if inside.returncode == 0 and installed_git_driver(root) is None:
-            self.report(
-                "merge-driver",
-                path,
-                "names the `stm` merge driver, which this clone has not installed: "
-                "two notes to MEMORY.md, or two checkpoints of one session, would conflict",
-            )
-
-    def check_unmerged(self) -> None:
-        """Memory files git still lists as unmerged although they hold no conflict
-        markers any more (merged by `check --fix`, or by hand): the merge is not finished
-        until they are added, and `stm check` must not say ok meanwhile. The fix names
-        the exact git commands, which stm never runs itself."""
-        root = os.path.dirname(os.path.abspath(self.store.stacks))
-        folders = [p for p in (self.store.stacks, self.store.state) if os.path.isdir(p)]
-        unmerged = git_unmerged(root, folders) if inside_git_work_tree(root) else None
-        if not unmerged:
-            return
-        top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
-        resolved = []
-        for name in unmerged:
-            path = os.path.join(top, *name.split("/"))
-            if not os.path.lexists(path):
-                resolved.append(path)  # removed: a moved session joined (fix_session_moved)
-                continue
-            with contextlib.suppress(OSError):
-                if not md_has_conflict_markers(read_text(path)):
-                    resolved.append(path)
-        if not resolved:
-            return  # conflict-markers (or state-conflict) says what to do first
-        staged = list(resolved)
-        for path in resolved:  # a rebuilt state renumbers its history: it goes with it
-            staged += self.unmerged_companions(path)
-        hint = git_finish_hint(root, list(dict.fromkeys(staged)))
-        for path in resolved:
-            self.report(
-                "git-unmerged",
-                path,
-                "git still lists it as unmerged: the merge is not finished",
-                f"run {hint}" if hint else None,
-            )
-
-    def unmerged_companions(self, path: str) -> list[str]:
-        """The files to add with an unmerged one: a rebuilt state's history; for a file of
-        a session joined into its archived copy, that copy's files (what the join wrote)."""
-        folder = os.path.dirname(path)
-        if os.path.lexists(path):
-            history = os.path.join(folder, HISTORY_FILE)
-            return (
-                [history] if path.endswith(os.sep + STATE_FILE) and os.path.isfile(history) else []
-            )
-        session = os.path.basename(folder)
-        archived = os.path.join(self.store.history_dir, archive_month(session), session)
-        if not is_session_id(session) or not os.path.isdir(archived):
-            return []
-        return [os.path.join(archived, name) for name in (STATE_FILE, HISTORY_FILE)]
-
     # Stacks -----------------------------------------------------------------
 
+    @check_step(
+        Rule("layer-missing", "error", "run `stm init`"),
+        Rule("layer-symlink", "error", "replace it with a real file or folder"),
+        Rule("identity-template", "warning", "write who the agent is into it"),
+        Rule("session-template", "warning", "write where work stands into it"),
+        Rule("heading-missing", "warning", "run `stm check --fix` to add it back"),
+    )
     def check_layers(self) -> None:
         store = self.store
         for layer in LAYERS:
@@ -15619,6 +15551,11 @@ class Checker:
                 )
             self.scan_secrets(path, text)
 
+    @check_step(
+        Rule("ref-empty", "error", "write it, or delete it"),
+        Rule("ref-title", "error", "add a '# Title' line"),
+        Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
+    )
     def check_refs(self) -> None:
         skipped: list = []
         for path in iter_ref_files(self.store.refs_dir, skipped=skipped):
@@ -15650,7 +15587,12 @@ class Checker:
                 "reads nothing in it",
             )
 
+    @check_step()
     def check_logs(self) -> None:
+        """Every log; the staged check: only the staged ones (check_only_logs)."""
+        if self.only is not None:
+            self.check_only_logs()
+            return
         logs = self.store.logs_dir
         if os.path.islink(logs):
             return  # reported by check_layers; never read through a link
@@ -15661,6 +15603,7 @@ class Checker:
         for name in names:
             self.check_log_name(name)
 
+    @reports(Rule("log-name", "error", "rename it to the UTC date of its entries"))
     def check_log_name(self, name: str) -> None:
         """One entry of logs/: its name, its kind, and the log itself."""
         path = os.path.join(self.store.logs_dir, name)
@@ -15698,6 +15641,7 @@ class Checker:
         finally:
             os.close(fd)
 
+    @reports(Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it"))
     def check_log_blocks(self, path: str, blocks) -> None:
         held = None  # an entry without its end line: torn, unless more text follows
         for data, first, last, _ in blocks:
@@ -15721,6 +15665,7 @@ class Checker:
                 line=held.line,
             )
 
+    @reports(Rule("log-entry", "error", FIX_GIT))
     def report_log_item(self, path: str, item: tuple, held):
         """Report one parse_log item; returns the entry now held (see check_log_file)."""
         # Something follows the held entry: it is not the file's tail, so not a write cut
@@ -15760,7 +15705,15 @@ class Checker:
             )
         return None
 
+    @check_step(
+        Rule(
+            "compact-duplicate",
+            "warning",
+            FIX_RUN + " to remove them from the file (the log keeps them)",
+        ),
+    )
     def check_compact_duplicates(self) -> None:
+        # After the logs: their compact entries were gathered while they were read.
         moves = newest_compact_moves(self.compact_moves)
         for path, dupes in compact_duplicates(self.store, moves).items():
             sections = sorted({name for name, _ in dupes})
@@ -15772,6 +15725,9 @@ class Checker:
                 "entry: the compact was interrupted after the log was written",
             )
 
+    @check_step(
+        Rule("config-invalid", "error", "fix .stacks/config.json (spec/memory-layers.md)"),
+    )
     def check_config(self) -> None:
         """config.json valid (when there is one), and MEMORY.md within its threshold."""
         config, problems = read_config(self.store)
@@ -15786,6 +15742,15 @@ class Checker:
         self.memory_threshold(MdDoc.of(text).bullet_count(), config)
         self.sections_over_limit(text, config)
 
+    @reports(
+        Rule(
+            "section-over-limit",
+            "warning",
+            "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
+            "rewrite the section, or raise its limit in .stacks/config.json "
+            '(`{"section_limits": {"Next Steps": 20}}`, or `default_section_limit` for all)',
+        ),
+    )
     def sections_over_limit(self, text: str, config: dict) -> None:
         """A MEMORY.md section holding more bullets than `compact` keeps: boot cuts it,
         compact would move the oldest; say so before either happens."""
@@ -15799,6 +15764,13 @@ class Checker:
                 line=part.start + 1,
             )
 
+    @reports(
+        Rule(
+            "memory-over-threshold",
+            "warning",
+            "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
+        ),
+    )
     def memory_threshold(self, count: int, config: dict) -> None:
         if count > config["consolidation_threshold"]:
             self.report(
@@ -15808,6 +15780,13 @@ class Checker:
                 f"{config['consolidation_threshold']}",
             )
 
+    @reports(
+        Rule(
+            "fact-current",
+            "error",
+            "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
+        ),
+    )
     def check_facts(self, path: str, text: str) -> None:
         """A hand-edited fact whose Current is not its newest History value."""
         if not may_hold_facts(text):
@@ -15821,6 +15800,13 @@ class Checker:
                     f"says {fact.history[0][1]!r}",
                 )
 
+    @reports(
+        Rule(
+            "conflict-markers",
+            "error",
+            "resolve the conflict (keep what both sides meant), then `git add` the file",
+        ),
+    )
     def check_conflict_markers(self, path: str, text: str) -> None:
         lines = md_has_conflict_markers(text)
         if lines:
@@ -15836,6 +15822,7 @@ class Checker:
                 line=lines[0],
             )
 
+    @reports(Rule("secret", "error", "remove it and rotate the credential (git history keeps it)"))
     def scan_secrets(self, path: str, text, first_line: int = 1) -> None:
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")  # ASCII: a copy (the scanner reads bytes)
@@ -15848,6 +15835,9 @@ class Checker:
                 line=line,
             )
 
+    @check_step(
+        Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
+    )
     def check_budget(self) -> None:
         if not os.path.isfile(self.store.agent_path):
             return
@@ -15871,6 +15861,7 @@ class Checker:
                 "shorten MEMORY.md (`stm log` what is history, then `stm note --replace`)",
             )
 
+    @reports(Rule("temp-file", "warning", FIX_RUN + " to remove it"))
     def check_temp_files(self, directory: str, names=None) -> None:
         """Leftover temp files in `directory` (`names`: its listing, when already read)."""
         if names is not None:
@@ -15891,12 +15882,25 @@ class Checker:
                     "leftover half-built session folder",
                 )
 
+    @check_step()
+    def check_stacks_leftovers(self) -> None:
+        """Temp files appear only beside the files stm rewrites: look exactly there (git
+        ignores them: a commit carries none, so the staged check leaves logs/ unlisted);
+        and .stacks/'s lock file."""
+        for folder in (self.store.stacks, self.store.refs_dir, self.store.logs_dir):
+            if self.only is None or folder != self.store.logs_dir:
+                self.check_temp_files(folder)
+        self.check_lock_file(self.store.stacks, "layer-symlink")
+
     # State ------------------------------------------------------------------
 
+    @check_step()
     def check_state(self) -> None:
         """Every session, active and archived; no folder that is a link is walked: each
         is reported instead (a cloned repository chooses where links point)."""
         store = self.store
+        if not os.path.isdir(store.state):
+            return  # a store without .state/: only the layers are checked
         self.check_temp_files(store.state)
         self.check_lock_file(store.state, "session-symlink")
         for folder in (store.sessions_dir, store.history_dir):
@@ -15972,6 +15976,14 @@ class Checker:
         self.receipts_complete = True
         return session_id in self.receipts
 
+    @reports(
+        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
+        Rule(
+            "pointer-archived",
+            "warning",
+            FIX_RUN + " to clear it (the session stays readable: `stm session show ID`)",
+        ),
+    )
     def check_pointer(self) -> None:
         store = self.store
         try:
@@ -15998,6 +16010,7 @@ class Checker:
                 f"points to {active}, which is archived (in another clone?)",
             )
 
+    @reports(Rule("import-incomplete", "error", "run the same `stm import` again to finish it"))
     def check_import_mark(self) -> None:
         """An import killed between its files left its record: memory holds part of it."""
         path = os.path.join(self.store.state, IMPORT_MARK_FILE)
@@ -16031,6 +16044,22 @@ class Checker:
         elif os.path.lexists(lock) and not os.path.isfile(lock):
             self.report(rule, lock, "the lock file is not a regular file; remove it")
 
+    @reports(
+        Rule("session-id", "error", "move it out of .state/sessions/"),
+        Rule("session-symlink", "error", "replace it with a real file or folder"),
+        Rule(
+            "session-moved",
+            "error",
+            FIX_RUN + " to join the two copies into the archived one",
+        ),
+        Rule("archive-month", "error", "move it to the history month its id names"),
+        Rule(
+            "state-conflict",
+            "error",
+            "run `stm check --fix` to rebuild state.json from the merged history",
+        ),
+        Rule("history-behind", "warning", FIX_RUN + " to record a `recovered` event"),
+    )
     def check_session(self, path: str, name: str, month: str | None, link: bool) -> None:
         """One session folder (`link`: whether it is a symbolic link, from the listing).
         Its own listing answers which optional files exist: no lstat for each."""
@@ -16129,6 +16158,14 @@ class Checker:
                 self.check_conflict_markers(session_md, text)
                 self.scan_secrets(session_md, text)
 
+    @reports(
+        Rule("archive-incomplete", "error", FIX_RUN + " to finish moving it to history/"),
+        Rule(
+            "handoff-receipt",
+            "warning",
+            FIX_RUN + ", or compose the handoff again, to log its receipt",
+        ),
+    )
     def check_interrupted_steps(self, path: str, name: str, month, state, context=True) -> None:
         """Multi-file commands killed between steps: an archive marked but not moved, a
         handoff session whose log receipt was never written (`context`: whether the
@@ -16196,6 +16233,13 @@ class Checker:
             return []
         return md_has_conflict_markers(raw)
 
+    @reports(
+        Rule("state-invalid", "error", FIX_GIT),
+        Rule("state-field", "error", "fix the field, or restore the file from git"),
+        Rule("state-timestamp", "error", "fix the field, or restore the file from git"),
+        Rule("state-phase", "error", "fix the field, or restore the file from git"),
+        Rule("state-size", "warning", "keep big inputs in context/ and reference them by path"),
+    )
     def check_state_file(self, path: str, name: str) -> dict | None:
         if self.too_large(path):
             return None
@@ -16234,6 +16278,10 @@ class Checker:
             self.report(rule, path, message, "fix the field, or restore the file from git")
         return state
 
+    @reports(
+        Rule("history-invalid", "error", "restore the file from git"),
+        Rule("history-torn", "warning", FIX_RUN + ", or the next update cuts it"),
+    )
     def check_history(self, path: str) -> list | None:
         """Report history.jsonl's problems; returns its readable events (None: unread)."""
         if self.too_large(path):
@@ -16286,6 +16334,10 @@ class Checker:
             )
         return events
 
+    @reports(
+        Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
+        Rule("handoff-invalid", "error", "restore the original handoff from git"),
+    )
     def check_handoff(self, path: str) -> None:
         session_md = os.path.join(path, SESSION_MD)
         if not os.path.isfile(session_md) and not os.path.islink(session_md):
@@ -16302,7 +16354,202 @@ class Checker:
             message = getattr(exc, "message", str(exc)).replace("handoff  ", "handoff ")
             self.report("handoff-invalid", handoff_path, message)
 
+    # Git, hooks and code references ------------------------------------------
 
+    @check_step(
+        Rule("git-attributes", "warning", FIX_RUN + " to add it"),
+        Rule("git-ignore", "warning", FIX_RUN + " to add it"),
+    )
+    def check_git_files(self) -> None:
+        """The .gitattributes and .gitignore lines init writes: without them a merge of
+        two branches that both logged conflicts, or a lock file gets committed."""
+        for path, template, rule in git_support_files(self.store):
+            if os.path.islink(path):
+                self.report(
+                    rule, path, "is a symbolic link, which stm does not follow", "replace it"
+                )
+                continue
+            if os.path.lexists(path) and not os.path.isfile(path):
+                self.report("layer-symlink", path, "is not a regular file", "remove it")
+                continue
+            missing = missing_git_lines(path, template)
+            if missing:
+                lines = ", ".join(f"`{line}`" for line in missing)
+                why = (
+                    "appends from two branches could conflict in a merge, or be checked "
+                    "out with CRLF line ends"
+                    if rule == "git-attributes"
+                    else "lock, temp, backup or pointer files could be committed"
+                )
+                self.report(rule, path, f"lacks {lines}: {why}", "run `stm check --fix` to add it")
+        self.check_merge_driver()
+        self.check_unmerged()
+
+    @reports(
+        Rule(
+            "merge-driver",
+            "warning",
+            FIX_RUN + " (or `stm setup git --install`) once in this clone",
+        ),
+    )
+    def check_merge_driver(self) -> None:
+        """The attributes name the `stm` merge driver, but this clone has not installed
+        it: git then merges MEMORY.md as plain text and two notes conflict. Not said on CI
+        (CI=...), where checkouts never merge."""
+        import shutil
+
+        path = self.store.layer(".gitattributes")
+        if self.store.settings.ci or os.path.islink(path) or shutil.which("git") is None:
+            return
+        try:
+            if "merge=stm" not in read_text(path):
+                return
+        except OSError:
+            return
+        root = os.path.dirname(self.store.stacks)
+        inside = git(root, "rev-parse", "--is-inside-work-tree")
+        if inside.returncode == 0 and installed_git_driver(root) is None:
+            self.report(
+                "merge-driver",
+                path,
+                "names the `stm` merge driver, which this clone has not installed: "
+                "two notes to MEMORY.md, or two checkpoints of one session, would conflict",
+            )
+
+    @reports(Rule("git-unmerged", "warning", "`git add` the file, then finish the merge"))
+    def check_unmerged(self) -> None:
+        """Memory files git still lists as unmerged although they hold no conflict
+        markers any more (merged by `check --fix`, or by hand): the merge is not finished
+        until they are added, and `stm check` must not say ok meanwhile. The fix names
+        the exact git commands, which stm never runs itself."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        folders = [p for p in (self.store.stacks, self.store.state) if os.path.isdir(p)]
+        unmerged = git_unmerged(root, folders) if inside_git_work_tree(root) else None
+        if not unmerged:
+            return
+        top = (git_output(root, "rev-parse", "--show-toplevel") or "").strip()
+        resolved = []
+        for name in unmerged:
+            path = os.path.join(top, *name.split("/"))
+            if not os.path.lexists(path):
+                resolved.append(path)  # removed: a moved session joined (fix_session_moved)
+                continue
+            with contextlib.suppress(OSError):
+                if not md_has_conflict_markers(read_text(path)):
+                    resolved.append(path)
+        if not resolved:
+            return  # conflict-markers (or state-conflict) says what to do first
+        staged = list(resolved)
+        for path in resolved:  # a rebuilt state renumbers its history: it goes with it
+            staged += self.unmerged_companions(path)
+        hint = git_finish_hint(root, list(dict.fromkeys(staged)))
+        for path in resolved:
+            self.report(
+                "git-unmerged",
+                path,
+                "git still lists it as unmerged: the merge is not finished",
+                f"run {hint}" if hint else None,
+            )
+
+    def unmerged_companions(self, path: str) -> list[str]:
+        """The files to add with an unmerged one: a rebuilt state's history; for a file of
+        a session joined into its archived copy, that copy's files (what the join wrote)."""
+        folder = os.path.dirname(path)
+        if os.path.lexists(path):
+            history = os.path.join(folder, HISTORY_FILE)
+            return (
+                [history] if path.endswith(os.sep + STATE_FILE) and os.path.isfile(history) else []
+            )
+        session = os.path.basename(folder)
+        archived = os.path.join(self.store.history_dir, archive_month(session), session)
+        if not is_session_id(session) or not os.path.isdir(archived):
+            return []
+        return [os.path.join(archived, name) for name in (STATE_FILE, HISTORY_FILE)]
+
+    @check_step(
+        Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
+        Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
+    )
+    def check_hooks(self) -> None:
+        """The agent-client hooks stm installed: each command must run stm in this clone
+        (hook-command); one that never ran here, or not for long, is a notice (never a
+        failure: a hook runs only when an agent starts). Not said on CI, where no agent
+        starts."""
+        root = os.path.dirname(os.path.abspath(self.store.stacks))
+        for client in HOOK_CLIENTS_TABLE:
+            path = os.path.join(root, client.file)
+            if not os.path.isfile(path) or links_on_the_way(root, path):
+                continue
+            events = tuple(event for event, _, _ in client.hooks)
+            try:
+                data, _ = load_settings(path, events)
+            except (StmError, OSError):
+                continue  # not stm's file to judge: setup refuses it with the reason
+            installed = {e: stm_hook_commands(data, e) for e in events}
+            for event, commands in installed.items():
+                for command in commands:
+                    problem = hook_command_problem(root, command)
+                    if problem:
+                        fix = f"run `stm setup {client.name} --install` in this clone"
+                        self.report("hook-command", path, f"the {event} hook: {problem}", fix)
+            installed = [e for e, commands in installed.items() if commands]
+            if not self.store.settings.ci:
+                for notice in hook_run_notices(self.store, client, installed):
+                    self.report("hook-not-run", path, notice)
+
+    @check_step(
+        Rule(
+            "stale-reference",
+            "warning",
+            "update the note; " + FIX_RUN + " writes a moved path's new one",
+        ),
+        staged=False,  # the staged check's cost follows the commit: no history scan
+    )
+    def check_stale_references(self) -> None:
+        """Notes naming code that moved or is gone (stale-reference): AGENT.md, MEMORY.md
+        and refs line by line (code fences too, HTML comments not), and the pending steps
+        and resume lines of the current and waiting sessions. Logs are history: never."""
+        store = self.store
+        root = os.path.dirname(os.path.abspath(store.stacks))
+        if not inside_git_work_tree(root):
+            return
+        exclude = memory_folders(store)
+        sources = []  # (path, line number or None, what the line is, references)
+        files = [store.agent_path, store.memory_path]
+        files += [p for p in iter_ref_files(store.refs_dir) if not os.path.islink(p)]
+        for path in files:
+            try:
+                lines = read_text(path).replace("\r\n", "\n").split("\n")
+            except OSError:
+                continue  # layer-missing or layer-symlink says why
+            lines = uncommented_lines(lines)
+            for index, refs in memory_code_refs(lines, exclude):
+                sources.append((path, index + 1, "", refs))
+        for _, folder, state in stale_reference_sessions(store):
+            for what, text in checkpoint_texts(state):
+                for _, refs in memory_code_refs([text], exclude):
+                    sources.append((os.path.join(folder, STATE_FILE), None, what, refs))
+        every = {ref for *_, refs in sources for ref in refs}
+        if not every:
+            return
+        memory = os.path.relpath(store.memory_path, root).replace(os.sep, "/")
+        fates = CodeTruth(root, exclude, memory, full=True).fates(every)
+        for path, line, what, refs in sources:
+            for ref in refs:
+                if ref not in fates:
+                    continue
+                fate = fates[ref]
+                message = code_fate_message(ref, fates[ref])
+                fix, data = "update the note, or remove it", None
+                if what:
+                    message = f"{what}: {message}"
+                    fix = "checkpoint the session with the new text (`stm session checkpoint`)"
+                elif fate[0] == "moved":
+                    fix, data = FIX_RUN + " to write the new path", (ref[1], fate[1])
+                self.report("stale-reference", path, message, fix, line, data)
+
+
+@fixes("temp-file")
 def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     path = finding.target
     if not os.path.lexists(path):
@@ -16318,6 +16565,7 @@ def fix_temp_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return "removed"
 
 
+@fixes("log-entry")
 def fix_log_untangle(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """A day log git's union merge interleaved (untangle_log): its entries whole again,
     written atomically. Any other broken entry is left to a person."""
@@ -16333,6 +16581,7 @@ def fix_log_untangle(store: Store, finding: Finding, dry_run: bool) -> str | Non
     return "separated the entries a union merge interleaved (no line dropped)"
 
 
+@fixes("log-torn", "history-torn")
 def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Cut a torn last record, recomputed under the lock (a writer may have fixed it)."""
     complete_end = log_complete_end if finding.rule == "log-torn" else jsonl_complete_end
@@ -16353,6 +16602,25 @@ def fix_torn_tail(store: Store, finding: Finding, dry_run: bool) -> str | None:
     finally:
         os.close(fd)
     return f"cut {plural(size - end, 'torn byte')} at the end"
+
+
+@fixes("compact-duplicate")
+def fix_compact_duplicate(store: Store, finding: Finding, dry_run: bool) -> str | None:
+    """Remove what a compact already moved to the log from the file it came from."""
+    dupes = compact_duplicates(store, logged_compact_moves(store)).get(finding.target)
+    if not dupes:
+        return None
+    rel = os.path.relpath(finding.target, store.stacks).replace(os.sep, "/")
+    text = compact_target_text(store, rel)  # the same bounded, link-free read
+    # A file with conflict markers is the user's to merge first: stm edits no
+    # conflicted file (refuse_conflicted).
+    if text is None or md_has_conflict_markers(text):
+        return None
+    if not dry_run:
+        original = read_bytes(finding.target, COMPACT_READ_MAX_BYTES + 1).decode("utf-8")
+        fixed = in_line_ends_of(original, drop_items(text, dupes))
+        atomic_write(finding.target, fixed.encode("utf-8"))
+    return f"removed {plural(len(dupes), 'item')} already in the log"
 
 
 def git_support_files(store: Store) -> list[tuple[str, str, str]]:
@@ -16396,6 +16664,7 @@ def missing_git_lines(path: str, template: str) -> list[str]:
     return missing
 
 
+@fixes("git-attributes", "git-ignore")
 def fix_git_file(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Append the missing lines (with the template's comments); the user's lines stay."""
     template = next(t for p, t, _ in git_support_files(store) if p == finding.target)
@@ -16431,6 +16700,7 @@ def missing_block(template: str, missing: list[str]) -> str:
     return "\n".join(out_lines) + "\n"
 
 
+@fixes("heading-missing")
 def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     template = AGENT_TEMPLATE if finding.target == store.agent_path else MEMORY_TEMPLATE
     try:
@@ -16449,6 +16719,7 @@ def fix_heading(store: Store, finding: Finding, dry_run: bool) -> str | None:
     return f"added '## {heading}'"
 
 
+@fixes("history-behind")
 def fix_history_behind(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Record the update whose event was lost, re-read under the lock."""
     folder = os.path.dirname(finding.target)
@@ -16513,6 +16784,7 @@ def state_conflict_reason(state, events: list | None, conflicted: bool) -> str |
     return None
 
 
+@fixes("state-conflict")
 def fix_state_conflict(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Rebuild state.json (and renumber history.jsonl) from the merged history.
 
@@ -16562,6 +16834,7 @@ def git_base_state(path: str) -> dict | None:
     return base if isinstance(base, dict) and type(base.get("version")) is int else None
 
 
+@fixes("merge-driver")
 def fix_merge_driver(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Install the merge driver in this clone: clone-local git config, cheap and safe."""
     top = git_output(os.path.dirname(os.path.abspath(store.stacks)), "rev-parse", "--show-toplevel")
@@ -16572,6 +16845,7 @@ def fix_merge_driver(store: Store, finding: Finding, dry_run: bool) -> str | Non
     return "installed the stm merge driver in this clone's git config (`stm setup git`)"
 
 
+@fixes("conflict-markers")
 def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """A memory file git left conflicted because this clone had no merge driver: with the
     driver installed, git's own re-merge (`git checkout -m -- FILE`) merges it again, the
@@ -16604,6 +16878,7 @@ def fix_conflict_markers(store: Store, finding: Finding, dry_run: bool) -> str |
     return said
 
 
+@fixes("pointer-archived")
 def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Clear a pointer to an archived session (archived in another clone)."""
     if dry_run:
@@ -16612,6 +16887,7 @@ def fix_pointer_archived(store: Store, finding: Finding, dry_run: bool) -> str |
     return "cleared the pointer: " + released.split(", so ", 1)[0] if released else None
 
 
+@fixes("session-moved")
 def fix_session_moved(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Join a session that is both active and archived (archived in one clone, written
     in the other, merged by git without stm sync: a modify/delete conflict) into the
@@ -16680,6 +16956,7 @@ def read_pointer_quietly(store: Store) -> str | None:
         return None
 
 
+@fixes("archive-incomplete")
 def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Finish an archive that was marked but not moved: one rename into history/."""
     folder = finding.target
@@ -16711,6 +16988,7 @@ def fix_archive_incomplete(store: Store, finding: Finding, dry_run: bool) -> str
     return f"moved to {store.rel(destination)}"
 
 
+@fixes("handoff-receipt")
 def fix_handoff_receipt(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """Write the log receipt an interrupted compose-handoff did not."""
     folder = os.path.dirname(os.path.dirname(finding.target))
@@ -16771,6 +17049,7 @@ def checkpoint_texts(state: dict) -> list[tuple[str, str]]:
     return [(what, text) for what, text in texts if isinstance(text, str)]
 
 
+@fixes("stale-reference")
 def fix_stale_reference(store: Store, finding: Finding, dry_run: bool) -> str | None:
     """A moved path in AGENT.md, MEMORY.md or a ref: the line is rewritten with the path
     it has now. Nothing else is ever rewritten or deleted."""
@@ -16793,153 +17072,6 @@ def fix_stale_reference(store: Store, finding: Finding, dry_run: bool) -> str | 
         lines[finding.line - 1] = line
         atomic_write(finding.target, in_line_ends_of(original, "\n".join(lines)).encode("utf-8"))
     return f"replaced `{old}` with `{new}`"
-
-
-class Rule:
-    """One check rule: id, severity, the fix advice it gives, and the function that
-    `check --fix` repairs it with (None: a person must). spec/*.md's rule tables list
-    the same ids and severities (a test compares them)."""
-
-    __slots__ = ("id", "severity", "fix", "fixer")
-
-    def __init__(self, rule_id: str, severity: str, fix: str, fixer=None):
-        self.id, self.severity, self.fix, self.fixer = rule_id, severity, fix, fixer
-
-
-FIX_RUN = "run `stm check --fix`"
-FIX_GIT = "restore it from git"
-
-# Every rule check knows; a new rule is one row here and one in the spec's table.
-RULES = {
-    rule.id: rule
-    for rule in (
-        # .stacks/ (spec/memory-layers.md)
-        Rule("layer-missing", "error", "run `stm init`"),
-        Rule(
-            "root-symlink",
-            "error",
-            "replace the link with the project's own folder (`rm` the link, then `git checkout` "
-            "the folder or `stm init`), or pass --dir/--state-dir with the folder it points to",
-        ),
-        Rule("layer-symlink", "error", "replace it with a real file or folder"),
-        Rule("identity-template", "warning", "write who the agent is into it"),
-        Rule("session-template", "warning", "write where work stands into it"),
-        Rule("heading-missing", "warning", "run `stm check --fix` to add it back", fix_heading),
-        Rule("ref-empty", "error", "write it, or delete it"),
-        Rule("ref-title", "error", "add a '# Title' line"),
-        Rule("ref-too-deep", "error", "flatten the folders (or move the files up)"),
-        Rule(
-            "file-too-large",
-            "error",
-            "keep big content outside memory (reference it by path), or restore the file from git",
-        ),
-        Rule(
-            "fact-current",
-            "error",
-            "set it with `stm fact set KEY VALUE` (which adds a History entry), or fix the file",
-        ),
-        Rule("log-name", "error", "rename it to the UTC date of its entries"),
-        Rule("log-entry", "error", FIX_GIT, fix_log_untangle),
-        Rule("log-torn", "warning", FIX_RUN + ", or the next `stm log` cuts it", fix_torn_tail),
-        Rule("boot-budget", "warning", "shorten MEMORY.md; move stable knowledge into refs/"),
-        Rule(
-            "memory-over-threshold",
-            "warning",
-            "run `stm compact` (the oldest bullets move to the log), or rewrite MEMORY.md",
-        ),
-        Rule(
-            "section-over-limit",
-            "warning",
-            "run `stm compact` (the oldest bullets beyond the limit move to the log), or "
-            "rewrite the section, or raise its limit in .stacks/config.json "
-            '(`{"section_limits": {"Next Steps": 20}}`, or `default_section_limit` for all)',
-        ),
-        Rule(
-            "compact-duplicate",
-            "warning",
-            FIX_RUN + " to remove them from the file (the log keeps them)",
-            fix_compact_duplicate,
-        ),
-        Rule("config-invalid", "error", "fix .stacks/config.json (spec/memory-layers.md)"),
-        Rule("secret", "error", "remove it and rotate the credential (git history keeps it)"),
-        Rule("temp-file", "warning", FIX_RUN + " to remove it", fix_temp_file),
-        Rule("git-attributes", "warning", FIX_RUN + " to add it", fix_git_file),
-        Rule("git-ignore", "warning", FIX_RUN + " to add it", fix_git_file),
-        Rule(
-            "merge-driver",
-            "warning",
-            FIX_RUN + " (or `stm setup git --install`) once in this clone",
-            fix_merge_driver,
-        ),
-        Rule("git-unmerged", "warning", "`git add` the file, then finish the merge"),
-        Rule("hook-command", "warning", "run `stm setup claude --install` in this clone"),
-        Rule("hook-not-run", "notice", "start the agent once; see spec/capture.md"),
-        Rule(
-            "stale-reference",
-            "warning",
-            "update the note; " + FIX_RUN + " writes a moved path's new one",
-            fix_stale_reference,
-        ),
-        # .state/ (spec/state-layout.md)
-        Rule("pointer-invalid", "error", "run `stm session switch ID` or `stm session new`"),
-        Rule(
-            "pointer-archived",
-            "warning",
-            FIX_RUN + " to clear it (the session stays readable: `stm session show ID`)",
-            fix_pointer_archived,
-        ),
-        Rule(
-            "session-moved",
-            "error",
-            FIX_RUN + " to join the two copies into the archived one",
-            fix_session_moved,
-        ),
-        Rule("session-id", "error", "move it out of .state/sessions/"),
-        Rule("session-symlink", "error", "replace it with a real file or folder"),
-        Rule("state-invalid", "error", FIX_GIT),
-        Rule("state-field", "error", "fix the field, or restore the file from git"),
-        Rule("state-timestamp", "error", "fix the field, or restore the file from git"),
-        Rule("state-phase", "error", "fix the field, or restore the file from git"),
-        Rule("state-size", "warning", "keep big inputs in context/ and reference them by path"),
-        Rule("history-invalid", "error", "restore the file from git"),
-        Rule("history-torn", "warning", FIX_RUN + ", or the next update cuts it", fix_torn_tail),
-        Rule(
-            "history-behind",
-            "warning",
-            FIX_RUN + " to record a `recovered` event",
-            fix_history_behind,
-        ),
-        Rule("archive-month", "error", "move it to the history month its id names"),
-        Rule(
-            "state-conflict",
-            "error",
-            "run `stm check --fix` to rebuild state.json from the merged history",
-            fix_state_conflict,
-        ),
-        Rule(
-            "conflict-markers",
-            "error",
-            "resolve the conflict (keep what both sides meant), then `git add` the file",
-            fix_conflict_markers,
-        ),
-        # handoffs (spec/handoff.md)
-        Rule("handoff-session-md", "error", "re-render it from context/handoff.json"),
-        Rule("handoff-invalid", "error", "restore the original handoff from git"),
-        Rule(
-            "handoff-receipt",
-            "warning",
-            FIX_RUN + ", or compose the handoff again, to log its receipt",
-            fix_handoff_receipt,
-        ),
-        Rule("import-incomplete", "error", "run the same `stm import` again to finish it"),
-        Rule(
-            "archive-incomplete",
-            "error",
-            FIX_RUN + " to finish moving it to history/",
-            fix_archive_incomplete,
-        ),
-    )
-}
 
 
 def fix_findings(store: Store, findings: list[Finding], dry_run: bool) -> list:
@@ -17011,10 +17143,62 @@ def check_store(
 
 
 # ==== Front ends: the commands ==============================================
+#
+# A command is one room: its `cmd_<verb>` handler, its `options_<verb>`, and its row,
+# command(...), right below them. The row names the command (`session new` for a verb),
+# its help line and example, whether it takes --json and whether it needs the store; the
+# Command line section builds the argparse tree from the rows, adds --json, and opens
+# the store for the handler (`cmd_<verb>(args, store)`), so no handler does either.
 
 
-def options_json(p) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
+class Command:
+    """One command, or one verb of a command that takes verbs (`session new`), as its
+    command(...) row declares it: `group` is the command it is a verb of (None: a command
+    of its own), `handler` the `cmd_<verb>` that runs it (None: a command whose verbs
+    run), `options` the function that adds its arguments, `json` the help of the --json
+    the dispatcher adds (None: no --json), `store` how the dispatcher opens the store for
+    the handler: "open", "init" (the folders may not exist yet) or None (the handler opens
+    it itself, if and when it needs it)."""
+
+    __slots__ = ("name", "group", "handler", "help", "example", "options", "json", "store")
+
+    def __init__(self, name, group, handler, help_text, example, options, json, store) -> None:
+        self.name, self.group, self.handler, self.options = name, group, handler, options
+        self.help, self.example, self.json, self.store = help_text, example, json, store
+
+
+# Every command and verb, in the order their rows are declared: (group, name) -> Command.
+COMMAND_ROWS: dict = {}
+
+
+def command(
+    name: str,
+    handler,
+    options,
+    help_text: str,
+    example: str,
+    *,
+    json: bool | str = False,
+    store: str | None = None,
+) -> Command:
+    """Declare a command where its handler is: `name` is `log`, or `session new` for a
+    verb; `json` True adds --json ("print JSON"), a string is that --json's own help;
+    `store` is "open" or "init" for a handler `cmd_<verb>(args, store)`."""
+    group, _, verb = name.rpartition(" ")
+    row = Command(
+        verb,
+        group or None,
+        handler,
+        help_text,
+        example,
+        options,
+        "print JSON" if json is True else json or None,
+        store,
+    )
+    if (row.group, row.name) in COMMAND_ROWS:
+        raise ValueError(f"command {name!r} is declared twice")
+    COMMAND_ROWS[row.group, row.name] = row
+    return row
 
 
 def setup_actions(p, *, shows: str, installs: str, removes: str, check: bool = True) -> None:
@@ -17047,7 +17231,6 @@ def options_update(p) -> None:
         metavar="N",
         help="refuse (exit 3) unless the stored version is N (optimistic concurrency)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def out(text: str = "") -> None:
@@ -17060,8 +17243,7 @@ def print_json(obj: dict) -> None:
     print(dumps_json({"schema_version": JSON_SCHEMA_VERSION, **obj}), end="")
 
 
-def cmd_init(args) -> int:
-    store = store_from_args(args, for_init=True)
+def cmd_init(args, store: Store) -> int:
     report: list = []
     refuse_symlink(store.stacks, "stacks folder")
     # Before the lock: the lock file lives in .stacks/, which must exist first.
@@ -17118,11 +17300,20 @@ def options_init(p) -> None:
         action="store_true",
         help="rewrite the template files, keeping the old content as a .bak beside them",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_boot(args) -> int:
-    store = store_from_args(args)
+command(
+    "init",
+    cmd_init,
+    options_init,
+    "create .stacks/ and .state/ from the templates",
+    "stm init",
+    json=True,
+    store="init",
+)
+
+
+def cmd_boot(args, store: Store) -> int:
     for flag, value in (("--max-tokens", args.max_tokens), ("--max-chars", args.max_chars)):
         if value is not None and value < 1:
             raise usage_error(f"{flag} must be a positive number")
@@ -17165,7 +17356,17 @@ def options_boot(p) -> None:
         action="store_true",
         help="ignore --max-tokens and --max-chars: print everything (what a cut boot points to)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON with sections and token counts")
+
+
+command(
+    "boot",
+    cmd_boot,
+    options_boot,
+    "print identity, session memory, active workflow and refs index",
+    "stm boot --max-tokens 1500",
+    json="print JSON with sections and token counts",
+    store="open",
+)
 
 
 def read_message(args) -> str:
@@ -17224,11 +17425,19 @@ def options_log(p) -> None:
         help="log text even if it looks like a credential (each such line is marked "
         "`stm:allow-secret`, so check and sync pass it)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON (path, timestamp, author)")
 
 
-def cmd_check(args) -> int:
-    store = store_from_args(args)
+command(
+    "log",
+    cmd_log,
+    options_log,
+    "append an entry to today's log",
+    'stm log "fixed the parser; see refs/parser.md"',
+    json="print JSON (path, timestamp, author)",
+)
+
+
+def cmd_check(args, store: Store) -> int:
     only = None
     if args.staged:
         only = staged_store_paths(store)
@@ -17289,11 +17498,20 @@ def options_check(p) -> None:
         "moved paths in notes",
     )
     p.add_argument("--dry-run", action="store_true", help="with --fix: say what it would repair")
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
 
 
-def cmd_status(args) -> int:
-    store = store_from_args(args)
+command(
+    "check",
+    cmd_check,
+    options_check,
+    "validate the memory; exit 1 on errors",
+    "stm check --strict",
+    json="print findings as JSON",
+    store="open",
+)
+
+
+def cmd_status(args, store: Store) -> int:
     status = gather_status(store)
     if args.json:
         print_json(status)
@@ -17331,8 +17549,27 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
-def cmd_session_new(args) -> int:
-    store = store_from_args(args)
+command(
+    "status",
+    cmd_status,
+    None,
+    "sizes, ages, budget, sessions and staleness",
+    "stm status --json",
+    json=True,
+    store="open",
+)
+
+
+command(
+    "session",
+    None,
+    None,
+    "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
+    "stm session new --name 'port parser' --phases plan,build,ship",
+)
+
+
+def cmd_session_new(args, store: Store) -> int:
     phases = parse_phase_list(args.phases) if args.phases is not None else None
     ref, state = new_session(
         store, name=args.name, phases=phases, phase=args.phase, switch=not args.no_switch
@@ -17352,11 +17589,20 @@ def options_session_new(p) -> None:
     p.add_argument("--phase", help="the first phase (default: first of --phases, else 'init')")
     p.add_argument("--phases", metavar="A,B,C", help="the valid phases, in order")
     p.add_argument("--no-switch", action="store_true", help="do not make it current")
-    p.add_argument("--json", action="store_true", help="print a JSON object, not the id")
 
 
-def cmd_session_switch(args) -> int:
-    store = store_from_args(args)
+command(
+    "session new",
+    cmd_session_new,
+    options_session_new,
+    "start a session and make it current",
+    "stm session new --name 'port parser' --phases plan,build,ship",
+    json="print a JSON object, not the id",
+    store="open",
+)
+
+
+def cmd_session_switch(args, store: Store) -> int:
     ref = switch_session(store, args.id)
     warn_about_pin(store, ref.id)
     if args.json:
@@ -17369,16 +17615,25 @@ def cmd_session_switch(args) -> int:
 
 def options_session_switch(p) -> None:
     p.add_argument("id", metavar="ID", help="full id, or 4+ characters of it, e.g. 3f9a")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_session_archive(args) -> int:
-    store = store_from_args(args)
+command(
+    "session switch",
+    cmd_session_switch,
+    options_session_switch,
+    "make a session current",
+    "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_archive(args, store: Store) -> int:
     if args.stale:
         return report_archive_stale(args, store)
-    if args.dry_run:
-        raise usage_error("--dry-run goes with --stale")
-    ref, state, moved = archive_session(store, args.id, expect_version=args.expect_version)
+    ref, state, moved = archive_session(
+        store, args.id, expect_version=args.expect_version, dry_run=args.dry_run
+    )
     if args.json:
         print_json(session_summary(store, ref, state, current=False))
         return EXIT_OK
@@ -17407,13 +17662,23 @@ def options_session_archive(p) -> None:
         metavar="N",
         help="refuse (exit 3) unless the stored version is N",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "session archive",
+    cmd_session_archive,
+    options_session_archive,
+    "move a session to history/YYYY-MM/ (read-only from then on)",
+    "stm session archive            (the current session)",
+    json=True,
+    store="open",
+)
 
 
 def report_archive_stale(args, store: Store) -> int:
-    if args.id is not None or args.expect_version is not None:
-        raise usage_error("--stale archives every stale session: give no ID or --expect-version")
-    sessions = archive_stale(store, dry_run=args.dry_run)
+    sessions = archive_stale(
+        store, dry_run=args.dry_run, token=args.id, expect_version=args.expect_version
+    )
     if args.json:
         rows = [session_summary(store, ref, state, current=False) for ref, state in sessions]
         print_json({"dry_run": bool(args.dry_run), "sessions": rows})
@@ -17434,8 +17699,7 @@ def report_archive_stale(args, store: Store) -> int:
     return EXIT_OK
 
 
-def cmd_session_list(args) -> int:
-    store = store_from_args(args)
+def cmd_session_list(args, store: Store) -> int:
     current = current_id_quietly(store)
     listing = [(sid, path, False) for sid, path in iter_active_sessions(store)]
     if args.all:
@@ -17484,11 +17748,20 @@ def cmd_session_list(args) -> int:
 
 def options_session_list(p) -> None:
     p.add_argument("--all", action="store_true", help="include archived sessions")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_session_show(args) -> int:
-    store = store_from_args(args)
+command(
+    "session list",
+    cmd_session_list,
+    options_session_list,
+    "list sessions (* marks the current one)",
+    "stm session list --all",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_show(args, store: Store) -> int:
     ref = require_session(store, args.id)
     state = load_state(ref)
     events = read_last_events(ref, 10)
@@ -17514,11 +17787,20 @@ def cmd_session_show(args) -> int:
 
 def options_session_show(p) -> None:
     p.add_argument("id", metavar="ID", nargs="?", help="the session (default: the current one)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_session_phase(args) -> int:
-    store = store_from_args(args)
+command(
+    "session show",
+    cmd_session_show,
+    options_session_show,
+    "show a session's state and recent events",
+    "stm session show --json",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_phase(args, store: Store) -> int:
     ref, state, changed = set_phase(
         store, args.name, session=args.session, expect_version=args.expect_version
     )
@@ -17529,6 +17811,17 @@ def cmd_session_phase(args) -> int:
 def options_session_phase(p) -> None:
     p.add_argument("name", metavar="NAME", help="the new phase")
     options_update(p)
+
+
+command(
+    "session phase",
+    cmd_session_phase,
+    options_session_phase,
+    "move the session to another phase",
+    "stm session phase build",
+    json=True,
+    store="open",
+)
 
 
 def report_update(args, store, ref, state, changed: bool, what: str) -> None:
@@ -17542,8 +17835,7 @@ def report_update(args, store, ref, state, changed: bool, what: str) -> None:
         out(f"{ref.id}: {what}; nothing changed (version {state['version']})")
 
 
-def cmd_session_checkpoint(args) -> int:
-    store = store_from_args(args)
+def cmd_session_checkpoint(args, store: Store) -> int:
     ref, state, changed, warnings = checkpoint_session(
         store,
         session=args.session,
@@ -17562,8 +17854,51 @@ def cmd_session_checkpoint(args) -> int:
     return EXIT_OK
 
 
-def cmd_session_handoff(args) -> int:
-    store = store_from_args(args)
+def options_session_checkpoint(p) -> None:
+    p.add_argument(
+        "--done",
+        metavar="STEP",
+        action="append",
+        help="a pending step just completed (repeat for several): its text, its number in "
+        "boot, or a part of its text that only it holds; a phase is changed with `session "
+        "phase`",
+    )
+    p.add_argument(
+        "--pending",
+        metavar="STEP",
+        action="append",
+        help="a pending step (repeat; given, the steps replace the pending list)",
+    )
+    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
+    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
+    p.add_argument(
+        "--note", metavar="TEXT", help='recovery notes for whoever resumes ("" clears them)'
+    )
+    p.add_argument(
+        "--interrupted",
+        action="store_true",
+        help="record that the work was cut off (recovery.interrupted_at; a later --done clears it)",
+    )
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="mark the work finished without archiving it: pending cleared, nothing to resume",
+    )
+    options_update(p)
+
+
+command(
+    "session checkpoint",
+    cmd_session_checkpoint,
+    options_session_checkpoint,
+    "record progress so a crashed or replaced agent can resume",
+    "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
+    json=True,
+    store="open",
+)
+
+
+def cmd_session_handoff(args, store: Store) -> int:
     handoff = session_handoff(
         store,
         to=args.to,
@@ -17599,6 +17934,16 @@ def options_session_handoff(p) -> None:
     )
     p.add_argument("--session", metavar="ID", help="write it from this session, not the current")
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE, not stdout")
+
+
+command(
+    "session handoff",
+    cmd_session_handoff,
+    options_session_handoff,
+    "write a handoff (the JSON compose-handoff reads) from the current session",
+    "stm session handoff --to builder-agent --task 'port the grammar' -o handoff.json",
+    store="open",
+)
 
 
 def cmd_compose_handoff(args) -> int:
@@ -17681,7 +18026,16 @@ def options_compose_handoff(p) -> None:
         action="store_true",
         help="print a handoff JSON to fill in (every field, created_at now) and exit",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "compose-handoff",
+    cmd_compose_handoff,
+    options_compose_handoff,
+    "turn a handoff JSON into a resumable session with a Session.md",
+    "stm compose-handoff handoff.json",
+    json=True,
+)
 
 
 def read_note_text(args) -> str:
@@ -17798,11 +18152,28 @@ def options_note(p) -> None:
         help="write text even if it looks like a credential (each such line is marked "
         "`stm:allow-secret`, so check and sync pass it)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_set(args) -> int:
-    store = store_from_args(args)
+command(
+    "note",
+    cmd_note,
+    options_note,
+    "add a bullet to a MEMORY.md section (or replace it), safely",
+    'stm note "Next Steps" "port the expression grammar"',
+    json=True,
+)
+
+
+command(
+    "fact",
+    None,
+    None,
+    "facts with history in refs/facts.md: set, get, list, rm",
+    'stm fact set primary_language Go --why "switched from Python"',
+)
+
+
+def cmd_fact_set(args, store: Store) -> int:
     result = set_fact(
         store,
         args.key,
@@ -17829,11 +18200,21 @@ def options_fact_set(p) -> None:
         "`stm:allow-secret`, so check and sync pass it)",
     )
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_get(args) -> int:
-    fact = get_fact(store_from_args(args), args.key, block=args.block)
+command(
+    "fact set",
+    cmd_fact_set,
+    options_fact_set,
+    "set a fact's current value; the old one stays in its history",
+    'stm fact set primary_language Go --why "switched from Python"',
+    json=True,
+    store="open",
+)
+
+
+def cmd_fact_get(args, store: Store) -> int:
+    fact = get_fact(store, args.key, block=args.block)
     if args.json:
         print_json(fact.as_dict(with_history=args.history))
         return EXIT_OK
@@ -17850,11 +18231,21 @@ def options_fact_get(p) -> None:
     p.add_argument("key", metavar="KEY", help="the fact's key")
     p.add_argument("--history", action="store_true", help="also every earlier value")
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_list(args) -> int:
-    path, facts = load_facts(store_from_args(args), args.block)
+command(
+    "fact get",
+    cmd_fact_get,
+    options_fact_get,
+    "print a fact's current value (--history: every value)",
+    "stm fact get primary_language --history",
+    json=True,
+    store="open",
+)
+
+
+def cmd_fact_list(args, store: Store) -> int:
+    path, facts = load_facts(store, args.block)
     if args.json:
         print_json({"block": args.block, "facts": [fact.as_dict() for fact in facts]})
         return EXIT_OK
@@ -17865,11 +18256,21 @@ def cmd_fact_list(args) -> int:
 
 def options_fact_list(p) -> None:
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_fact_rm(args) -> int:
-    result = remove_fact(store_from_args(args), args.key, why=args.why, block=args.block)
+command(
+    "fact list",
+    cmd_fact_list,
+    options_fact_list,
+    "list the facts of a block",
+    "stm fact list --json",
+    json=True,
+    store="open",
+)
+
+
+def cmd_fact_rm(args, store: Store) -> int:
+    result = remove_fact(store, args.key, why=args.why, block=args.block)
     if args.json:
         print_json(result)
     return EXIT_OK
@@ -17879,11 +18280,21 @@ def options_fact_rm(p) -> None:
     p.add_argument("key", metavar="KEY", help="the fact's key")
     p.add_argument("--why", metavar="TEXT", required=True, help="why it goes (logged)")
     options_fact_block(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_compact(args) -> int:
-    result = compact_store(store_from_args(args), dry_run=args.dry_run)
+command(
+    "fact rm",
+    cmd_fact_rm,
+    options_fact_rm,
+    "remove a fact; its history goes to today's log",
+    'stm fact rm old_key --why "no longer true"',
+    json=True,
+    store="open",
+)
+
+
+def cmd_compact(args, store: Store) -> int:
+    result = compact_store(store, dry_run=args.dry_run)
     if args.json:
         print_json(result)
         return EXIT_OK
@@ -17899,11 +18310,21 @@ def cmd_compact(args) -> int:
 
 def options_compact(p) -> None:
     p.add_argument("--dry-run", action="store_true", help="say what would move; change nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_digest(args) -> int:
-    result = digest(store_from_args(args), since=args.since)
+command(
+    "compact",
+    cmd_compact,
+    options_compact,
+    "move MEMORY.md's oldest bullets (and old fact history) over their limits to the log",
+    "stm compact --dry-run",
+    json=True,
+    store="open",
+)
+
+
+def cmd_digest(args, store: Store) -> int:
+    result = digest(store, since=args.since)
     if args.json:
         print_json(result)
         return EXIT_OK
@@ -17926,11 +18347,29 @@ def options_digest(p) -> None:
         help="from DATE (YYYY-MM-DD, an ISO time, or last-boot: this checkout's last `stm "
         "boot`) on (default: MEMORY.md's Last Updated)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_refs_show(args) -> int:
-    store = store_from_args(args)
+command(
+    "digest",
+    cmd_digest,
+    options_digest,
+    "what happened since MEMORY.md was last updated: log entries and fact changes",
+    "stm digest --json",
+    json=True,
+    store="open",
+)
+
+
+command(
+    "refs",
+    None,
+    None,
+    "read the reference layer: list, show",
+    "stm refs list",
+)
+
+
+def cmd_refs_show(args, store: Store) -> int:
     path = ref_path(store, args.name)
     text = read_text(path)
     if args.json:
@@ -17943,11 +18382,20 @@ def cmd_refs_show(args) -> int:
 
 def options_refs_show(p) -> None:
     p.add_argument("name", metavar="NAME", help="the ref: deploy, deploy.md, refs/ops/deploy.md")
-    p.add_argument("--json", action="store_true", help="print JSON (path, text)")
 
 
-def cmd_refs_list(args) -> int:
-    store = store_from_args(args)
+command(
+    "refs show",
+    cmd_refs_show,
+    options_refs_show,
+    "print one ref (deploy, deploy.md or refs/deploy.md)",
+    "stm refs show facts   (refs/facts.md, where `stm fact` keeps facts)",
+    json="print JSON (path, text)",
+    store="open",
+)
+
+
+def cmd_refs_list(args, store: Store) -> int:
     refs = BootParts(store).refs
     if args.json:
         rows = [{"path": r.path, "title": r.title, "summary": r.summary} for r in refs]
@@ -17960,16 +18408,21 @@ def cmd_refs_list(args) -> int:
     return EXIT_OK
 
 
-def cmd_search(args) -> int:
-    store = store_from_args(args)
-    if args.rank and args.regex:
-        raise usage_error("--rank takes words, not a regular expression: drop --regex")
-    if args.rank:
-        hits = ranked_search(store, args.pattern, layer=args.layer, since=args.since)
-    else:
-        hits = search_memory(
-            store, args.pattern, layer=args.layer, since=args.since, regex=args.regex
-        )
+command(
+    "refs list",
+    cmd_refs_list,
+    None,
+    "list the refs as boot's index does: path, title, summary",
+    "stm refs list",
+    json=True,
+    store="open",
+)
+
+
+def cmd_search(args, store: Store) -> int:
+    hits = search_memory(
+        store, args.pattern, layer=args.layer, since=args.since, regex=args.regex, rank=args.rank
+    )
     found = []
     for hit in hits:
         if args.json:
@@ -17996,7 +18449,17 @@ def options_search(p) -> None:
         help="PATTERN is words: lines holding any of them, best match first (BM25, as boot's "
         "Related block ranks)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "search",
+    cmd_search,
+    options_search,
+    "search memory, newest logs first (exit 1 when nothing matched)",
+    "stm search parser --layer logs --since 2026-11-01",
+    json=True,
+    store="open",
+)
 
 
 def cmd_capture(args) -> int:
@@ -18067,6 +18530,15 @@ def options_capture(p) -> None:
     )
 
 
+command(
+    "capture",
+    cmd_capture,
+    options_capture,
+    "record what an agent session did, from its client's hook payload (exit 0 always)",
+    "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
+)
+
+
 def cmd_nudge(args) -> int:
     """A hook's entry point (UserPromptSubmit, PostToolUse): exit 0 and nothing printed on
     every input; one line of JSON for the client when the work has outgrown memory."""
@@ -18087,6 +18559,15 @@ def cmd_nudge(args) -> int:
 
 def options_nudge(p) -> None:
     options_hook_client(p)
+
+
+command(
+    "nudge",
+    cmd_nudge,
+    options_nudge,
+    "tell the agent, once, when its work has outgrown memory (a hook; exit 0 always)",
+    "stm nudge --client claude   (a PostToolUse hook: the payload on stdin)",
+)
 
 
 def hook_boot(args, store, payload=None) -> None:
@@ -18205,6 +18686,15 @@ def check_hooks(args, client, root, shown, wanted, installed) -> int:
     return EXIT_OK
 
 
+command(
+    "setup",
+    None,
+    None,
+    "wire stm into agent tools and git: claude, codex, agents-md, mcp, git",
+    "stm setup claude --install",
+)
+
+
 def cmd_setup_claude(args) -> int:
     return setup_hooks(args, hook_client("claude"))
 
@@ -18225,6 +18715,15 @@ def options_setup_claude(p) -> None:
     )
 
 
+command(
+    "setup claude",
+    cmd_setup_claude,
+    options_setup_claude,
+    "Claude Code: hooks that capture each session and boot at every start (.claude/settings.json)",
+    "stm setup claude --install",
+)
+
+
 def cmd_setup_codex(args) -> int:
     return setup_hooks(args, hook_client("codex"))
 
@@ -18236,6 +18735,15 @@ def options_setup_codex(p) -> None:
         installs="merge the hooks into .codex/hooks.json (keeps one backup)",
         removes="take out only what stm added",
     )
+
+
+command(
+    "setup codex",
+    cmd_setup_codex,
+    options_setup_codex,
+    "Codex: hooks that capture each session and boot at every start (.codex/hooks.json)",
+    "stm setup codex --install",
+)
 
 
 def cmd_setup_mcp(args) -> int:
@@ -18307,6 +18815,15 @@ def options_setup_mcp(p) -> None:
     )
 
 
+command(
+    "setup mcp",
+    cmd_setup_mcp,
+    options_setup_mcp,
+    "MCP clients (Claude Code, Cursor, VS Code, Codex): run `stm mcp` as a server",
+    "stm setup mcp --install --client cursor",
+)
+
+
 def cmd_setup_agents_md(args) -> int:
     root = project_root(args)
     path = args.file or os.path.join(root, "AGENTS.md")
@@ -18357,8 +18874,16 @@ def options_setup_agents_md(p) -> None:
     )
 
 
-def cmd_export(args) -> int:
-    store = store_from_args(args)
+command(
+    "setup agents-md",
+    cmd_setup_agents_md,
+    options_setup_agents_md,
+    "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
+    "stm setup agents-md --install --file CLAUDE.md",
+)
+
+
+def cmd_export(args, store: Store) -> int:
     target = args.output or f"stm-memory-{iso_now()[:10]}.zip"
     refuse_output_target(target, "a .zip file")
     names = write_export(store, target, args.include_state)
@@ -18377,12 +18902,20 @@ def options_export(p) -> None:
         help="the zip to write (default: stm-memory-YYYY-MM-DD.zip here)",
     )
     p.add_argument("--include-state", action="store_true", help="add .state/ (sessions)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_import(args) -> int:
-    # An import may be what makes the store: a new container restoring its checkpoint.
-    store = store_from_args(args, for_init=True)
+command(
+    "export",
+    cmd_export,
+    options_export,
+    "write the memory to one zip file",
+    "stm export -o memory.zip --include-state",
+    json=True,
+    store="open",
+)
+
+
+def cmd_import(args, store: Store) -> int:
     source = args.file
     if source is None:
         source = newest_checkpoint(store)
@@ -18439,7 +18972,18 @@ def options_import(p) -> None:
         action="store_true",
         help="also list the files already the same (by default: the changes and the counts)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "import",
+    cmd_import,
+    options_import,
+    "restore memory from a zip made by stm export",
+    "stm import memory.zip --dry-run",
+    json=True,
+    # An import may be what makes the store: a new container restoring its checkpoint.
+    store="init",
+)
 
 
 def report_import(args, plan: list, skipped: list[str]) -> None:
@@ -18485,6 +19029,15 @@ def options_merge_file(p) -> None:
         help="conflict marker length (git's %%L; default %(default)s)",
     )
     p.add_argument("--path", metavar="P", help="the file's path in the repository (%%P)")
+
+
+command(
+    "merge-file",
+    cmd_merge_file,
+    options_merge_file,
+    "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
+    "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
+)
 
 
 def add_merge_attributes(root: str, args) -> list[str]:
@@ -18557,10 +19110,18 @@ def options_setup_git(p) -> None:
     )
 
 
-def cmd_commit(args) -> int:
+command(
+    "setup git",
+    cmd_setup_git,
+    options_setup_git,
+    "git: the merge driver that merges MEMORY.md, AGENT.md and refs section by section",
+    "stm setup git --install   (once per clone)",
+)
+
+
+def cmd_commit(args, store: Store) -> int:
     import shutil
 
-    store = store_from_args(args)
     root = os.path.dirname(store.stacks)
     if shutil.which("git") is None:
         raise StmError("git is not installed (or not on PATH); stm commit needs it")
@@ -18595,11 +19156,20 @@ def cmd_commit(args) -> int:
 
 def options_commit(p) -> None:
     p.add_argument("-m", "--message", metavar="MESSAGE", help="the commit message")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def cmd_sync(args) -> int:
-    store = store_from_args(args)
+command(
+    "commit",
+    cmd_commit,
+    options_commit,
+    "commit the memory directories, and only them, with git",
+    'stm commit -m "memory: parser work"',
+    json=True,
+    store="open",
+)
+
+
+def cmd_sync(args, store: Store) -> int:
     report = sync_memory(
         store, remote=args.remote, message=args.commit_message, dry_run=args.dry_run
     )
@@ -18632,7 +19202,17 @@ def options_sync(p) -> None:
         action="store_true",
         help="fetch, then say what would be sent and received; commit and push nothing",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+command(
+    "sync",
+    cmd_sync,
+    options_sync,
+    "commit memory, merge the upstream's, push; your other changes stay as they are",
+    "stm sync --dry-run",
+    json=True,
+    store="open",
+)
 
 
 def sync_at_session_end(store: Store, started: float) -> None:
@@ -18836,13 +19416,9 @@ MCP_SEARCH_OUTPUT = {
 )
 def mcp_tool_search(store: Store, args: dict):
     limit = args.get("limit", 50)
-    if args.get("rank") and args.get("regex"):
-        raise usage_error("rank takes words, not a regular expression: drop regex")
     where = {"layer": args.get("layer"), "since": args.get("since")}
-    if args.get("rank"):
-        hits = ranked_search(store, args["query"], **where)
-    else:
-        hits = search_memory(store, args["query"], regex=args.get("regex", False), **where)
+    regex, rank = args.get("regex", False), args.get("rank", False)
+    hits = search_memory(store, args["query"], regex=regex, rank=rank, **where)
     matches = []
     for hit in hits:
         # A match past the limit is what says there are more: `truncated` is never a guess,
@@ -18966,19 +19542,21 @@ def mcp_tool_session_switch(store: Store, args: dict):
     "session_archive",
     "Archive a session (stale: every one untouched for 14 days).",
     optional={"session": _STR, "stale": _BOOL, "dry_run": _BOOL},
+    # The operation's refusals name these flags: "dry_run goes with stale" reads as said.
+    flags={"dry-run": "dry_run", "stale": "stale"},
 )
 def mcp_tool_session_archive(store: Store, args: dict):
     if args.get("stale"):
-        if args.get("session"):
-            raise usage_error("stale archives every stale session: give no session")
-        sessions = archive_stale(store, dry_run=args.get("dry_run", False))
+        sessions = archive_stale(
+            store, dry_run=args.get("dry_run", False), token=args.get("session")
+        )
         verb = "would archive" if args.get("dry_run") else "archived"
         lines = [f"{verb} {ref.id}" for ref, _ in sessions] or ["no stale session"]
         rows = [session_summary(store, ref, state, False) for ref, state in sessions]
         return "\n".join(lines), {"dry_run": bool(args.get("dry_run")), "sessions": rows}
-    if args.get("dry_run"):
-        raise usage_error("dry_run goes with stale")
-    ref, state, moved = archive_session(store, args.get("session"))
+    ref, state, moved = archive_session(
+        store, args.get("session"), dry_run=args.get("dry_run", False)
+    )
     said = f"archived to {store.rel(ref.path)}" if moved else "already archived; nothing to do"
     return f"{ref.id}: {said}", session_summary(store, ref, state, False)
 
@@ -19332,19 +19910,16 @@ def options_mcp(p) -> None:
     p.set_defaults()  # --dir, --state-dir and --user are the global options
 
 
+command(
+    "mcp",
+    cmd_mcp,
+    options_mcp,
+    "serve memory as MCP tools over stdio (revisions 2026-07-28 and 2024-11-05..2025-11-25)",
+    "stm mcp --dir .stacks   (run by an agent client; see `stm setup mcp`)",
+)
+
+
 # ==== Command line ===========================================================
-
-
-class Command:
-    """One row of a command table (COMMANDS, and a verb table for a command that takes
-    verbs): its name, the `cmd_<verb>` that runs it, the one-line help, an example, and
-    the function that adds its options (None: it has verbs of its own, in VERBS)."""
-
-    __slots__ = ("name", "handler", "help", "example", "options")
-
-    def __init__(self, name: str, handler, help_text: str, example: str, options) -> None:
-        self.name, self.handler, self.help, self.example = name, handler, help_text, example
-        self.options = options
 
 
 EXIT_CODES_HELP = """\
@@ -19406,256 +19981,33 @@ def global_options(*, shown: bool = True):
     return parent
 
 
-def options_session_checkpoint(p) -> None:
-    p.add_argument(
-        "--done",
-        metavar="STEP",
-        action="append",
-        help="a pending step just completed (repeat for several): its text, its number in "
-        "boot, or a part of its text that only it holds; a phase is changed with `session "
-        "phase`",
-    )
-    p.add_argument(
-        "--pending",
-        metavar="STEP",
-        action="append",
-        help="a pending step (repeat; given, the steps replace the pending list)",
-    )
-    p.add_argument("--clear-pending", action="store_true", help="empty the pending list")
-    p.add_argument("--resume", metavar="TEXT", help="how to resume the work")
-    p.add_argument(
-        "--note", metavar="TEXT", help='recovery notes for whoever resumes ("" clears them)'
-    )
-    p.add_argument(
-        "--interrupted",
-        action="store_true",
-        help="record that the work was cut off (recovery.interrupted_at; a later --done clears it)",
-    )
-    p.add_argument(
-        "--finish",
-        action="store_true",
-        help="mark the work finished without archiving it: pending cleared, nothing to resume",
-    )
-    options_update(p)
+# The order `stm --help` lists the commands in, and `stm X --help` the verbs of X: what a
+# newcomer needs first comes first. A command or verb not named here is listed after
+# these, in the order its row was declared.
+HELP_ORDER = {
+    None: "init boot log check status session compose-handoff note search compact digest "
+    "fact refs setup capture nudge merge-file mcp export import commit sync",
+    "refs": "list show",
+    "setup": "claude codex agents-md mcp git",
+}
+
+
+def command_tables() -> tuple[tuple, dict]:
+    """(the commands, {a command of verbs: its verbs}), from the rows, in HELP_ORDER."""
+    groups: dict = {}
+    for row in COMMAND_ROWS.values():
+        groups.setdefault(row.group, []).append(row)
+    for group, names in HELP_ORDER.items():
+        rank = {name: at for at, name in enumerate(names.split())}
+        # A stable sort: the rows HELP_ORDER does not name keep their order, last.
+        groups.get(group, []).sort(key=lambda row: rank.get(row.name, len(rank)))
+    commands = tuple(groups.pop(None, ()))
+    return commands, {group: tuple(rows) for group, rows in groups.items()}
 
 
 # The parser of a command is built only when that command runs (or for --help): argparse
 # costs about half a millisecond per subparser.
-COMMANDS = (
-    Command(
-        "init",
-        cmd_init,
-        "create .stacks/ and .state/ from the templates",
-        "stm init",
-        options_init,
-    ),
-    Command(
-        "boot",
-        cmd_boot,
-        "print identity, session memory, active workflow and refs index",
-        "stm boot --max-tokens 1500",
-        options_boot,
-    ),
-    Command(
-        "log",
-        cmd_log,
-        "append an entry to today's log",
-        'stm log "fixed the parser; see refs/parser.md"',
-        options_log,
-    ),
-    Command(
-        "check",
-        cmd_check,
-        "validate the memory; exit 1 on errors",
-        "stm check --strict",
-        options_check,
-    ),
-    Command(
-        "status",
-        cmd_status,
-        "sizes, ages, budget, sessions and staleness",
-        "stm status --json",
-        options_json,
-    ),
-    Command(
-        "session",
-        None,
-        "workflow sessions: new, switch, archive, list, show, phase, checkpoint, handoff",
-        "stm session new --name 'port parser' --phases plan,build,ship",
-        None,
-    ),
-    Command(
-        "compose-handoff",
-        cmd_compose_handoff,
-        "turn a handoff JSON into a resumable session with a Session.md",
-        "stm compose-handoff handoff.json",
-        options_compose_handoff,
-    ),
-    Command(
-        "note",
-        cmd_note,
-        "add a bullet to a MEMORY.md section (or replace it), safely",
-        'stm note "Next Steps" "port the expression grammar"',
-        options_note,
-    ),
-    Command(
-        "search",
-        cmd_search,
-        "search memory, newest logs first (exit 1 when nothing matched)",
-        "stm search parser --layer logs --since 2026-11-01",
-        options_search,
-    ),
-    Command(
-        "compact",
-        cmd_compact,
-        "move MEMORY.md's oldest bullets (and old fact history) over their limits to the log",
-        "stm compact --dry-run",
-        options_compact,
-    ),
-    Command(
-        "digest",
-        cmd_digest,
-        "what happened since MEMORY.md was last updated: log entries and fact changes",
-        "stm digest --json",
-        options_digest,
-    ),
-    Command(
-        "fact",
-        None,
-        "facts with history in refs/facts.md: set, get, list, rm",
-        'stm fact set primary_language Go --why "switched from Python"',
-        None,
-    ),
-    Command(
-        "refs",
-        None,
-        "read the reference layer: list, show",
-        "stm refs list",
-        None,
-    ),
-    Command(
-        "setup",
-        None,
-        "wire stm into agent tools and git: claude, codex, agents-md, mcp, git",
-        "stm setup claude --install",
-        None,
-    ),
-    Command(
-        "capture",
-        cmd_capture,
-        "record what an agent session did, from its client's hook payload (exit 0 always)",
-        "stm capture --boot --max-chars 9500   (a SessionStart hook: the payload on stdin)",
-        options_capture,
-    ),
-    Command(
-        "nudge",
-        cmd_nudge,
-        "tell the agent, once, when its work has outgrown memory (a hook; exit 0 always)",
-        "stm nudge --client claude   (a PostToolUse hook: the payload on stdin)",
-        options_nudge,
-    ),
-    Command(
-        "merge-file",
-        cmd_merge_file,
-        "three-way merge of MEMORY.md, AGENT.md or a ref (the git merge driver)",
-        "stm merge-file base.md ours.md theirs.md   (exit 1: conflict markers written)",
-        options_merge_file,
-    ),
-    Command(
-        "mcp",
-        cmd_mcp,
-        "serve memory as MCP tools over stdio (revisions 2026-07-28 and 2024-11-05..2025-11-25)",
-        "stm mcp --dir .stacks   (run by an agent client; see `stm setup mcp`)",
-        options_mcp,
-    ),
-    Command(
-        "export",
-        cmd_export,
-        "write the memory to one zip file",
-        "stm export -o memory.zip --include-state",
-        options_export,
-    ),
-    Command(
-        "import",
-        cmd_import,
-        "restore memory from a zip made by stm export",
-        "stm import memory.zip --dry-run",
-        options_import,
-    ),
-    Command(
-        "commit",
-        cmd_commit,
-        "commit the memory directories, and only them, with git",
-        'stm commit -m "memory: parser work"',
-        options_commit,
-    ),
-    Command(
-        "sync",
-        cmd_sync,
-        "commit memory, merge the upstream's, push; your other changes stay as they are",
-        "stm sync --dry-run",
-        options_sync,
-    ),
-)
-
-SESSION_VERBS = (
-    Command(
-        "new",
-        cmd_session_new,
-        "start a session and make it current",
-        "stm session new --name 'port parser' --phases plan,build,ship",
-        options_session_new,
-    ),
-    Command(
-        "switch",
-        cmd_session_switch,
-        "make a session current",
-        "stm session switch 2026-11-22-3f9a0c1d   (or a unique prefix/suffix: 3f9a)",
-        options_session_switch,
-    ),
-    Command(
-        "archive",
-        cmd_session_archive,
-        "move a session to history/YYYY-MM/ (read-only from then on)",
-        "stm session archive            (the current session)",
-        options_session_archive,
-    ),
-    Command(
-        "list",
-        cmd_session_list,
-        "list sessions (* marks the current one)",
-        "stm session list --all",
-        options_session_list,
-    ),
-    Command(
-        "show",
-        cmd_session_show,
-        "show a session's state and recent events",
-        "stm session show --json",
-        options_session_show,
-    ),
-    Command(
-        "phase",
-        cmd_session_phase,
-        "move the session to another phase",
-        "stm session phase build",
-        options_session_phase,
-    ),
-    Command(
-        "checkpoint",
-        cmd_session_checkpoint,
-        "record progress so a crashed or replaced agent can resume",
-        "stm session checkpoint --done lexer --pending 'port the grammar' --resume 'run pytest'",
-        options_session_checkpoint,
-    ),
-    Command(
-        "handoff",
-        cmd_session_handoff,
-        "write a handoff (the JSON compose-handoff reads) from the current session",
-        "stm session handoff --to builder-agent --task 'port the grammar' -o handoff.json",
-        options_session_handoff,
-    ),
-)
+COMMANDS, VERBS = command_tables()
 
 
 def usage_exit(prog: str, message: str):
@@ -19749,96 +20101,6 @@ def help_formatter():
     return Formatter
 
 
-SETUP_VERBS = (
-    Command(
-        "claude",
-        cmd_setup_claude,
-        "Claude Code: hooks that capture each session and boot at every start "
-        "(.claude/settings.json)",
-        "stm setup claude --install",
-        options_setup_claude,
-    ),
-    Command(
-        "codex",
-        cmd_setup_codex,
-        "Codex: hooks that capture each session and boot at every start (.codex/hooks.json)",
-        "stm setup codex --install",
-        options_setup_codex,
-    ),
-    Command(
-        "agents-md",
-        cmd_setup_agents_md,
-        "AGENTS.md / CLAUDE.md: a short block telling any agent to use stm",
-        "stm setup agents-md --install --file CLAUDE.md",
-        options_setup_agents_md,
-    ),
-    Command(
-        "mcp",
-        cmd_setup_mcp,
-        "MCP clients (Claude Code, Cursor, VS Code, Codex): run `stm mcp` as a server",
-        "stm setup mcp --install --client cursor",
-        options_setup_mcp,
-    ),
-    Command(
-        "git",
-        cmd_setup_git,
-        "git: the merge driver that merges MEMORY.md, AGENT.md and refs section by section",
-        "stm setup git --install   (once per clone)",
-        options_setup_git,
-    ),
-)
-
-FACT_VERBS = (
-    Command(
-        "set",
-        cmd_fact_set,
-        "set a fact's current value; the old one stays in its history",
-        'stm fact set primary_language Go --why "switched from Python"',
-        options_fact_set,
-    ),
-    Command(
-        "get",
-        cmd_fact_get,
-        "print a fact's current value (--history: every value)",
-        "stm fact get primary_language --history",
-        options_fact_get,
-    ),
-    Command(
-        "list",
-        cmd_fact_list,
-        "list the facts of a block",
-        "stm fact list --json",
-        options_fact_list,
-    ),
-    Command(
-        "rm",
-        cmd_fact_rm,
-        "remove a fact; its history goes to today's log",
-        'stm fact rm old_key --why "no longer true"',
-        options_fact_rm,
-    ),
-)
-
-REFS_VERBS = (
-    Command(
-        "list",
-        cmd_refs_list,
-        "list the refs as boot's index does: path, title, summary",
-        "stm refs list",
-        options_json,
-    ),
-    Command(
-        "show",
-        cmd_refs_show,
-        "print one ref (deploy, deploy.md or refs/deploy.md)",
-        "stm refs show facts   (refs/facts.md, where `stm fact` keeps facts)",
-        options_refs_show,
-    ),
-)
-
-VERBS = {"session": SESSION_VERBS, "setup": SETUP_VERBS, "fact": FACT_VERBS, "refs": REFS_VERBS}
-
-
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:
     formatter = help_formatter()
     for command in table:
@@ -19853,9 +20115,12 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
             formatter_class=formatter,
             allow_abbrev=False,
         )
-        if command.options is not None:
-            parser.set_defaults(handler=command.handler)
-            command.options(parser)
+        if command.handler is not None:
+            parser.set_defaults(command_row=command)
+            if command.options is not None:
+                command.options(parser)
+            if command.json is not None:  # every --json is this one: declared by the row
+                parser.add_argument("--json", action="store_true", help=command.json)
         else:  # session, setup: a second level of verbs
             verbs = parser.add_subparsers(dest=f"{command.name}_command", metavar="VERB")
             add_commands(verbs, VERBS[command.name], common, only_verb)
@@ -20070,8 +20335,8 @@ def run_command(argv: list[str]) -> int:
             words.extend(extra)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    handler = getattr(args, "handler", None)
-    if handler is None:  # `stm` or `stm session` alone: show what there is, as an error
+    row = getattr(args, "command_row", None)
+    if row is None:  # `stm` or `stm session` alone: show what there is, as an error
         words = [args.command, "--help"] if args.command in VERBS else ["--help"]
         with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(SystemExit):
             parser.parse_args(words)
@@ -20079,7 +20344,10 @@ def run_command(argv: list[str]) -> int:
     if _signals["received"] is not None:  # lost on the way here: do not start the work
         raise _signal_exception(_signals["received"])
     try:
-        code = handler(args)
+        if row.store is None:  # the handler opens it itself, if it needs it
+            code = row.handler(args)
+        else:
+            code = row.handler(args, store_from_args(args, for_init=row.store == "init"))
     except StmError as exc:
         exc.prog = exc.prog or command_prog(args)
         raise

@@ -3,10 +3,12 @@ apart from printing, and the in-process API is declared."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
-from conftest import ROOT
+from conftest import MEMORY, ROOT, all_command_paths
+from helpers import check_findings, rules
 
 import stm
 
@@ -32,6 +34,87 @@ def test_every_rule_has_fix_advice_and_fixers_are_callables():
     for rule in stm.RULES.values():
         assert rule.fix.strip(), rule.id
         assert rule.fixer is None or callable(rule.fixer)
+
+
+def spec_fixer_rows() -> list[str]:
+    """The rule ids of spec/reliability.md's fixer table (`check --fix` and `--dry-run`),
+    in order: a row may name several (`git-attributes`, `git-ignore`)."""
+    text = (ROOT / "spec" / "reliability.md").read_text()
+    section = text.split("\n## `check --fix` and `--dry-run`\n", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| Rule | Repair |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    ids = []
+    for row in table.splitlines():
+        assert row.startswith("| `"), row
+        ids += re.findall(r"`([a-z][a-z-]+)`", row.split(" | ", 1)[0])
+    return ids
+
+
+def test_the_spec_fixer_table_matches_the_fixers():
+    """Every rule `check --fix` repairs has its row in spec/reliability.md, and only
+    those: a fixer registered (@fixes) without a row, or a row left behind, fails here."""
+    rows = spec_fixer_rows()
+    assert len(rows) == len(set(rows)), "a rule in two rows of the fixer table"
+    fixed = {rule.id for rule in stm.RULES.values() if rule.fixer is not None}
+    assert set(rows) == fixed
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_a_new_check_rule_is_one_room(store, run, monkeypatch, staged):
+    """What adding a rule costs (the recipe in stm's docstring): a Checker method that
+    declares its row, and a fixer that says what it repairs. `run`, `--staged`, `--fix`
+    and the finding's severity and advice follow from the registry alone."""
+    monkeypatch.setattr(stm, "RULES", dict(stm.RULES))
+    monkeypatch.setattr(stm, "CHECK_STEPS", list(stm.CHECK_STEPS))
+
+    @stm.check_step(stm.Rule("shouting", "warning", "write it in lower case"), staged=staged)
+    def check_shouting(self):
+        text = (store / ".stacks" / "MEMORY.md").read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.endswith("!!!"):
+                self.report("shouting", self.store.memory_path, "a line shouts", line=number)
+
+    @stm.fixes("shouting")
+    def fix_shouting(memory, finding, dry_run):
+        if not dry_run:
+            text = (store / ".stacks" / "MEMORY.md").read_text().replace("!!!", ".")
+            stm.atomic_write(finding.target, text.encode())
+        return "calmed it"
+
+    monkeypatch.setattr(stm.Checker, "check_shouting", check_shouting, raising=False)
+    memory = store / ".stacks" / "MEMORY.md"
+    memory.write_text(memory.read_text().replace("Port the expression grammar.", "Ship it!!!"))
+    code, found = check_findings(run, "--strict")
+    assert code == 1 and rules(found)[-1:] == ["shouting"]
+    assert found[-1] == {
+        "severity": "warning",
+        "rule": "shouting",
+        "path": ".stacks/MEMORY.md",
+        "line": MEMORY.splitlines().index("Port the expression grammar.") + 1,
+        "message": "a line shouts",
+        "fix": "write it in lower case",
+    }
+    staged_run = stm.check_store(stm.open_store(), only=[])[0]
+    assert ("shouting" in [f.rule for f in staged_run]) is staged
+    fixed = run("check", "--fix")
+    assert fixed.code == 0 and re.search(
+        r"^fixed +shouting +\.stacks/MEMORY\.md:\d+: calmed it$", fixed.out, re.M
+    )
+    assert "Ship it." in memory.read_text()
+    assert "shouting" not in rules(check_findings(run)[1])
+
+
+def test_a_rule_registered_twice_or_a_fixer_without_a_rule_is_refused(monkeypatch):
+    """Mistakes in the registry are found at import, not by a user running check."""
+    monkeypatch.setattr(
+        stm, "RULES", {k: stm.Rule(r.id, r.severity, r.fix, r.fixer) for k, r in stm.RULES.items()}
+    )
+    monkeypatch.setattr(stm, "CHECK_STEPS", list(stm.CHECK_STEPS))
+    with pytest.raises(ValueError, match="'secret' is registered twice"):
+        stm.reports(stm.Rule("secret", "error", "x"))(lambda self: None)
+    with pytest.raises(ValueError, match="'temp-file' has two fixers"):
+        stm.fixes("temp-file")(lambda store, finding, dry_run: None)
+    with pytest.raises(KeyError):
+        stm.fixes("no-such-rule")(lambda store, finding, dry_run: None)
 
 
 def test_check_refuses_a_rule_that_is_not_registered(store):
@@ -242,6 +325,206 @@ def test_the_docstring_maps_the_sections_as_the_banners_name_them():
     block = after.split("\n\n")[1]  # the indented map after the heading's paragraph
     mapped = [re.split(r"\s{2,}", line.strip())[0] for line in block.split("\n")]
     assert mapped == titles
+
+
+# ---- Commands: one room each ---------------------------------------------------------
+#
+# A command is its `cmd_<verb>`, its `options_<verb>` and its command(...) row, together
+# (the docstring's recipe "A new command"); the Command line section only reads the rows.
+
+# The furthest a row may sit below its handler's `def` (today's furthest, compose-handoff's,
+# is 82 lines: its handler and its options).
+ROW_REACH = 100
+
+
+def command_rows_in_source() -> list[tuple[int, str, str | None]]:
+    """(line, the row's name, its handler's name) for each command(...) row in stm.py."""
+    import ast
+
+    rows = []
+    for node in ast.parse(STM_SOURCE).body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "command":
+            handler = call.args[1].id if isinstance(call.args[1], ast.Name) else None
+            rows.append((node.lineno, call.args[0].value, handler))
+    return rows
+
+
+def test_every_handler_has_one_row_and_every_row_is_registered():
+    handlers = [row.handler.__name__ for row in stm.COMMAND_ROWS.values() if row.handler]
+    defined = sorted(name for name in vars(stm) if name.startswith("cmd_"))
+    assert sorted(handlers) == defined  # each cmd_ function registered, and only once
+    declared = [name for _, name, _ in command_rows_in_source()]
+    assert len(declared) == len(set(declared)) == len(stm.COMMAND_ROWS)
+    registered = {" ".join(filter(None, key)) for key in stm.COMMAND_ROWS}
+    assert set(declared) == registered
+    # The tables the command line reads are the rows, every one of them.
+    tables = [*stm.COMMANDS, *(verb for verbs in stm.VERBS.values() for verb in verbs)]
+    assert sorted(tables, key=id) == sorted(stm.COMMAND_ROWS.values(), key=id)
+    paths = {" ".join(path) for path in all_command_paths()}
+    assert paths == registered
+
+
+def test_each_row_sits_right_below_its_handler_and_options():
+    """A row follows its handler (and its options, when they follow the handler), with
+    no other command's handler or row between them; a command of verbs opens its verbs'."""
+    import ast
+
+    defs = {
+        node.name: node.lineno
+        for node in ast.parse(STM_SOURCE).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    rows = command_rows_in_source()
+    assert len(rows) == len(stm.COMMAND_ROWS) > 0
+    starts = sorted([line for line, _, _ in rows] + [defs[n] for n in defs if n[:4] == "cmd_"])
+    for line, name, handler in rows:
+        group, _, verb = name.rpartition(" ")
+        row = stm.COMMAND_ROWS[group or None, verb]
+        if handler is None:  # a command of verbs: its row sits above its first verb's
+            first = min(defs[r.handler.__name__] for r in stm.VERBS[name])
+            assert 0 < first - line < ROW_REACH, name
+            continue
+        at = defs[handler]
+        assert 0 < line - at <= ROW_REACH, (name, handler, line - at)
+        between = [start for start in starts if at < start < line]
+        assert between == [], (name, "another command's handler or row is in between")
+        if row.options is not None and row.options.__name__ == f"options_{handler[4:]}":
+            assert at < defs[row.options.__name__] < line, (name, "its options sit elsewhere")
+
+
+def test_the_dispatcher_adds_every_json_from_the_rows():
+    assert STM_SOURCE.count('add_argument("--json"') == 1  # in add_commands, nowhere else
+    parser = stm.build_parser()
+
+    def flags(path):
+        sub = parser
+        for word in path:
+            action = next(a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction")
+            sub = action.choices[word]
+        return {flag for action in sub._actions for flag in action.option_strings}
+
+    for (group, name), row in stm.COMMAND_ROWS.items():
+        if row.handler is not None:
+            path = [group, name] if group else [name]
+            assert ("--json" in flags(path)) == (row.json is not None), path
+
+
+def test_a_new_command_is_one_row(store, run, monkeypatch):
+    """What adding a command costs: one handler and its row. The dispatcher lists it,
+    gives it --json (before or after the command) and opens the store for it."""
+    monkeypatch.setattr(stm, "COMMAND_ROWS", dict(stm.COMMAND_ROWS))
+    seen = []
+
+    def cmd_hello(args, store):
+        seen.append(store)
+        if args.json:
+            stm.print_json({"stacks": store.rel(store.stacks)})
+        else:
+            stm.out("hello from " + store.rel(store.stacks))
+        return stm.EXIT_OK
+
+    stm.command("hello", cmd_hello, None, "say hello", "stm hello --json", json=True, store="open")
+    monkeypatch.setattr(stm, "COMMANDS", stm.command_tables()[0])
+    assert run("hello").out == "hello from .stacks\n"
+    import json
+
+    for argv in (("hello", "--json"), ("--json", "hello")):
+        result = run(*argv)
+        assert result.code == 0 and json.loads(result.out)["stacks"] == ".stacks", argv
+    assert len(seen) == 3 and all(isinstance(s, stm.Store) for s in seen)
+    shown = run("hello", "--help").out
+    assert "--json      print JSON" in shown and "example:\n  stm hello --json" in shown
+    listing = run("--help").out
+    assert listing.index("    sync ") < listing.index("    hello ")  # not in HELP_ORDER: last
+    with pytest.raises(ValueError, match="declared twice"):
+        stm.command("hello", cmd_hello, None, "again", "stm hello")
+
+
+def test_a_command_that_needs_the_store_refuses_a_missing_one_before_its_handler(
+    project, run, monkeypatch
+):
+    ran = []
+    monkeypatch.setattr(stm, "COMMAND_ROWS", dict(stm.COMMAND_ROWS))
+    stm.command(
+        "hello", lambda args, store: ran.append(store), None, "hi", "stm hello", store="open"
+    )
+    monkeypatch.setattr(stm, "COMMANDS", stm.command_tables()[0])
+    result = run("hello")
+    assert result.code == 1 and result.err.startswith("stm: error: ") and ran == []
+
+
+# A rule joining two arguments, as the operation raises it, as `stm` says it, and as the
+# MCP tool says it (the same rule: the tool's arguments named in place of the flags).
+JOINED_RULES = [
+    (
+        lambda memory: stm.search_memory(memory, "parser", rank=True, regex=True),
+        ("search", "--rank", "--regex", "parser"),
+        ("search", {"query": "parser", "rank": True, "regex": True}),
+        "--rank takes words, not a regular expression: drop --regex",
+        "`rank: true` takes words, not a regular expression: drop `regex: true`",
+    ),
+    (
+        lambda memory: stm.archive_session(memory, dry_run=True),
+        ("session", "archive", "--dry-run"),
+        ("session_archive", {"dry_run": True}),
+        "--dry-run goes with --stale",
+        "dry_run goes with stale",
+    ),
+    (
+        lambda memory: stm.archive_stale(memory, token="2026-01-01-abcdef12"),
+        ("session", "archive", "--stale", "2026-01-01-abcdef12"),
+        ("session_archive", {"stale": True, "session": "2026-01-01-abcdef12"}),
+        "--stale archives every stale session: give no session ID or --expect-version",
+        "stale archives every stale session: give no session ID or --expect-version",
+    ),
+    (
+        lambda memory: stm.archive_stale(memory, expect_version=1),
+        ("session", "archive", "--stale", "--expect-version", "1"),
+        None,  # the tool has no expect_version
+        "--stale archives every stale session: give no session ID or --expect-version",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(JOINED_RULES)))
+def test_a_rule_joining_two_arguments_is_the_operations_so_both_front_ends_share_it(
+    store, run, case
+):
+    from conftest import snapshot
+
+    operation, argv, tool, said, told = JOINED_RULES[case]
+    before = snapshot(store)
+    with pytest.raises(stm.StmError) as refused:
+        operation(stm.open_store())
+    assert (refused.value.code, refused.value.message) == (stm.EXIT_USAGE, said)
+    result = run(*argv)
+    assert result.code == 2 and result.err.startswith(f"stm: error: {said}; see `"), result
+    if tool is not None:
+        name, arguments = tool
+        request = {"name": name, "arguments": arguments}
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": request}
+        answer = stm.McpServer().answer(json.dumps(message).encode())["result"]
+        assert answer["isError"] is True
+        assert answer["content"][0]["text"] == f"stm: error: {told}"
+    assert snapshot(store) == before
+
+
+def test_every_command_and_verb_is_named_in_the_spec():
+    """The recipe's check that a new command was written into spec/ (its --json keys:
+    test_json_spec_covers_every_command_that_reports)."""
+    spec = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in sorted((ROOT / "spec").glob("*.md"))
+        if path.name != "json.md"  # the JSON keys say nothing of what a command does
+    )
+    missing = []
+    for group, name in stm.COMMAND_ROWS:
+        words = f"{group} {name}" if group else name
+        if not re.search(r"`(?:stm )?" + re.escape(words) + r"[ `\]]", spec):
+            missing.append(words)
+    assert missing == [], "describe each in its spec/ file, as `stm WORDS …` or `WORDS …`"
 
 
 # ---- Capture fields: one table --------------------------------------------------------
