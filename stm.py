@@ -4631,7 +4631,8 @@ def read_span(fd: int, offset: int, count: int) -> bytes:
     than asked."""
     chunks = []
     while count > 0:
-        chunk = pread(fd, min(count, 1 << 20), offset)
+        # All that is left at once: one read is one chunk, returned without a copy.
+        chunk = pread(fd, count, offset)
         if not chunk:
             break
         chunks.append(chunk)
@@ -4687,9 +4688,15 @@ def parse_entry(line: bytes):
         line = BASE64_DATA_RE.sub(b'"data": ""', line)
     if not line.startswith(b"{") or len(line) > TRANSCRIPT_LINE_MAX_BYTES:
         return None
+    # load_json(text, bounded=False), without its steps a line starting with `{` does not
+    # need (a window is thousands of lines): the shared decoder, and after the object
+    # nothing but JSON's whitespace.
+    text = line.decode("utf-8", "replace")
     try:
-        entry = load_json(line.decode("utf-8", "replace"), bounded=False)
-    except ValueError:
+        entry, end = json_decoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return None
+    if end != len(text) and text[end:].strip(" \t\n\r"):
         return None
     return entry if isinstance(entry, dict) else None
 
@@ -5461,9 +5468,13 @@ def read_transcript(
     for each, part in ((head, first), (reader, lines)):
         for line in part:
             entry = parse_entry(line)
-            if entry is not None:
-                with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
-                    each.feed(entry)  # a line of an unforeseen shape is skipped, not the file
+            if entry is None:
+                continue
+            # try, not contextlib.suppress: thousands of lines, and a `with` is a call or two.
+            try:
+                each.feed(entry)
+            except (ValueError, TypeError, AttributeError, RecursionError):
+                continue  # a line of an unforeseen shape is skipped, not the file
     if head.requests and head.client in ("", reader.client):
         reader.follow(head.requests[:REQUESTS_FIRST])
     return reader.finish(size, root)

@@ -886,3 +886,165 @@ def test_cut_memory_gives_what_it_always_gave():
         assert stm.cut_memory(text, bullets, sections) == reference_cut_memory(
             text, bullets, sections
         ), (text, bullets, sections)
+
+
+# ---- the transcript window: decoded line by line without load_json's wrapper -----------
+
+
+def reference_entry(line: bytes):
+    """parse_entry as it was: load_json on the stripped, decoded line."""
+    line = line.strip()
+    if len(line) > stm.TRANSCRIPT_LINE_MAX_BYTES and line.startswith(b"{"):
+        line = stm.BASE64_DATA_RE.sub(b'"data": ""', line)
+    if not line.startswith(b"{") or len(line) > stm.TRANSCRIPT_LINE_MAX_BYTES:
+        return None
+    try:
+        entry = stm.load_json(line.decode("utf-8", "replace"), bounded=False)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def reference_span(fd: int, offset: int, count: int) -> bytes:
+    """read_span as it was: a megabyte at a time."""
+    chunks = []
+    while count > 0:
+        chunk = stm.pread(fd, min(count, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+# Lines a decoder may take one way and load_json another: what follows the object,
+# whitespace JSON has or has not, constants, non-objects, a BOM, bad UTF-8, depth.
+ODD_LINES = [
+    b"",
+    b"   ",
+    b"{}",
+    b'{"type": "user"} ',
+    b'{"type": "user"}\t\r',
+    b'{"type": "user"}\x0b',
+    b'{"type": "user"}\x0c\x0b ',
+    b'{"type": "user"} x',
+    b'{"type": "user"}{}',
+    b'{"type": "user"} \xc2\xa0',
+    b'{"a": NaN}',
+    b'{"a": Infinity}',
+    b'{"a": 1e999}',
+    b'{"a": -0.0, "b": 1.5e3}',
+    b"[1, 2]",
+    b'"text"',
+    b"\xef\xbb\xbf{}",
+    b'{"a": "\xff\xfe \xe2\x82"}',
+    b'{"a": "\\ud800"}',
+    b'{"a": "\\u0000", "b": "tab\tinside"}',
+    b'{"a": ' + b"[" * 50000 + b"]" * 50000 + b"}",
+    b'{"a": 1,}',
+    b'{"a" 1}',
+    b"{" + b'"k": "' + b"x" * (stm.TRANSCRIPT_LINE_MAX_BYTES + 10) + b'"}',
+    b'{"type": "user", "data": "' + b"A" * (stm.TRANSCRIPT_LINE_MAX_BYTES + 10) + b'"}',
+]
+
+
+def random_entry_line(rng: random.Random, cwd: str, n: int) -> bytes:
+    """One transcript line: a Claude Code entry of a random kind, sometimes spoiled."""
+    call = f"t{rng.randint(0, 40)}"
+    kind = rng.choice(["user", "assistant", "assistant", "system", "summary", "progress"])
+    blocks = rng.choice(
+        [
+            [{"type": "text", "text": rng.choice(["fix the parser", "continue", "done"])}],
+            [{"type": "tool_use", "id": call, "name": "Bash", "input": {"command": "pytest"}}],
+            [{"type": "tool_use", "id": call, "name": "Edit", "input": {"file_path": "a.py"}}],
+            [{"type": "tool_result", "tool_use_id": call, "content": "ok " * rng.randint(0, 400)}],
+            [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": call,
+                    "is_error": True,
+                    "content": rng.choice(["Exit code 1\nFAILED t.py", "[Request interrupted"]),
+                }
+            ],
+        ]
+    )
+    entry = {"type": kind, "uuid": f"u{n}", "sessionId": "s1", "cwd": cwd}
+    entry["timestamp"] = rng.choice(["2020-01-01T00:00:00Z", "garbage", 5])
+    entry["message"] = {"role": kind, "content": blocks}
+    line = json.dumps(entry, ensure_ascii=rng.random() < 0.5).encode()
+    spoil = rng.random()
+    if spoil < 0.05:
+        line = line[: rng.randint(0, len(line))]
+    elif spoil < 0.15:
+        line += rng.choice([b" ", b"\x0b", b" x", b"}", b"\t\r", b"\xc2\xa0"])
+    elif spoil < 0.2:
+        line = rng.choice(ODD_LINES)
+    return line
+
+
+def test_a_transcript_line_decodes_as_load_json_decodes_it():
+    rng = random.Random(37)
+    lines = list(ODD_LINES)
+    lines += [random_entry_line(rng, "/w", n) for n in range(2000)]
+    for line in lines:
+        assert repr(stm.parse_entry(line)) == repr(reference_entry(line)), line[:200]
+
+
+def test_a_transcript_reads_the_same_as_with_load_json(tmp_path, monkeypatch):
+    """Every corpus transcript and a few hundred random ones, whole and through a small
+    window, read as the reader read them before it decoded lines itself."""
+    from transcripts import CORPUS, write_jsonl
+
+    paths = []
+    for _, build in CORPUS.values():
+        entries, _ = build(str(tmp_path))
+        paths.append(write_jsonl(tmp_path / f"{len(paths)}.jsonl", entries))
+    rng = random.Random(38)
+    for n in range(300):
+        path = tmp_path / f"random-{n}.jsonl"
+        lines = [random_entry_line(rng, str(tmp_path), i) for i in range(rng.randint(0, 40))]
+        path.write_bytes(b"\n".join(lines) + rng.choice([b"", b"\n"]))
+        paths.append(str(path))
+    windows = [(stm.TRANSCRIPT_TAIL_BYTES, 0), (4096, 1024), (700, 300)]
+
+    def read_all():
+        return [
+            repr(stm.read_transcript(path, max_bytes=most, head_bytes=head, root=str(tmp_path)))
+            for path in paths
+            for most, head in windows
+        ]
+
+    now = read_all()
+    monkeypatch.setattr(stm, "parse_entry", reference_entry)
+    monkeypatch.setattr(stm, "read_span", reference_span)
+    assert now == read_all()
+
+
+def test_the_window_is_read_in_one_go_and_decoded_without_load_json(tmp_path, monkeypatch):
+    """The recovering start's cost (spec/performance.md): a window of tool calls and
+    results is read with one pread and decoded line by line by the shared decoder, not
+    through load_json (whose wrapper cost a third of the decoding)."""
+    from transcripts import Claude, write_jsonl
+
+    claude, entries = Claude(str(tmp_path)), []
+    for n in range(300):
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Edit", "input": {"file_path": "a.py"}}
+        entries.append(claude.entry("assistant", [call]))
+        result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok " * 1000}
+        entries.append(claude.entry("user", [result]))
+    path = write_jsonl(tmp_path / "t.jsonl", entries)
+    calls = {"load_json": 0, "pread": 0}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(stm, name, counted(name, getattr(stm, name)))
+    found = stm.read_transcript(path)
+    assert found.files == ["a.py"] and found.position.startswith(str(Path(path).stat().st_size))
+    assert calls == {"load_json": 0, "pread": 1}
