@@ -7834,8 +7834,8 @@ class BootParts:
                             "finds its words)"
                         )
                     self.notices.append(
-                        f"{name} {where}: two clones rewrote it differently; the newer "
-                        f"version is shown, the other is {place}"
+                        f"{name} {where}: two clones rewrote it differently; the version of "
+                        f"the clone that wrote the file last is shown, the other is {place}"
                     )
 
     def _size_notice(self) -> None:
@@ -10464,8 +10464,9 @@ def settled_memory(
     who, when = changes[1] if ours_newer else changes[0]
     name = path.rsplit("/", 1)[-1]
     parts = [
-        f"stm sync: two clones rewrote the same text of {name}; the newer version stands "
-        f"there. The other version, written by {who} ({iso(when) if when else 'time unknown'}):"
+        f"stm sync: two clones rewrote the same text of {name}; the version of the clone "
+        f"that wrote the file last stands there. The other version, written by {who} "
+        f"({iso(when) if when else 'time unknown'}):"
     ]
     for section, older in settled:
         quoted = "\n".join("> " + line if line else ">" for line in older.split("\n"))
@@ -11295,7 +11296,8 @@ def driver_settled(texts: list[str], label: str) -> tuple[str, str]:
     )
     sections = ", ".join(dict.fromkeys(f"## {section}" for section, _ in settled))
     said = (
-        f"{label} {sections}: both sides rewrote it; the newer version stands, the other is "
+        f"{label} {sections}: both sides rewrote it; the version of the side that wrote the "
+        "file last stands, the other is "
         "kept under it in a comment (`stm boot` says where)"
     )
     return merged, said
@@ -11319,10 +11321,16 @@ def version_change(path: str, text: str) -> tuple[str, float]:
         return "unknown", 0.0
     heads = ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD")
     heads = [h for h in heads if git_output(".", "rev-parse", "-q", "--verify", h) is not None]
-    found = git_output(
-        ".", "log", "-1", "--format=%an%x00%ct", f"--find-object={blob}", "--all", *heads,
-        "--", f":(top,literal){path}",
-    ) or ""  # fmt: skip
+    # A merge commit that wrote this version (a clone that pulled before) counts: its
+    # change against its first parent is what it wrote (git >= 2.31; older: merges skipped).
+    for merges in (("--diff-merges=first-parent",), ()):
+        found = git_output(
+            ".", "log", "-1", "-s", "--format=%an%x00%ct", *merges, f"--find-object={blob}",
+            "--all", *heads, "--", f":(top,literal){path}",
+        )  # fmt: skip
+        if found is not None:
+            break
+    found = found or ""
     author, _, when = found.strip().partition("\0")
     return author or "unknown", float(when) if when.isdigit() else 0.0
 

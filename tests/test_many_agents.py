@@ -272,6 +272,45 @@ def test_a_plain_git_pull_of_two_rewrites_of_one_section_is_settled_by_the_drive
     assert findings(world.stm(bob, "check", "--strict", "--json")) == []
 
 
+@pytest.mark.parametrize("how", ["--no-rebase", "--rebase"])
+def test_a_version_only_a_merge_commit_wrote_is_dated_by_that_merge(world, monkeypatch, how):
+    """Three clones rewrite one identity section (AGENT.md has no Last Updated, so the
+    commits that wrote each version decide). bob's version reaches carol only through
+    bob's merge commit: the driver dates it by that merge, so bob's text, the newest,
+    stands and carol's and alice's older ones are kept under it, each with its author."""
+    world.seed()
+    clones = {name: world.clone(name, driver=True) for name in ("carol", "alice", "bob")}
+    hour_ago = int(time.time()) - 3600  # git's own clock dates bob's merge: now
+
+    def as_author(name: str, stamp: str | None = None) -> None:
+        for who in ("AUTHOR", "COMMITTER"):
+            monkeypatch.setenv(f"GIT_{who}_NAME", name.capitalize())
+            if stamp:
+                monkeypatch.setenv(f"GIT_{who}_DATE", stamp)
+            else:
+                monkeypatch.delenv(f"GIT_{who}_DATE", raising=False)
+
+    for minute, (name, repo) in enumerate(clones.items(), start=1):
+        world.stm(repo, "note", "--identity", "Role", f"role by {name}", "--replace", user=name)
+        as_author(name, f"@{hour_ago + 60 * minute} +0000")
+        world.commit(repo, f"{name}'s role")
+    as_author("alice")
+    world.push(clones["alice"])
+    as_author("bob")
+    world.pull(clones["bob"])  # bob's merge commit writes the settled Role
+    world.push(clones["bob"])
+    as_author("carol")
+    pulled = world.pull(clones["carol"], how)
+    assert "CONFLICT" not in pulled.stdout + pulled.stderr, pulled
+    role = section_text(clones["carol"], "Role", "AGENT.md")
+    assert role.startswith("\n\nrole by bob\n<!-- stm:settled "), role
+    assert "written by Carol (20" in role and "> role by carol\n" in role, role
+    assert "written by Alice (20" in role and "> role by alice\n" in role, role
+    assert "> > role" not in role, role  # each older version kept once, not nested
+    assert "unknown" not in role, role
+    assert findings(world.stm(clones["carol"], "check", "--strict", "--json")) == []
+
+
 # ---- every repair message works when pasted ---------------------------------------------
 
 
