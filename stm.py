@@ -11294,11 +11294,14 @@ def driver_settled(texts: list[str], label: str) -> tuple[str, str]:
         comment,
         lambda section, older: kept_comment(entry_id, section, older, written),
     )
-    sections = ", ".join(dict.fromkeys(f"## {section}" for section, _ in settled))
+    names = list(dict.fromkeys(f"## {section}" for section, _ in settled))
+    # Boot reads identity and MEMORY.md only, so only their notices say where; a ref's
+    # kept version is found by search.
+    booted = os.path.basename(label.replace("\\", "/")) in (AGENT_FILE, MEMORY_FILE)
     said = (
-        f"{label} {sections}: both sides rewrote it; the version of the side that wrote the "
-        "file last stands, the other is "
-        "kept under it in a comment (`stm boot` says where)"
+        f"{label} {', '.join(names)}: both sides rewrote {'them' if len(names) > 1 else 'it'}; "
+        "the version of the side that wrote the file last stands, the other is kept under "
+        f"it in a comment ({'`stm boot` says where' if booted else '`stm search` finds it'})"
     )
     return merged, said
 

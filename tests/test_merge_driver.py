@@ -1123,3 +1123,25 @@ def test_setup_on_a_full_disk_leaves_the_tree_as_it_was(
 def test_setup_git_refuses_an_empty_command(store, run):
     result = run("setup", "git", "--command", "")
     assert result.code == 2 and "--command" in result.err
+
+
+@pytest.mark.parametrize(
+    ("path", "where"),
+    [(".stacks/refs/design.md", "`stm search` finds it"), (".stacks/MEMORY.md", "`stm boot`")],
+)
+def test_the_driver_s_line_names_each_section_and_where_to_read_the_other(
+    tmp_path, run, monkeypatch, path, where
+):
+    """Boot reads identity and MEMORY.md only: for a ref the driver's line points to
+    search, not to a boot notice that never comes; two sections are "them"."""
+    monkeypatch.chdir(tmp_path)  # outside git: the versions' authors are unknown
+    sides = {}
+    for side in ("base", "ours", "theirs"):
+        sides[side] = tmp_path / side
+        sides[side].write_text(f"# Design\n\n## Choice\n\n{side} choice\n\n## Why\n\n{side} why\n")
+    result = run("merge-file", *map(str, sides.values()), "--path", path)
+    assert result.code == 0, result
+    assert f"{path} ## Choice, ## Why: both sides rewrote them;" in result.err, result.err
+    assert where in result.err and ("`stm boot`" in result.err) == (where == "`stm boot`")
+    merged = sides["ours"].read_text()
+    assert "<!-- stm:settled " in merged and marker_lines(merged) == [], merged
