@@ -7283,7 +7283,7 @@ EVENT_REPLAY_FIELDS = {
         "finish": "bool",
     },
     "archived": {},
-    "captured": {"captured": CAPTURED_FIELDS},
+    "captured": {"captured": CAPTURED_FIELDS, "name": "str"},
 }
 
 
@@ -7340,6 +7340,8 @@ def replay_event(state: dict, event: dict) -> None:
         state["archived_at"] = stamp
     elif name == "captured" and isinstance(event.get("captured"), dict):
         state["captured"] = dict(event["captured"])  # the newest capture wins
+        if event.get("name") is not None:
+            state["name"] = event["name"]  # taken over by another client session
 
 
 def numbered_events(data: bytes) -> list[tuple[int, dict]] | None:
@@ -13881,9 +13883,26 @@ def capture_target(
     # With STM_SESSION set, this environment does not follow the pointer: not ours to move;
     # nor does a capture moved off the pointer's session by one still live there.
     switch = ref is None and not store.settings.session
-    name = f"{client} {session_label(session) or 'session'}"
-    ref, _ = new_session(store, name=name, switch=switch)
+    ref, _ = new_session(store, name=capture_session_name(client, session), switch=switch)
     return ref, True
+
+
+def capture_session_name(client: str, session: str) -> str:
+    """The name a hook gives the stm session it makes for a client session."""
+    return f"{client} {session_label(session) or 'session'}"
+
+
+def taken_over_name(state: dict, before: dict, captured: dict) -> str | None:
+    """The session's new name when a capture of another client session takes over one
+    still named as a hook named it for the client session it held: the work is the
+    newcomer's now, and `session list` must not show it under the first one's name. A
+    name a person gave stays (issue 35, item 6)."""
+    old = before.get("client_session")
+    if not isinstance(old, str) or old == captured["client_session"]:
+        return None
+    if state.get("name") != capture_session_name(str(before.get("client", "")), old):
+        return None
+    return capture_session_name(captured["client"], captured["client_session"])
 
 
 def takes_a_capture(ref: SessionRef) -> bool:
@@ -14023,7 +14042,11 @@ def record_capture(
             agent_at = state.get("updated_at")
         if agent_at:
             captured["agent_at"] = agent_at
+        renamed = taken_over_name(state, before, captured)
         state["captured"] = captured
+        if renamed:
+            state["name"] = renamed
+            return "captured", {"captured": captured, "name": renamed}
         return "captured", {"captured": captured}
 
     state, changed = update_session(store, ref, mutate, now=captured["at"])

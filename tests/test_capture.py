@@ -903,8 +903,14 @@ def test_uuidv7_sessions_started_together_get_labels_that_tell_them_apart(agent,
         assert run("capture", stdin=payload("PreCompact", sid, transcript, project)).code == 0
     log = log_text(project)
     assert "from codex session 8e4a1b01 " in log and "from codex session 91c2d4e9 " in log
-    names = {state_of(folder).get("name") for folder in sessions(project)}
-    assert "codex 8e4a1b01" in names
+    held = {
+        state_of(folder).get("name"): state_of(folder)["captured"]["client_session"]
+        for folder in sessions(project)
+    }
+    # The second took the first's session over (the first sent no hook since): the
+    # session is named after the one whose work it holds (issue 35, item 6), by a label
+    # that tells the two apart.
+    assert held == {"codex 91c2d4e9": second}, held
     assert "- From codex session 91c2d4e9," in run("boot").out
     # Claude Code's ids are UUIDv4: their first 8 digits stay the label users know.
     assert stm.session_label(SID) == SID[:8]

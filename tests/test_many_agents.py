@@ -819,3 +819,62 @@ def test_boot_after_a_compaction_of_one_agent_shows_that_agent_s_work_first(
     again = stm.load_json((store / ".state" / "current-session.json").read_text())
     assert again["active_session"] == held[y]
     assert held[y] in boot_section(run("boot").out, "Active workflow")
+
+
+def test_a_session_another_agent_takes_over_is_named_after_it(store, run, monkeypatch, tmp_path):
+    """Agent X waits for its person (no hooks: it looks stopped); agent Y starts, and its
+    start recovers X's transcript into a session named after X; Y's compaction then takes
+    that session over. The session is renamed after Y, whose work it holds, and X's next
+    start gets a session of its own named after X: no list shows one agent's work under
+    the other's name (issue 35, item 6)."""
+    ticking = [float(int(clock()))]
+    monkeypatch.setattr(stm, "utc_now", lambda: ticking[0])
+    x, y = "aaaaaaaa-1111-4000-8000-00000000000a", "bbbbbbbb-2222-4000-8000-00000000000b"
+    asks = {x: "port the lexer to the new grammar", y: "write the user docs for export"}
+    paths = {sid: tmp_path / f"{sid}.jsonl" for sid in asks}
+    for path in paths.values():
+        path.write_text("")  # a client session starts with an empty transcript
+
+    def hook(event: str, sid: str, source: str | None = None):
+        ticking[0] += 60
+        body = json.loads(hook_body(event, sid, paths[sid], store))
+        if source:
+            body["source"] = source
+        result = run("capture", "--client", "claude", "--boot", stdin=json.dumps(body))
+        assert result.code == 0, result
+        return result
+
+    def names() -> dict:
+        held = {}
+        for path in (store / ".state" / "sessions").rglob("state.json"):
+            state = stm.load_json(path.read_text())
+            captured = state.get("captured") or {}
+            held[state["session_id"]] = (state.get("name"), captured.get("client_session"))
+        return held
+
+    hook("SessionStart", x, "startup")
+    claude_transcript(paths[x], x, store, asks[x])  # x works, then waits for its person
+    hook("SessionStart", y, "startup")  # recovers x's transcript: a session named after x
+    claude_transcript(paths[y], y, store, asks[y])
+    hook("PreCompact", y)  # x sent nothing since: y's capture takes that session over
+    for name, client_session in names().values():
+        assert name == f"claude {stm.session_label(client_session)}", names()
+    booted = hook("SessionStart", x, "compact")
+    held = names()
+    assert sorted(c for _, c in held.values()) == sorted([x, y]), held
+    for name, client_session in held.values():
+        assert name == f"claude {stm.session_label(client_session)}", held
+    mine = next(sid for sid, (_, c) in held.items() if c == x)
+    assert mine in boot_section(booted.out, "Active workflow"), booted.out
+    listed = run("session", "list").out
+    assert f"claude {stm.session_label(y)}" in listed, listed
+    # Replayed from history alone (a lost state.json), the name is the newcomer's too.
+    theirs = next(sid for sid, (_, c) in held.items() if c == y)
+    events = [
+        json.loads(line)
+        for path in (store / ".state" / "sessions").rglob("history.jsonl")
+        if path.parent.name == theirs
+        for line in path.read_text().splitlines()
+    ]
+    rebuilt, _ = stm.replay_events({}, list(enumerate(events, start=1)))
+    assert rebuilt["name"] == f"claude {stm.session_label(y)}", rebuilt
