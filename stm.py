@@ -11607,11 +11607,18 @@ def read_free_text(words: list[str], verb: str, from_stdin: bool) -> str:
 
 
 def append_log_entry(
-    store: Store, message: str, now: float | None = None, *, escaped: bool = False
+    store: Store,
+    message: str,
+    now: float | None = None,
+    *,
+    escaped: bool = False,
+    entry_id: str | None = None,
+    author: str | None = None,
 ):
-    """Append one entry to today's log; call with the stacks lock held. Returns the undo.
-    `escaped`: the caller escaped all text in `message` and added stm's own markers (see
-    render_log_entry); every other message is escaped here."""
+    """Append one entry to today's log (the day of `now`); call with the stacks lock held.
+    Returns the undo. `escaped`: the caller escaped all text in `message` and added stm's
+    own markers (see render_log_entry); every other message is escaped here. `entry_id`
+    and `author`: an entry every clone writes alike (log_kept_versions)."""
     now = utc_now() if now is None else now
     stamp = iso(now)
     logs = store.logs_dir
@@ -11620,7 +11627,13 @@ def append_log_entry(
     require_inside(logs, store.stacks, "logs folder")
     path = store.log_path(stamp[:10])
     refuse_symlink(path, "log file")
-    entry = render_log_entry(message, store.settings.author, stamp, random_hex(4), escaped=escaped)
+    entry = render_log_entry(
+        message,
+        author or store.settings.author,
+        stamp,
+        entry_id or random_hex(4),
+        escaped=escaped,
+    )
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
     # A blank line between entries: the day's file reads as plain Markdown.
     data = ("\n" + entry if size else entry).encode("utf-8")
@@ -12642,21 +12655,37 @@ def write_memory_note(
     return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
 
 
+def log_holds_entry(store: Store, day: str, entry_id: str) -> bool:
+    """Whether the day's log holds an entry with this id already."""
+    path = store.log_path(day)
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    return f"<!-- stm:entry {entry_id} -->".encode("ascii") in read_bytes(path)
+
+
 def log_kept_versions(store: Store, path: str, before: str, section: str) -> None:
     """Before `note --replace` rewrites a section git's merge driver settled, the other
     version it kept there in a comment (kept_comment) moves to the log, so search still
     finds it once the section is rewritten. Call with the stacks lock held."""
     doc = note_doc(before.replace("\r\n", "\n"))
     part = find_section(doc, section)
-    kept = kept_blocks(doc.body(part)) if part is not None else []
-    for _, lines in kept:
+    body = doc.body(part) if part is not None else []
+    settled = dict(SETTLED_RE.findall("\n".join(body)))
+    for entry_id, lines in kept_blocks(body):
         head = KEPT_RE.sub("", lines[0], count=1)
         message = (
             f"stm note --replace rewrote {store.rel(path)} ## {part.name}, where a git merge "
             f"had kept the other version of text two clones rewrote differently; here it is, "
             f"as kept: {store.rel(path)} {head}\n\n" + "\n".join(lines[1:-1])
         )
-        append_log_entry(store, message)
+        # Every clone that rewrites the section moves the same kept version: it writes the
+        # same entry (the kept id, the settle's day, author stm), so git's union merge of
+        # two clones' logs keeps it once instead of interleaving two entries of one body.
+        day = settled.get(entry_id) or iso_now()[:10]
+        if log_holds_entry(store, day, entry_id):
+            continue
+        when = parse_iso(f"{day}T00:00:00Z")
+        append_log_entry(store, message, when, entry_id=entry_id, author="stm")
 
 
 def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:

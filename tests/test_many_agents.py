@@ -272,6 +272,34 @@ def test_a_plain_git_pull_of_two_rewrites_of_one_section_is_settled_by_the_drive
     assert findings(world.stm(bob, "check", "--strict", "--json")) == []
 
 
+def test_two_clones_moving_the_same_kept_version_log_it_once(world):
+    """After a settled merge both clones hold the kept version; each rewrites the section
+    again before it pulls, so each moves that version into its log. Both write the same
+    entry (the kept id, the settle's day, author stm): git's union merge keeps it once,
+    and check stays clean (no interleaved entries)."""
+    world.seed()
+    alice, bob = world.clone("alice", driver=True), world.clone("bob", driver=True)
+    world.stm(alice, "note", "Status", "alice: the lexer is done", "--replace", user="alice")
+    world.commit(alice, "alice's status")
+    world.push(alice)
+    world.stm(bob, "note", "Status", "bob: the parser is done", "--replace", user="bob")
+    world.commit(bob, "bob's status")
+    world.pull(bob)  # settled: alice's version kept under bob's
+    world.push(bob)
+    world.pull(alice)
+    assert "> alice: the lexer is done" in section_text(alice, "Status")
+    world.stm(alice, "note", "Status", "alice: second round", "--replace", user="alice")
+    world.commit(alice, "alice again")
+    world.push(alice)
+    world.stm(bob, "note", "Status", "bob: second round", "--replace", user="bob")
+    world.commit(bob, "bob again")
+    pulled = world.pull(bob)
+    assert "CONFLICT" not in pulled.stdout + pulled.stderr, pulled
+    logs = log_text(bob)
+    assert logs.count("> alice: the lexer is done") == 1, logs
+    assert findings(world.stm(bob, "check", "--strict", "--json")) == []
+
+
 @pytest.mark.parametrize("how", ["--no-rebase", "--rebase"])
 def test_a_version_only_a_merge_commit_wrote_is_dated_by_that_merge(world, monkeypatch, how):
     """Three clones rewrite one identity section (AGENT.md has no Last Updated, so the
