@@ -237,8 +237,9 @@ def section_text(repo: Path, name: str, layer: str = "MEMORY.md") -> str:
     return text.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
 
 
-@pytest.mark.parametrize("how", ["--no-rebase", "--rebase"])
-def test_a_plain_git_pull_of_two_rewrites_of_one_section_is_settled_by_the_driver(world, how):
+def two_rewrites_of_status(world: World) -> tuple[Path, Path]:
+    """alice and bob, clones with the driver, each rewrite ## Status (bob second, so his
+    is the newer); alice's is pushed, bob's committed and not yet pulled."""
     world.seed()
     alice, bob = world.clone("alice", driver=True), world.clone("bob", driver=True)
     world.stm(alice, "note", "Status", "alice: the lexer is done", "--replace", user="alice")
@@ -246,6 +247,12 @@ def test_a_plain_git_pull_of_two_rewrites_of_one_section_is_settled_by_the_drive
     world.push(alice)
     world.stm(bob, "note", "Status", "bob: the parser is done", "--replace", user="bob")
     world.commit(bob, "bob's status")
+    return alice, bob
+
+
+@pytest.mark.parametrize("how", ["--no-rebase", "--rebase"])
+def test_a_plain_git_pull_of_two_rewrites_of_one_section_is_settled_by_the_driver(world, how):
+    alice, bob = two_rewrites_of_status(world)
     pulled = world.pull(bob, how)  # never a conflict for memory
     assert "CONFLICT" not in pulled.stdout + pulled.stderr, pulled
     assert world.git(bob, "status", "--porcelain").stdout == ""
@@ -277,13 +284,7 @@ def test_two_clones_moving_the_same_kept_version_log_it_once(world):
     again before it pulls, so each moves that version into its log. Both write the same
     entry (the kept id, the settle's day, author stm): git's union merge keeps it once,
     and check stays clean (no interleaved entries)."""
-    world.seed()
-    alice, bob = world.clone("alice", driver=True), world.clone("bob", driver=True)
-    world.stm(alice, "note", "Status", "alice: the lexer is done", "--replace", user="alice")
-    world.commit(alice, "alice's status")
-    world.push(alice)
-    world.stm(bob, "note", "Status", "bob: the parser is done", "--replace", user="bob")
-    world.commit(bob, "bob's status")
+    alice, bob = two_rewrites_of_status(world)
     world.pull(bob)  # settled: alice's version kept under bob's
     world.push(bob)
     world.pull(alice)
