@@ -134,7 +134,7 @@ def all_items_memory_and_log(store: Path) -> collections.Counter:
 
 
 def test_compact_moves_the_bottom_bullets_into_one_log_entry(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     before = memory_text(13, extra="## Decisions\n\n- keep ruff\n- keep pytest\n\n")
     write_memory(store, before)
     result = ok(run("compact"))
@@ -160,18 +160,18 @@ def test_compact_moves_the_bottom_bullets_into_one_log_entry(store, run, monkeyp
 
 
 def test_compact_moves_continuation_lines_with_their_bullet(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_config(store, {"default_section_limit": 1})
     write_memory(
         store,
         "# Session Memory\n\n## Next Steps\n\n"
         "- top\n  more of top\n- middle\n  more of middle\n\tand a tab line\n- bottom\n\n"
-        "## Last Updated\n\n2026-11-22\n",
+        "## Last Updated\n\n2026-11-22\n",  # date-safe: pinned clock
     )
     ok(run("compact"))
     assert read(store, MEMORY_PATH) == (
         "# Session Memory\n\n## Next Steps\n\n- top\n  more of top\n\n"
-        "## Last Updated\n\n2026-11-22\n"
+        "## Last Updated\n\n2026-11-22\n"  # date-safe: pinned clock
     )
     ((_, entry),) = log_entries(store)
     assert entry_text(entry) == (
@@ -182,7 +182,7 @@ def test_compact_moves_continuation_lines_with_their_bullet(store, run, monkeypa
 
 
 def test_section_limits_are_per_section_and_case_insensitive(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_config(
         store,
         {"default_section_limit": 3, "section_limits": {"next STEPS": 5, "Decisions": 0}},
@@ -223,11 +223,11 @@ def test_section_limits_are_per_section_and_case_insensitive(store, run, monkeyp
 
 
 def test_last_updated_is_never_compacted(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_config(store, {"default_section_limit": 1, "section_limits": {"Last Updated": 0}})
     text = (
         "# Session Memory\n\n## Next Steps\n\n- one\n\n"
-        "## Last Updated\n\n- 2026-11-22\n- 2026-11-21\n- 2026-11-20\n"
+        "## Last Updated\n\n- 2026-11-22\n- 2026-11-21\n- 2026-11-20\n"  # date-safe: pinned clock
     )
     write_memory(store, text)
     before = snapshot(store)
@@ -237,7 +237,7 @@ def test_last_updated_is_never_compacted(store, run, monkeypatch):
 
 
 def test_bullets_inside_a_code_fence_are_not_items(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_config(store, {"default_section_limit": 1})
     fence = "```\n- fenced a\n- fenced b\n```\n"
     write_memory(
@@ -257,7 +257,7 @@ def test_a_completed_compact_is_not_a_compact_duplicate_with_a_repeated_bullet(
 ):
     """The same bullet text at the top (kept) and at the bottom (moved) of a section: the
     compact finished, so check has nothing to report and --fix nothing to remove."""
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_config(store, {"default_section_limit": 3})
     write_memory(store, memory_text(3).replace("- step 1\n", "- step 1\n- step 3\n"))
     original = all_items_memory_and_log(store)
@@ -278,10 +278,10 @@ def test_a_completed_compact_is_not_a_compact_duplicate_with_a_repeated_bullet(
 def test_a_bullet_noted_again_after_a_compact_is_not_a_compact_duplicate(store, run, monkeypatch):
     """A recurring step, moved to the log by an earlier compact and noted afresh later, is
     a new note, not a leftover of an interrupted compact: --fix must not delete it."""
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_memory(store, memory_text(12))
     ok(run("compact"))  # moves step 2 and step 1
-    pin(monkeypatch, "2026-11-24T10:00:00Z")
+    pin(monkeypatch, "2026-11-24T10:00:00Z")  # date-safe: pinned clock
     ok(run("note", "Next Steps", "step 1"))
     assert "compact-duplicate" not in rules(check_findings(run)[1])
     before = read(store, MEMORY_PATH)
@@ -302,7 +302,7 @@ def test_compact_keeps_the_newest_fact_history(store, run, monkeypatch):
         ok(run("fact", "set", "primary_language", value, *(["--why", why] if why else [])))
     pin(monkeypatch, "2025-01-05T00:00:00Z")
     ok(run("fact", "set", "user_name", "Ann"))
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     result = json.loads(ok(run("compact", "--json")).out)
     moved_lines = [
         "- 2025-01-02T00:00:00Z: Go",
@@ -336,7 +336,7 @@ def test_memory_and_facts_compact_into_one_entry(store, run, monkeypatch):
         pin(monkeypatch, f"2025-01-0{day}T00:00:00Z")
         ok(run("fact", "set", "counter", str(day)))
     write_memory(store, memory_text(12))
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     ok(run("compact"))
     ((_, entry),) = log_entries(store)
     blocks = compact_blocks(entry_text(entry))
@@ -349,7 +349,7 @@ def test_memory_and_facts_compact_into_one_entry(store, run, monkeypatch):
 
 
 def test_dry_run_reports_and_changes_nothing(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_memory(store, memory_text(12))
     before = snapshot(store)
     result = ok(run("compact", "--dry-run"))
@@ -367,7 +367,7 @@ def test_dry_run_reports_and_changes_nothing(store, run, monkeypatch):
 
 
 def test_nothing_to_compact(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     write_memory(store, memory_text(10))
     before = snapshot(store)
     result = ok(run("compact"))
@@ -378,7 +378,7 @@ def test_nothing_to_compact(store, run, monkeypatch):
 
 
 def test_compact_refuses_a_file_with_conflict_markers(store, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     text = memory_text(20).replace(
         "## Status\n\nParser port half done.\n",
         "## Status\n\n<<<<<<< ours\nParser port half done.\n=======\nParser done.\n"
@@ -459,7 +459,7 @@ def expected_limit(config: dict, name: str) -> int:
 
 
 def test_compact_property_nothing_lost_nothing_duplicated(tmp_path, run, monkeypatch):
-    pin(monkeypatch, "2026-11-23T10:00:00Z")
+    pin(monkeypatch, "2026-11-23T10:00:00Z")  # date-safe: pinned clock
     for seed in range(40):
         rng = random.Random(seed)
         root = tmp_path / f"seed{seed}"
@@ -943,7 +943,7 @@ LOOSE_MEMORY = (
     "- loose one\n\n  its continuation after a blank line\n"
     "- tight two\n  continuation\n"
     "- loose three\n\n\n  two blank lines before this one\n\n"
-    "## Last Updated\n\n2026-11-22\n"
+    "## Last Updated\n\n2026-11-22\n"  # date-safe: pinned clock
 )
 
 

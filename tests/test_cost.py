@@ -253,7 +253,7 @@ def test_only_a_word_a_float_can_render_sends_the_block_to_the_float_scan(monkey
     for needle in (
         "zzqxj",
         "port lexer",
-        "2026-11-25-9535d376",
+        "2026-11-25-9535d376",  # date-safe: literal
         "1e5 lexer",
     ):  # an id as data, never compared with the clock
         assert not stm.search_matcher(needle, False).may_hold_event(block), needle

@@ -62,7 +62,7 @@ def test_example_handoff_end_to_end(store, run):
         "- **From:** planner-agent",
         "- **To:** builder-agent",
         "- **Status:** in-progress",
-        "- **Created:** 2026-11-22T09:30:00Z",
+        "- **Created:** 2026-11-22T09:30:00Z",  # date-safe: literal
         f"- **Session:** {sid}",
     ):
         assert line in md
@@ -166,7 +166,7 @@ def test_wrong_types_are_listed_together(store, run, project):
 
 
 def test_task_id_length_and_created_at_zone(store, run, project):
-    data = example(task_id="x" * 201, created_at="2026-11-22T09:30:00")
+    data = example(task_id="x" * 201, created_at="2026-11-22T09:30:00")  # date-safe: literal
     result = assert_refused(store, run, [write(project, data)], None, 1)
     assert "task_id is longer than 200" in result.err
     assert "created_at must be an ISO-8601 timestamp with a time zone" in result.err
@@ -264,7 +264,7 @@ def test_same_handoff_after_archiving_is_still_recognised(store, run):
 
 def test_different_handoff_for_the_same_task_is_a_new_session(store, run, project):
     first = run("compose-handoff", str(EXAMPLE)).out.strip()
-    later = example(created_at="2026-11-23T08:00:00Z", status="blocked")
+    later = example(created_at="2026-11-23T08:00:00Z", status="blocked")  # date-safe: literal
     result = run("compose-handoff", write(project, later), "--json")
     data = json.loads(result.out)
     assert data["created"] is True and data["session_id"] != first
@@ -420,7 +420,7 @@ def set_state(store: Path, sid: str, **fields) -> Path:
 )
 def test_no_traceback_from_a_zone_offset_of_24_hours_anywhere(store, call, where):
     sid = call("session", "new").out.strip()
-    bad = "2026-11-22T10:00:00+24:00"
+    bad = "2026-11-22T10:00:00+24:00"  # date-safe: literal
     if where == "state-created":
         set_state(store, sid, created_at=bad)
     elif where == "state-updated":
@@ -443,5 +443,5 @@ def test_no_traceback_from_a_zone_offset_of_24_hours_anywhere(store, call, where
         assert result.code == 1
         rules = {f["rule"] for f in findings(result) if f["severity"] == "error"}
         assert rules & {"state-timestamp", "log-entry"}, rules
-    result = call("search", "x", "--since", "2026-11-22T00:00:00+24:00")
+    result = call("search", "x", "--since", "2026-11-22T00:00:00+24:00")  # date-safe: literal
     assert_clean_refusal(result, 2, "--since")

@@ -81,14 +81,14 @@ def test_import_refuses_duplicate_or_case_colliding_names(project, call, names):
 
 def test_import_force_leaves_no_backup_that_check_or_boot_trips_on(tmp_path, monkeypatch, call):
     monkeypatch.setenv("CI", "1")
-    stamp = "2026-11-20T10:00:00Z"
+    stamp = "2026-11-20T10:00:00Z"  # date-safe: literal
     src = source_store(tmp_path)
     dst = tmp_path / "dst"
     new_store(dst, handoff=False)
     (dst / ".stacks" / "refs" / "guide.md").write_text("# Guide\n\nthe local one\n")
     for root, word in ((src, "source"), (dst, "local")):
         entry = stm.render_log_entry(f"from the {word}", "x", stamp, "0badf00d")
-        (root / ".stacks" / "logs" / "2026-11-20.md").write_text(entry)
+        (root / ".stacks" / "logs" / "2026-11-20.md").write_text(entry)  # date-safe: literal
     monkeypatch.chdir(src)
     assert call("export", "-o", str(tmp_path / "m.zip")).code == 0
     monkeypatch.chdir(dst)

@@ -181,7 +181,7 @@ def build_victim(victim: Path) -> None:
 
 def bait_session(folder: Path) -> None:
     folder.mkdir(parents=True)
-    stamp = "2026-11-01T00:00:00Z"
+    stamp = "2026-11-01T00:00:00Z"  # date-safe: literal
     state = {
         "session_id": OLD_SID,
         "created_at": stamp,
