@@ -2120,14 +2120,15 @@ def host_name() -> str:
         return os.environ.get("COMPUTERNAME", "unknown-host")
 
 
-def append_record(path: str, data: bytes, complete_end):
+def append_record(path: str, data: bytes, complete_end, rollback: Rollback | None = None):
     """Append `data` to `path` in one write loop, repairing a torn tail first.
 
     Call with the tree's lock held. `complete_end(fd, size)` returns the offset where
     the last complete record ends, or None when the tail is foreign text that must be
     kept. A cut torn tail is reported on stderr. On failure the file is left as it was
-    (a file this call created is removed). Returns a function that undoes the append,
-    for a later step of the same command that fails (see Rollback).
+    (a file this call created is removed). The undo of the append, for a later step of
+    the same command that fails, goes into `rollback` before the first byte is written:
+    a signal that lands after the write but before this returns still takes it back.
     """
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
     existed = os.path.lexists(path)
@@ -2159,6 +2160,9 @@ def append_record(path: str, data: bytes, complete_end):
         # of being glued to the user's last line.
         elif end is None and size and pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
+        if rollback is not None:
+            # `size` is the length after any repair: undoing keeps the repair, drops our record.
+            rollback.add(lambda: undo_append(path, size, existed))
         try:
             write_all(fd, data)
             fsync_fd(fd)
@@ -2171,8 +2175,6 @@ def append_record(path: str, data: bytes, complete_end):
             raise
     finally:
         os.close(fd)
-    # `size` is the length after any repair: undoing keeps the repair and drops our record.
-    return lambda: undo_append(path, size, existed)
 
 
 def undo_append(path: str, size: int, existed: bool, fd: int | None = None) -> None:
@@ -3730,10 +3732,10 @@ def save_state(ref: SessionRef, state: dict) -> None:
     atomic_write(ref.state_path, dumps_json(state).encode("utf-8"))
 
 
-def append_event(ref: SessionRef, event: dict):
-    """Append one event; returns the undo (see append_record)."""
+def append_event(ref: SessionRef, event: dict, rollback: Rollback | None = None) -> None:
+    """Append one event; its undo goes into `rollback` (see append_record)."""
     line = dumps_json(event, indent=None) + "\n"
-    return append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end)
+    append_record(ref.history_path, line.encode("utf-8"), jsonl_complete_end, rollback)
 
 
 def archived_summary(session_id: str, state: dict) -> dict:
@@ -3891,7 +3893,7 @@ def update_session(
             # the history's last event never disagree.
             rollback.add(restorer(fresh.state_path))
             save_state(fresh, state)
-            append_event(fresh, make_event(store, name, state, **details))
+            append_event(fresh, make_event(store, name, state, **details), rollback)
         return state, True
 
 
@@ -11614,11 +11616,13 @@ def append_log_entry(
     escaped: bool = False,
     entry_id: str | None = None,
     author: str | None = None,
-):
+    rollback: Rollback | None = None,
+) -> None:
     """Append one entry to today's log (the day of `now`); call with the stacks lock held.
-    Returns the undo. `escaped`: the caller escaped all text in `message` and added stm's
-    own markers (see render_log_entry); every other message is escaped here. `entry_id`
-    and `author`: an entry every clone writes alike (log_kept_versions)."""
+    Its undo goes into `rollback` (see append_record). `escaped`: the caller escaped all
+    text in `message` and added stm's own markers (see render_log_entry); every other
+    message is escaped here. `entry_id` and `author`: an entry every clone writes alike
+    (log_kept_versions)."""
     now = utc_now() if now is None else now
     stamp = iso(now)
     logs = store.logs_dir
@@ -11637,7 +11641,7 @@ def append_log_entry(
     size = os.lstat(path).st_size if os.path.lexists(path) else 0
     # A blank line between entries: the day's file reads as plain Markdown.
     data = ("\n" + entry if size else entry).encode("utf-8")
-    return append_record(path, data, log_complete_end)
+    append_record(path, data, log_complete_end, rollback)
 
 
 def without_template_guidance(message: str) -> str:
@@ -11902,9 +11906,9 @@ def archive_session(
         rollback.add(restorer(ref.state_path))
         save_state(ref, state)
         event = make_event(store, "archived", state, to=store.rel(destination))
-        rollback.add(append_event(ref, event))
+        append_event(ref, event, rollback)
         line = dumps_json(archived_summary(ref.id, state), indent=None) + "\n"
-        rollback.add(append_record(store.archived_path, line.encode(), jsonl_complete_end))
+        append_record(store.archived_path, line.encode(), jsonl_complete_end, rollback)
         os.rename(ref.path, destination)  # one rename: the session is never half-moved
         rollback.add(lambda: os.rename(destination, ref.path))
         # A rename changes two folders: both entries must survive a power cut.
@@ -12843,7 +12847,7 @@ def remove_fact(store: Store, key: str, *, why: str, block: str = FACT_BLOCK_DEF
         rendered = in_line_ends_of(text, render_fact_block(preamble, sections))
         with Rollback() as rollback:  # a failed rewrite takes the log entry back out
             # The log first: if the rewrite then fails, the fact's history is still somewhere.
-            rollback.add(append_log_entry(store, normalise_message(message)))
+            append_log_entry(store, normalise_message(message), rollback=rollback)
             rollback.add(restorer(path))
             atomic_write(path, rendered.encode("utf-8"))
     return {"path": store.rel(path), "key": key, "removed": True}
@@ -12888,7 +12892,7 @@ def compact_store(store: Store, *, dry_run: bool = False) -> dict:
         if moves and not dry_run:
             with Rollback() as rollback:
                 message = compact_message(store, moves)
-                rollback.add(append_log_entry(store, message, escaped=True))
+                append_log_entry(store, message, escaped=True, rollback=rollback)
                 for path, new in rewrites:
                     rollback.add(restorer(path))
                     atomic_write(path, new.encode("utf-8"))
@@ -14097,7 +14101,7 @@ def log_capture_once(store: Store, captured: dict) -> bool:
         kept = {k: v for k, v in record["logged"].items() if k != session}
         record["logged"] = dict(list({**kept, session: position}.items())[-HOOK_LOGGED_MAX:])
         with Rollback() as rollback:
-            rollback.add(append_log_entry(store, message))
+            append_log_entry(store, message, rollback=rollback)
             write_hook_record(store, record)
     return True
 

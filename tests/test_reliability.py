@@ -229,6 +229,47 @@ def test_signals_during_writes_leave_no_temp_file_and_no_torn_record(store, run,
     assert strict.code == 0, strict.out
 
 
+# A SIGTERM that lands after an append has written its record (as os.close returns, or as
+# the append returns) but before the command's last step: the whole command is undone, the
+# record included. Before, the record stayed while state.json went back: two events at one
+# version, and check failed.
+SIGNALLED_AFTER_APPEND = {
+    "checkpoint": ["session", "checkpoint", "--done", "a", "--pending", "b"],
+    "phase": ["session", "phase", "build"],
+    "archive": ["session", "archive"],
+    "fact rm": ["fact", "rm", "editor", "--why", "moved on"],
+    "compact": ["compact"],
+}
+
+
+@pytest.mark.parametrize("operation", sorted(SIGNALLED_AFTER_APPEND))
+def test_a_signal_right_after_an_append_undoes_the_whole_command(
+    tmp_path, monkeypatch, capsys, operation
+):
+    root = prepared_store(tmp_path, "store")
+    assert stm.main(["fact", "set", "editor", "vim"]) == 0
+    memory = root / ".stacks" / "MEMORY.md"
+    steps = "".join(f"- step {n}\n" for n in range(13, 0, -1))  # over the limit of 10
+    memory.write_text(memory.read_text().replace("Port the expression grammar.\n", steps))
+    capsys.readouterr()
+    before = snapshot(root)
+    original = stm.append_record
+    appended = []
+
+    def append_then_terminated(*args, **kwargs):
+        original(*args, **kwargs)
+        appended.append(args[0])
+        raise stm.Terminated()
+
+    monkeypatch.setattr(stm, "append_record", append_then_terminated)
+    code = stm.main(SIGNALLED_AFTER_APPEND[operation])
+    monkeypatch.setattr(stm, "append_record", original)
+    assert appended, "the command appended nothing: the test reached no append"
+    assert code == 143, capsys.readouterr().err
+    assert snapshot(root) == before
+    assert stm.main(["check"]) == 0, capsys.readouterr().out  # no error (a warning: compact)
+
+
 # ---- 1, 5. injected faults at every step of the write protocol ---------------------
 
 
