@@ -20233,6 +20233,10 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"stm {__version__}")
+    # Only listed here: json_after_command has moved it to the command by now.
+    parser.add_argument(
+        "--json", action="store_true", help="JSON output (spec/json.md), before or after COMMAND"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_commands(sub, COMMANDS, common, only, only_verb)
     return parser
@@ -20241,7 +20245,7 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
 def json_after_command(argv: list[str]) -> list[str]:
     """`stm --json status` as `stm status --json`: like --dir, --json is taken before the
     command too (it is each command's own option, so it moves to just after the command
-    and its verb)."""
+    and its verb); `stm session --json list` as `stm session list --json` likewise."""
     at, skip = 0, False
     while at < len(argv):  # the global options before the command
         word = argv[at]
@@ -20252,6 +20256,8 @@ def json_after_command(argv: list[str]) -> list[str]:
         elif not word.startswith("-") or word == "--":
             break
         at += 1
+    if at + 2 < len(argv) and argv[at] in VERBS and argv[at + 1] == "--json":
+        return [*argv[: at + 1], argv[at + 2], "--json", *argv[at + 3 :]]
     if "--json" not in argv[:at] or at == len(argv) or argv[at] == "--":
         return argv
     end = at + (2 if argv[at] in VERBS and at + 1 < len(argv) else 1)
