@@ -20355,6 +20355,9 @@ def quiet_stdout() -> None:
 def command_prog(args) -> str:
     """`stm session new` for parsed arguments: the words that chose the handler."""
     words = [command_name()]
+    row = getattr(args, "command_row", None)
+    if row is not None:  # by the row: `setup git --command` has a `command` of its own
+        return " ".join([*words, *filter(None, (row.group, row.name))])
     command = getattr(args, "command", None)
     if command:
         words.append(command)

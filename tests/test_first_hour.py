@@ -778,6 +778,17 @@ def test_json_before_the_command_is_taken_as_dir_is(store, run):
     assert "--json" in run("--help").out.split("global options")[0]
 
 
+@pytest.mark.parametrize(
+    "argv", [["setup", "git", "--bogus"], ["setup", "git", "--json"], ["session", "list", "-z"]]
+)
+def test_an_unknown_option_of_a_verb_points_to_that_verb_s_help(store, run, argv):
+    # `setup git` has a --command option of its own: the pointer still names the verb.
+    result = run(*argv)
+    assert result.code == 2
+    assert result.err.count("\n") == 1, result.err  # one line
+    assert result.err.rstrip().endswith(f" {argv[0]} {argv[1]} --help`"), result.err
+
+
 @pytest.mark.parametrize("verb", ["done", "finish"])
 def test_session_done_points_to_checkpoint_finish(store, run, verb):
     result = run("session", verb)
