@@ -20242,6 +20242,70 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
     return parser
 
 
+class OptionDefaults:
+    """What argparse sets for a command given with none of its options: each option's
+    dest and default, recorded from the command's `options_X(parser)` without argparse.
+    Importing argparse (and through it gettext) and building the parser are a fifth of a
+    plain `stm boot`'s own work. `plain` turns False for anything whose value argparse
+    would work out otherwise (a positional, a required option, a typed text default, an
+    action not listed): then argparse parses, as for every other command line. A test
+    holds the result equal to argparse's for every command."""
+
+    DEFAULTS = {"store": None, "store_true": False, "store_false": True, "append": None}
+
+    def __init__(self):
+        self.values: dict = {}
+        self.overrides: dict = {}
+        self.plain = True
+
+    def add_argument(self, *flags, **options) -> None:
+        action = options.get("action", "store")
+        if not flags[0].startswith("-") or options.get("required") or action not in self.DEFAULTS:
+            self.plain = False
+            return
+        long = next((flag for flag in flags if flag.startswith("--")), flags[0])
+        dest = options.get("dest") or long.lstrip("-").replace("-", "_")
+        default = options.get("default", self.DEFAULTS[action])
+        if isinstance(default, str) and ("type" in options or default == "==SUPPRESS=="):
+            self.plain = False  # argparse converts it, or leaves the name out
+        self.values.setdefault(dest, default)  # argparse: the first default of a dest
+
+    def add_mutually_exclusive_group(self, **_) -> OptionDefaults:
+        return self
+
+    def set_defaults(self, **values) -> None:
+        self.overrides.update(values)  # argparse: over the options' own defaults
+
+    def __getattr__(self, name: str):
+        # Any other call of the parser's (a subparser, an argument group): argparse parses.
+        def unknown(*args, **kwargs) -> OptionDefaults:
+            self.plain = False
+            return self
+
+        return unknown
+
+
+def plain_command_args(argv: list[str]):
+    """The parsed arguments of a command word given alone (`stm boot`), as argparse
+    would give them, or None: then argparse parses."""
+    if len(argv) != 1 or argv[0] in VERBS:
+        return None
+    row = COMMAND_ROWS.get((None, argv[0]))
+    if row is None or row.handler is None:
+        return None
+    recorded = OptionDefaults()
+    if row.options is not None:
+        row.options(recorded)
+    if not recorded.plain:
+        return None
+    import types
+
+    # The main parser's --json (json_after_command), then the command's own options.
+    values = {"json": False, "command": row.name, **recorded.values, **recorded.overrides}
+    values["command_row"] = row
+    return types.SimpleNamespace(**values)
+
+
 def json_after_command(argv: list[str]) -> list[str]:
     """`stm --json status` as `stm status --json`: like --dir, --json is taken before the
     command too (it is each command's own option, so it moves to just after the command
@@ -20422,9 +20486,11 @@ def run_command(argv: list[str]) -> int:
             raise refused
     argv = json_after_command(argv)
     try:
-        with argparse_untranslated():
-            parser = build_parser(*command_of(argv))
-            args, extra = parser.parse_known_args(argv)
+        args, extra = plain_command_args(argv), []
+        if args is None:
+            with argparse_untranslated():
+                parser = build_parser(*command_of(argv))
+                args, extra = parser.parse_known_args(argv)
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
             flags = [word for word in extra if looks_like_option(word)]
