@@ -12673,8 +12673,7 @@ def write_memory_note(
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
-        if replace and nearest is None:
-            log_kept_versions(store, path, before, section)
+        kept_moved = log_kept_versions(store, path, before, section) if replace else []
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             # Put back as it was: a note that did not land must not leave the file changed.
@@ -12683,7 +12682,10 @@ def write_memory_note(
     heading = section
     if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
         heading = find_section(MdDoc.of(after), section).name
-    return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+    created = nearest is not None
+    return note_result(
+        store, path, heading, replace, created=created, changed=True, kept=kept_moved
+    )
 
 
 def log_holds_entry(store: Store, day: str, entry_id: str) -> bool:
@@ -12694,14 +12696,16 @@ def log_holds_entry(store: Store, day: str, entry_id: str) -> bool:
     return f"<!-- stm:entry {entry_id} -->".encode("ascii") in read_bytes(path)
 
 
-def log_kept_versions(store: Store, path: str, before: str, section: str) -> None:
+def log_kept_versions(store: Store, path: str, before: str, section: str) -> list[str]:
     """Before `note --replace` rewrites a section git's merge driver settled, the other
     version it kept there in a comment (kept_comment) moves to the log, so search still
-    finds it once the section is rewritten. Call with the stacks lock held."""
+    finds it once the section is rewritten. Call with the stacks lock held. Returns the
+    day logs that hold them (from the project root)."""
     doc = note_doc(before.replace("\r\n", "\n"))
     part = find_section(doc, section)
     body = doc.body(part) if part is not None else []
     settled = dict(SETTLED_RE.findall("\n".join(body)))
+    logs = []
     for entry_id, lines in kept_blocks(body):
         head = KEPT_RE.sub("", lines[0], count=1)
         message = (
@@ -12713,21 +12717,28 @@ def log_kept_versions(store: Store, path: str, before: str, section: str) -> Non
         # same entry (the kept id, the settle's day, author stm), so git's union merge of
         # two clones' logs keeps it once instead of interleaving two entries of one body.
         day = settled.get(entry_id) or iso_now()[:10]
+        if store.rel(store.log_path(day)) not in logs:
+            logs.append(store.rel(store.log_path(day)))
         if log_holds_entry(store, day, entry_id):
             continue
         when = parse_iso(f"{day}T00:00:00Z")
         append_log_entry(store, message, when, entry_id=entry_id, author="stm")
+    return logs
 
 
-def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
+def note_result(
+    store: Store, path: str, section: str, replace, *, created, changed, kept=()
+) -> dict:
     """What `note` did: the file (from the project root), the section, whether it replaced
-    the body, created the section, or changed anything at all."""
+    the body, created the section, or changed anything at all, and the day logs the other
+    versions a git merge had kept in the section went to (`kept`)."""
     return {
         "path": store.rel(path),
         "section": section,
         "replaced": bool(replace),
         "created": bool(created),
         "changed": bool(changed),
+        "kept_moved_to": list(kept),
     }
 
 
@@ -12746,7 +12757,15 @@ def note_report(result: dict, shown: str) -> str:
         return f"already under {where}; nothing changed"
     if result["created"]:
         return f"created {where}, with the note"
-    return f"replaced the body of {where}" if result["replaced"] else f"noted under {where}"
+    if not result["replaced"]:
+        return f"noted under {where}"
+    moved = result["kept_moved_to"]
+    if moved:  # where search now finds the version a git merge had kept in the section
+        return (
+            f"replaced the body of {where}; the other version a git merge had kept there "
+            f"is now in {', '.join(moved)}"
+        )
+    return f"replaced the body of {where}"
 
 
 # ==== Operations: facts, compaction and digest ===============================
