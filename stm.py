@@ -12716,7 +12716,10 @@ def log_kept_versions(store: Store, path: str, before: str, section: str) -> lis
         # Every clone that rewrites the section moves the same kept version: it writes the
         # same entry (the kept id, the settle's day, author stm), so git's union merge of
         # two clones' logs keeps it once instead of interleaving two entries of one body.
-        day = settled.get(entry_id) or iso_now()[:10]
+        day, today = settled.get(entry_id), iso_now()[:10]
+        # The mark is text in the file: a day that is no date, or not yet, is today's.
+        if not day or day > today or parse_iso(day, date_only_ok=True) is None:
+            day = today
         if store.rel(store.log_path(day)) not in logs:
             logs.append(store.rel(store.log_path(day)))
         if log_holds_entry(store, day, entry_id):

@@ -309,6 +309,23 @@ def test_two_clones_moving_the_same_kept_version_log_it_once(world):
     assert findings(world.stm(bob, "check", "--strict", "--json")) == []
 
 
+@pytest.mark.parametrize("day", ["2999-01-01", "2026-02-30", "0000-00-00"])
+def test_a_kept_version_whose_settle_day_is_no_past_date_goes_to_today_s_log(store, run, day):
+    """The settle mark is text in the file: a hand-edited day in the future, or no date at
+    all, does not choose the log the kept version moves to; today's log does."""
+    kept = stm.kept_comment("5e771ed0", "Status", "the older status", "alice on 2026-01-01")
+    settled = f"newer status\n<!-- stm:settled 5e771ed0 {day} -->\n" + "\n".join(kept)
+    memory = store / ".stacks" / "MEMORY.md"
+    memory.write_text(
+        memory.read_text().replace("Parser port half done; the lexer passes its tests.", settled)
+    )
+    said = run("note", "Status", "rewritten", "--replace")
+    today = time.strftime("%Y-%m-%d", time.gmtime(clock()))
+    assert said.code == 0 and said.out.rstrip().endswith(f".stacks/logs/{today}.md"), said
+    assert [p.name for p in (store / ".stacks" / "logs").glob("*.md")] == [f"{today}.md"]
+    assert "> the older status" in log_text(store)
+
+
 @pytest.mark.parametrize("how", ["--no-rebase", "--rebase"])
 def test_a_version_only_a_merge_commit_wrote_is_dated_by_that_merge(world, monkeypatch, how):
     """Three clones rewrite one identity section (AGENT.md has no Last Updated, so the
