@@ -1058,8 +1058,10 @@ def test_a_start_opens_at_most_four_transcripts_and_the_next_start_gets_the_rest
     record = {"sessions": {"claude": entries[::-1]}, "runs": {}}  # newest first
     (project / ".state" / ".hooks.json").write_text(json.dumps(record))
     opened = []
-    real = stm.read_transcript
-    monkeypatch.setattr(stm, "read_transcript", lambda p, **k: opened.append(p) or real(p, **k))
+    real = stm.read_transcript_from
+    monkeypatch.setattr(
+        stm, "read_transcript_from", lambda p, *a, **k: opened.append(p) or real(p, *a, **k)
+    )
     for n, new in enumerate(("7a7a7a7a-0000-4000-8000-00000000000a", "7b7b7b7b-0000")):
         start = payload("SessionStart", new, folder / f"{new}.jsonl", project, source="startup")
         assert run("capture", "--client", "claude", stdin=start).code == 0
@@ -1083,13 +1085,13 @@ def test_a_start_shares_one_full_tail_among_the_sessions_it_recovers(agent, run,
     start and fall out of the record unread, found by a review)."""
     project, folder = agent
     reads = []
-    real = stm.read_transcript
+    real = stm.read_transcript_from
 
-    def recorded(path, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None, head_bytes=0):
+    def recorded(path, since, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None, head_bytes=0):
         reads.append(max_bytes + head_bytes)  # the bytes of its window: tail and start
-        return real(path, max_bytes=max_bytes, root=root, head_bytes=head_bytes)
+        return real(path, since, max_bytes=max_bytes, root=root, head_bytes=head_bytes)
 
-    monkeypatch.setattr(stm, "read_transcript", recorded)
+    monkeypatch.setattr(stm, "read_transcript_from", recorded)
     ids = ["1111aaaa-3333-4000-8000-000000000001", "2222aaaa-3333-4000-8000-000000000002"]
     entries = [{"id": sid, "transcript": small_work(project, folder, sid, "f.py")} for sid in ids]
     (project / ".state" / ".hooks.json").write_text(json.dumps({"sessions": {"claude": entries}}))

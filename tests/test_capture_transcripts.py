@@ -798,3 +798,98 @@ def test_git_state_outside_a_repository_or_without_git(tmp_path, no_parent_repo,
     assert stm.git_state(str(repo)) is not None
     monkeypatch.setenv("PATH", str(plain))  # no git on the PATH
     assert stm.git_state(str(repo)) is None
+
+
+# ---- a capture that continues from the last one -----------------------------------------------
+#
+# spec/capture.md, "A capture continues from the last one": the lines written since the
+# last read, fed to the reader that read kept, give what one read of the whole gives.
+
+WHOLE = (stm.TRANSCRIPT_TAIL_BYTES, 0)
+
+
+def line_ends(data: bytes) -> list[int]:
+    return [at + 1 for at, byte in enumerate(data) if byte == 0x0A]
+
+
+class Resumes:
+    """Counts what continuing reads did: how many continued (resumed_reader gave a
+    reader) and how many lines the readers were fed."""
+
+    def __init__(self, monkeypatch):
+        self.continued = self.fell_back = self.fed = 0
+        real_resumed, real_feed = stm.resumed_reader, stm.TranscriptReader.feed
+
+        def resumed(*args):
+            found = real_resumed(*args)
+            self.continued += found is not None
+            self.fell_back += found is None
+            return found
+
+        def feed(reader, entry):
+            self.fed += 1
+            return real_feed(reader, entry)
+
+        monkeypatch.setattr(stm, "resumed_reader", resumed)
+        monkeypatch.setattr(stm.TranscriptReader, "feed", feed)
+
+
+def read_on(path, since, window=WHOLE, root=None):
+    most, head = window
+    return stm.read_transcript_from(str(path), since, max_bytes=most, head_bytes=head, root=root)
+
+
+def continue_at(path, data: bytes, cut: int, window=WHOLE):
+    """A read of the first `cut` bytes of `data` at `path`, then the file grown to all of
+    `data` read on from it: (the state the first kept, the continued read)."""
+    path.write_bytes(data[:cut])
+    _, state = read_on(path, None, window)
+    path.write_bytes(data)
+    return state, read_on(path, state, window)
+
+
+def property_transcripts(tmp_path) -> list[tuple[bytes, list[int]]]:
+    """The corpus, cut at every line's end, and 300 seeded random sessions of both clients,
+    each at five of its lines' ends: (the transcript's bytes, the cuts)."""
+    from transcripts import CORPUS, random_transcript
+
+    cases = []
+    for _, build in CORPUS.values():
+        entries, _ = build(str(tmp_path))
+        data = "".join(json.dumps(entry) + "\n" for entry in entries).encode()
+        cases.append((data, line_ends(data)))
+    rng = __import__("random").Random(3709)
+    for _ in range(300):
+        data = random_transcript(rng, str(tmp_path), rng.randint(1, 60))
+        ends = line_ends(data)
+        cases.append((data, sorted(rng.sample(ends, min(5, len(ends))))))
+    return cases
+
+
+def test_a_continued_read_gives_exactly_what_one_read_of_the_whole_gives(tmp_path, monkeypatch):
+    """The property: a transcript that fits in the window, read up to any line's end and
+    then continued over the rest, reads as one read of it all — the Transcript (so the
+    captured record) and the state a next read would continue from — and the continued
+    read is fed only the lines after the cut."""
+    path = tmp_path / "t.jsonl"
+    resumes = Resumes(monkeypatch)
+    kept = tried = 0
+    for data, cuts in property_transcripts(tmp_path):
+        path.write_bytes(data)
+        whole, whole_state = read_on(path, None)
+        for cut in cuts:
+            tried += 1
+            state, (continued, next_state) = continue_at(path, data, cut)
+            if state is None:
+                continue  # no entry marked the prefix's end: nothing to continue from
+            kept += 1
+            before, resumes.fed = resumes.continued, 0
+            path.write_bytes(data)
+            assert read_on(path, state) == (continued, next_state)
+            assert resumes.continued == before + 1, (data[:cut][-300:], state)
+            assert resumes.fed <= data[cut:].count(b"\n")  # only what was written since
+            assert continued == whole, (cut, data[:cut][-200:])
+            assert next_state == whole_state
+            # and on again with nothing new: the same
+            assert read_on(path, next_state)[0] == whole
+    assert kept > 0.8 * tried and resumes.fell_back == 0
