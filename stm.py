@@ -6106,20 +6106,24 @@ def write_hook_record(store: Store, record: dict) -> None:
     path = os.path.join(store.state, HOOKS_FILE)
     refuse_links_below(store.state, path)
     data = dumps_json(record).encode("utf-8")
-    if len(data) > HOOK_RECORD_MAX and record.get("readers"):
-        # Kept readers only save reading: a record too big to read back would lose the rest.
-        data = dumps_json({**record, "readers": {}}).encode("utf-8")
+    readers = kept_readers(record, {}) if len(data) > HOOK_RECORD_MAX else {}
+    while len(data) > HOOK_RECORD_MAX and readers:
+        # Kept readers only save reading: a record too big to read back would lose the
+        # rest. The state of the session whose hook ran longest ago goes first.
+        readers.popitem()
+        data = dumps_json({**record, "readers": readers}).encode("utf-8")
     atomic_write(path, data)
 
 
-HOOK_READERS_MAX = 4  # client sessions whose reader state the local record keeps
+# Client sessions whose reader state the local record keeps: each one it lists.
+HOOK_READERS_MAX = len(HOOK_CLIENTS) * HOOK_SESSIONS_MAX
 
 
 def kept_readers(record: dict, readers: dict) -> dict:
     """The reader states the local record keeps (`readers`, this run's, over those it
-    held): those of the HOOK_READERS_MAX client sessions whose hooks ran last, the ones
-    a start may recover next. A state is JSON text (transcript_state); anything else a
-    (planted) record holds is dropped."""
+    held): one for each client session it lists (the ones a start may recover), newest
+    hook first (the file keeps them sorted by id). A state is JSON text
+    (transcript_state); anything else a (planted) record holds is dropped."""
     held = record.get("readers") if isinstance(record.get("readers"), dict) else {}
     states = {**held, **readers}
     entries = [entry for client in HOOK_CLIENTS for entry in hook_sessions(record, client)]

@@ -1225,37 +1225,43 @@ def position_number(position, size: int):
     return int(head) if head.lstrip("-").isdigit() else size
 
 
-def test_the_local_record_keeps_the_reader_states_of_the_sessions_that_ran_last(agent, run):
-    """At most HOOK_READERS_MAX states, those of the client sessions whose hooks ran last
-    (the ones a start may recover next); a state over READER_STATE_MAX is not kept."""
+def test_the_local_record_keeps_a_reader_state_for_each_session_it_lists(agent, run, monkeypatch):
+    """One state for each client session the record lists (the 8 newest of a client:
+    the ones a start may recover); a state over READER_STATE_MAX is not kept; a record
+    that would outgrow HOOK_RECORD_MAX drops the states of the sessions whose hooks ran
+    longest ago first, and stays readable."""
     project, folder = agent
-    ids = [f"{n}{n}{n}{n}aaaa-3333-4000-8000-00000000000{n}" for n in range(1, 7)]
+    ids = [f"{n}{n}{n}{n}aaaa-3333-4000-8000-00000000000{n}" for n in range(1, 10)]
     for n, sid in enumerate(ids, 1):
         path = small_work(project, folder, sid, f"f{n}.py")
-        assert (
-            run(
-                "capture", "--client", "claude", stdin=payload("PreCompact", sid, path, project)
-            ).code
-            == 0
-        )
+        body = payload("PreCompact", sid, path, project)
+        assert run("capture", "--client", "claude", stdin=body).code == 0
     readers = hook_record(project)["readers"]
-    assert sorted(readers) == sorted(ids[-stm.HOOK_READERS_MAX :])
-    assert all(
-        json.loads(state)["transcript"].endswith(f"{sid}.jsonl") for sid, state in readers.items()
-    )
+    listed = [e["id"] for e in hook_record(project)["sessions"]["claude"]]
+    assert sorted(readers) == sorted(listed) and listed == ids[::-1][: stm.HOOK_SESSIONS_MAX]
+    for sid, state in readers.items():
+        assert json.loads(state)["transcript"] == str(folder / f"{sid}.jsonl")
     # A session whose reader would keep more than READER_STATE_MAX keeps none.
     big = "7a7a7a7a-2222-4000-8000-000000000002"
     c = Claude(str(project), big)
-    lines = [
-        c.call(f"q{n}", "AskUserQuestion", questions=[{"question": "x" * 1000}]) for n in range(40)
-    ]
+    asked = [{"question": "x" * 1000}]
+    lines = [c.call(f"q{n}", "AskUserQuestion", questions=asked) for n in range(40)]
     path = write_jsonl(folder / f"{big}.jsonl", [c.user("ask"), *lines])
     assert (
         run("capture", "--client", "claude", stdin=payload("PreCompact", big, path, project)).code
         == 0
     )
     readers = hook_record(project)["readers"]
-    assert big not in readers and len(readers) == stm.HOOK_READERS_MAX
+    assert big not in readers and sorted(readers) == sorted(ids[::-1][: stm.HOOK_SESSIONS_MAX - 1])
+    # Too big a record: the oldest sessions' states go first.
+    size = len((project / ".state" / ".hooks.json").read_bytes())
+    monkeypatch.setattr(stm, "HOOK_RECORD_MAX", size - 1000)
+    body = payload("PreCompact", ids[-1], folder / f"{ids[-1]}.jsonl", project)
+    assert run("capture", "--client", "claude", stdin=body).code == 0
+    assert len((project / ".state" / ".hooks.json").read_bytes()) <= size - 1000
+    kept = list(hook_record(project)["readers"])
+    newest = [e["id"] for e in hook_record(project)["sessions"]["claude"] if e["id"] != big]
+    assert 0 < len(kept) < stm.HOOK_SESSIONS_MAX - 1 and sorted(kept) == sorted(newest[: len(kept)])
 
 
 def test_a_session_started_in_a_folder_of_the_project_is_recovered(agent, run):
