@@ -116,7 +116,10 @@ show it (style and label, in the table's order), whether it is volatile and whet
 is work. The row gives Transcript its slot, state.json its validation, captured_record
 its key, emptiness, volatility and the one renderer (capture_body_lines) its line. What
 the row cannot say is how to read it: set it in TranscriptReader.finish (a
-transcript's), cut at CAPTURE_LIMITS[name]. Then name it in spec/capture.md and
+transcript's), cut at CAPTURE_LIMITS[name]; what the reader keeps between lines for it
+goes into TranscriptReader.state and .resumed too (a capture continues from the last
+one's state: test_a_continued_read_gives_exactly_what_one_read_of_the_whole_gives
+fails until it is there). Then name it in spec/capture.md and
 spec/state-layout.md, which tests/test_architecture.py holds to the table; its
 test_a_new_capture_field_is_one_row adds one, row and reading line, and follows it to
 boot and the log.

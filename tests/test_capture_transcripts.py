@@ -10,6 +10,7 @@ import json
 import os
 import string
 import time
+from pathlib import Path
 
 import pytest
 from helpers import fake_token, git_out, needs_git
@@ -1005,11 +1006,19 @@ def test_more_written_since_than_the_window_holds_reads_the_window(tmp_path, mon
     resumes = Resumes(monkeypatch)
     found, window = fallback_case(tmp_path, lambda data, cut: data, window=(2048, 0))
     assert found == window and resumes.continued == 0 and resumes.fell_back == 1
-    assert len(Path_of(tmp_path).read_bytes()) > 4096
+    state = json.loads(read_on(tmp_path / "t.jsonl", None, (2048, 0))[1])
+    assert state["size"] > 2048 + json.loads(window_state_of_cut(tmp_path))["size"]
 
 
-def Path_of(tmp_path):  # noqa: N802 - the transcript fallback_case writes
-    return tmp_path / "t.jsonl"
+def window_state_of_cut(tmp_path) -> str:
+    """The state fallback_case's first read kept (its transcript cut at its 30th line)."""
+    from transcripts import long_claude_tasks_session
+
+    entries, _ = long_claude_tasks_session(str(tmp_path))
+    data = "".join(json.dumps(entry) + "\n" for entry in entries).encode()
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(data[: line_ends(data)[30]])
+    return read_on(path, None, (2048, 0))[1]
 
 
 def test_with_no_state_kept_the_window_is_read(tmp_path, monkeypatch):
@@ -1079,3 +1088,14 @@ def test_a_forged_state_never_makes_a_read_go_elsewhere_or_fail(tmp_path, monkey
         # what it says may differ, never the size read to nor where.
         assert found.position.partition(":")[0] == str(len(data))
         assert found == whole or len(spans) == 1
+
+
+def test_spec_capture_states_the_kept_states_bounds():
+    """The bounds spec/capture.md's "A capture continues from the last one" names."""
+    text = " ".join((Path(stm.__file__).parent / "spec" / "capture.md").read_text().split())
+    assert stm.READER_TEXT_KEPT == 4597 and "kept to 4,597 characters" in text
+    assert stm.READER_STATE_MAX == 32 * 1024 and "at most 32 KiB" in text
+    assert (
+        stm.HOOK_READERS_MAX == 2 * stm.HOOK_SESSIONS_MAX == 16 and "(the 8 newest of each" in text
+    )
+    assert stm.HOOK_RECORD_MAX == 256 * 1024 and "outgrow its 256 KiB" in text
