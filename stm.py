@@ -3113,9 +3113,9 @@ def layer_files(store: Store, layer: Layer, *, newest_first: bool = False, since
 
 # Log entries. Each entry is framed by a header line and an end line that both carry
 # the entry's random id, so completeness is checkable even when a writer was killed
-# exactly at a line break, and so git's union merge (which trims lines two sides share
-# at the edges of a conflict) can never fuse two entries: no two entries share a
-# first or last line.
+# exactly at a line break, and so git's union merge can never fuse two entries: no two
+# entries share a first or last line. Two entries that share body lines (two clones'
+# compactions of the same bullets) it can interleave: parse_log reads them apart.
 #
 #   ## 2026-11-22T10:41:07Z · alice <!-- stm:entry 3f9a0c1d -->
 #
@@ -3224,12 +3224,32 @@ def parse_log(data: bytes, line: int = 1):
             pos = entry.end
             yield ("entry", entry)
             continue
+        # A header inside the body (stm escapes every body's markers): git's union merge
+        # interleaved this entry with another; read them as they were written.
+        if data.find(b" <!-- stm:entry ", match.end(), end) >= 0:
+            untangled = untangle_log(data[match.start() :])
+            if untangled is not None:
+                yield from untangled_entries(data, match.start(), untangled, line)
+                return
         entry.raw_body = data[match.end() + 1 : end + 1].splitlines(keepends=True)
         entry.complete = True
         entry.end = end + len(end_line)
         line += data.count(b"\n", match.start(), entry.end)
         pos = entry.end
         yield ("entry", entry)
+
+
+def untangled_entries(data: bytes, at: int, untangled: bytes, line: int):
+    """parse_log's entries of `untangled` (untangle_log of `data` from offset `at`, which
+    is on line `line`), each numbered with its header's line in `data`. Their offsets
+    are in `untangled`: log_blocks untangles before it cuts entries out."""
+    lines = {}
+    for match in LOG_HEADER_BYTES_RE.finditer(data, at):
+        lines[match.group(3).decode()] = line + data.count(b"\n", at, match.start())
+    for kind, *rest in parse_log(untangled, line):
+        if kind == "entry":
+            rest[0].line = lines.get(rest[0].entry_id, rest[0].line)
+        yield (kind, *rest)
 
 
 def log_entry_bodies(data: bytes) -> list[bytes]:
@@ -3243,12 +3263,13 @@ def log_entry_bodies(data: bytes) -> list[bytes]:
     >>> log_entry_bodies(entry.encode() + b"stray text")
     [b'\\nfixed it\\n\\n']
     """
-    bodies, pos, size = [], 0, len(data)
+    bodies, pos, size, headers = [], 0, len(data), 0
     search = LOG_HEADER_BYTES_RE.search
     while pos < size:
         match = search(data, pos)
         if match is None:
             break
+        headers += 1
         start = match.end()
         end = data.find(b"\n<!-- stm:end " + match.group(3) + b" -->\n", start)
         if end < 0:  # torn: it runs to the next entry's header, or to the end of the data
@@ -3258,7 +3279,51 @@ def log_entry_bodies(data: bytes) -> list[bytes]:
             continue
         bodies.append(data[start + 1 : end + 1])
         pos = end + 27  # the end line: "\n<!-- stm:end " (14), the id (8), " -->\n" (5)
+    # A header this search passed over is inside a body: entries a union merge interleaved,
+    # which parse_log reads apart (one count in C; such a log is rare).
+    if data.count(b" <!-- stm:entry ") > headers:
+        return [b"".join(item[1].raw_body) for item in parse_log(data) if item[0] == "entry"]
     return bodies
+
+
+LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
+
+
+def untangle_log(data: bytes) -> bytes | None:
+    """A day log that git's union merge interleaved, entries whole again; None when it
+    is not such a log. Two clones that appended entries holding the same lines (two
+    compactions of the same bullets, one handoff's receipt) give union merge common
+    lines, which it writes once: headers stacked, one body, end lines stacked. Each entry
+    is its header, the lines between its header and its own end line that are no other
+    entry's frame, and its end: no line is lost (a line shared by two entries is in
+    both). Only a log whose every header has its own end line below it, with nothing but
+    blank lines outside the entries, and where some entry holds another's frame."""
+    lines = data.split(b"\n")
+    heads, ends = {}, {}
+    for index, line in enumerate(lines):
+        head, end = LOG_HEADER_BYTES_RE.fullmatch(line), LOG_END_LINE_RE.fullmatch(line)
+        found = (heads, head) if head else (ends, end) if end else (None, None)
+        if found[0] is not None:
+            key = found[1].group(3 if head else 1)
+            if key in found[0]:
+                return None
+            found[0][key] = index
+    if not heads or set(heads) != set(ends) or any(ends[k] < heads[k] for k in heads):
+        return None
+    frames = set(heads.values()) | set(ends.values())
+    inside = set()
+    for key in heads:
+        inside.update(range(heads[key], ends[key] + 1))
+    if any(lines[i].strip() for i in range(len(lines)) if i not in inside):
+        return None
+    if not any(frames & set(range(heads[k] + 1, ends[k])) for k in heads):
+        return None  # no entry holds another's frame: not interleaved
+    entries = []
+    for key in sorted(heads, key=heads.get):
+        body = [lines[i] for i in range(heads[key] + 1, ends[key]) if i not in frames]
+        text = b"\n".join(body).strip(b"\n")
+        entries.append(lines[heads[key]] + b"\n\n" + text + b"\n\n" + lines[ends[key]] + b"\n")
+    return b"\n".join(entries)
 
 
 def iter_log_blocks(path: str):
@@ -6864,46 +6929,6 @@ def kept_blocks(lines: list[str]) -> list[tuple[str, list[str]]]:
     return found
 
 
-LOG_END_LINE_RE = LazyRegex(rb"^<!-- stm:end ([0-9a-f]{8}) -->$")
-
-
-def untangle_log(data: bytes) -> bytes | None:
-    """A day log that git's union merge interleaved, entries whole again; None when it
-    is not such a log. Two clones that appended entries holding the same lines (two
-    compactions of the same bullets, one handoff's receipt) give union merge common
-    lines, which it writes once: headers stacked, one body, end lines stacked. Each entry
-    is its header, the lines between its header and its own end line that are no other
-    entry's frame, and its end: no line is lost (a line shared by two entries is in
-    both). Only a log whose every header has its own end line below it, with nothing but
-    blank lines outside the entries, and where some entry holds another's frame."""
-    lines = data.split(b"\n")
-    heads, ends = {}, {}
-    for index, line in enumerate(lines):
-        head, end = LOG_HEADER_BYTES_RE.fullmatch(line), LOG_END_LINE_RE.fullmatch(line)
-        found = (heads, head) if head else (ends, end) if end else (None, None)
-        if found[0] is not None:
-            key = found[1].group(3 if head else 1)
-            if key in found[0]:
-                return None
-            found[0][key] = index
-    if not heads or set(heads) != set(ends) or any(ends[k] < heads[k] for k in heads):
-        return None
-    frames = set(heads.values()) | set(ends.values())
-    inside = set()
-    for key in heads:
-        inside.update(range(heads[key], ends[key] + 1))
-    if any(lines[i].strip() for i in range(len(lines)) if i not in inside):
-        return None
-    if not any(frames & set(range(heads[k] + 1, ends[k])) for k in heads):
-        return None  # no entry holds another's frame: not interleaved
-    entries = []
-    for key in sorted(heads, key=heads.get):
-        body = [lines[i] for i in range(heads[key] + 1, ends[key]) if i not in frames]
-        text = b"\n".join(body).strip(b"\n")
-        entries.append(lines[heads[key]] + b"\n\n" + text + b"\n\n" + lines[ends[key]] + b"\n")
-    return b"\n".join(entries)
-
-
 def merge_log_entries(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
     """A day log both sides appended to, merged by whole entries (sync.md, step 4): OURS'
     entries (less those of BASE that THEIRS removed), then THEIRS' new ones, each entry
@@ -6920,7 +6945,9 @@ def merge_log_entries(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
 
 def log_blocks(data: bytes) -> list[tuple[str, bytes]] | None:
     """(entry id, the entry's bytes) of every entry of a log, or None when the log holds
-    anything else (a stray line, a torn entry)."""
+    anything else (a stray line, a torn entry). Entries a union merge interleaved are
+    cut out as parse_log reads them: apart."""
+    data = untangle_log(data) or data
     found = []
     for item in parse_log(data):
         if item[0] != "entry" or not item[1].complete:
@@ -20514,15 +20541,83 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"stm {__version__}")
+    # Only listed here: json_after_command has moved it to the command by now.
+    parser.add_argument(
+        "--json", action="store_true", help="JSON output (spec/json.md), before or after COMMAND"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_commands(sub, COMMANDS, common, only, only_verb)
     return parser
 
 
+class OptionDefaults:
+    """What argparse sets for a command given with none of its options: each option's
+    dest and default, recorded from the command's `options_X(parser)` without argparse.
+    Importing argparse (and through it gettext) and building the parser are a fifth of a
+    plain `stm boot`'s own work. `plain` turns False for anything whose value argparse
+    would work out otherwise (a positional, a required option, a typed text default, an
+    action not listed): then argparse parses, as for every other command line. A test
+    holds the result equal to argparse's for every command."""
+
+    DEFAULTS = {"store": None, "store_true": False, "store_false": True, "append": None}
+
+    def __init__(self):
+        self.values: dict = {}
+        self.overrides: dict = {}
+        self.plain = True
+
+    def add_argument(self, *flags, **options) -> None:
+        action = options.get("action", "store")
+        if not flags[0].startswith("-") or options.get("required") or action not in self.DEFAULTS:
+            self.plain = False
+            return
+        long = next((flag for flag in flags if flag.startswith("--")), flags[0])
+        dest = options.get("dest") or long.lstrip("-").replace("-", "_")
+        default = options.get("default", self.DEFAULTS[action])
+        if isinstance(default, str) and ("type" in options or default == "==SUPPRESS=="):
+            self.plain = False  # argparse converts it, or leaves the name out
+        self.values.setdefault(dest, default)  # argparse: the first default of a dest
+
+    def add_mutually_exclusive_group(self, **_) -> OptionDefaults:
+        return self
+
+    def set_defaults(self, **values) -> None:
+        self.overrides.update(values)  # argparse: over the options' own defaults
+
+    def __getattr__(self, name: str):
+        # Any other call of the parser's (a subparser, an argument group): argparse parses.
+        def unknown(*args, **kwargs) -> OptionDefaults:
+            self.plain = False
+            return self
+
+        return unknown
+
+
+def plain_command_args(argv: list[str]):
+    """The parsed arguments of a command word given alone (`stm boot`), as argparse
+    would give them, or None: then argparse parses."""
+    if len(argv) != 1 or argv[0] in VERBS:
+        return None
+    row = COMMAND_ROWS.get((None, argv[0]))
+    if row is None or row.handler is None:
+        return None
+    recorded = OptionDefaults()
+    if row.options is not None:
+        row.options(recorded)
+    if not recorded.plain:
+        return None
+    import types
+
+    # The main parser's --json (json_after_command), then the command's own options.
+    values = {"json": False, "command": row.name, **recorded.values, **recorded.overrides}
+    values["command_row"] = row
+    return types.SimpleNamespace(**values)
+
+
 def json_after_command(argv: list[str]) -> list[str]:
     """`stm --json status` as `stm status --json`: like --dir, --json is taken before the
     command too (it is each command's own option, so it moves to just after the command
-    and its verb)."""
+    and its verb); `stm session --json list` as `stm session list --json` likewise."""
     at, skip = 0, False
     while at < len(argv):  # the global options before the command
         word = argv[at]
@@ -20533,6 +20628,8 @@ def json_after_command(argv: list[str]) -> list[str]:
         elif not word.startswith("-") or word == "--":
             break
         at += 1
+    if at + 2 < len(argv) and argv[at] in VERBS and argv[at + 1] == "--json":
+        return [*argv[: at + 1], argv[at + 2], "--json", *argv[at + 3 :]]
     if "--json" not in argv[:at] or at == len(argv) or argv[at] == "--":
         return argv
     end = at + (2 if argv[at] in VERBS and at + 1 < len(argv) else 1)
@@ -20630,6 +20727,9 @@ def quiet_stdout() -> None:
 def command_prog(args) -> str:
     """`stm session new` for parsed arguments: the words that chose the handler."""
     words = [command_name()]
+    row = getattr(args, "command_row", None)
+    if row is not None:  # by the row: `setup git --command` has a `command` of its own
+        return " ".join([*words, *filter(None, (row.group, row.name))])
     command = getattr(args, "command", None)
     if command:
         words.append(command)
@@ -20694,9 +20794,11 @@ def run_command(argv: list[str]) -> int:
             raise refused
     argv = json_after_command(argv)
     try:
-        with argparse_untranslated():
-            parser = build_parser(*command_of(argv))
-            args, extra = parser.parse_known_args(argv)
+        args, extra = plain_command_args(argv), []
+        if args is None:
+            with argparse_untranslated():
+                parser = build_parser(*command_of(argv))
+                args, extra = parser.parse_known_args(argv)
         if extra:  # free words after an option (`stm note Status --replace new text`)
             words = getattr(args, "text", getattr(args, "message", None))
             flags = [word for word in extra if looks_like_option(word)]

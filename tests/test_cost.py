@@ -531,6 +531,25 @@ def test_boot_asks_gettext_nothing_where_no_catalog_can_exist(store, run, monkey
     assert "unrecognized arguments: --bogus" in run("boot", "--bogus").err
 
 
+def test_a_command_given_alone_gets_what_argparse_would_give_it():
+    """plain_command_args (no argparse) against argparse, for every command word: the same
+    names, values and order, or None where argparse must parse."""
+    taken = set()
+    for row in stm.COMMANDS:
+        fast = stm.plain_command_args([row.name])
+        if fast is None:
+            continue
+        taken.add(row.name)
+        parsed, extra = stm.build_parser(row.name).parse_known_args([row.name])
+        assert extra == [] and list(vars(fast).items()) == list(vars(parsed).items()), row.name
+    assert {"boot", "check", "status", "mcp"} <= taken
+    # Options argparse must work out, or a verb, or words: argparse parses.
+    assert stm.plain_command_args(["session"]) is None
+    assert stm.plain_command_args(["boot", "--json"]) is None
+    assert stm.plain_command_args(["log"]) is None  # a positional MESSAGE
+    assert stm.plain_command_args(["no-such-command"]) is None
+
+
 def test_argparse_is_translated_where_a_catalog_exists(store, run, monkeypatch, tmp_path):
     """With a catalog folder, argparse asks gettext as it always did: its labels come
     translated (a catalog of our own, in a language of our own)."""

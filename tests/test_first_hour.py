@@ -772,6 +772,21 @@ def test_json_before_the_command_is_taken_as_dir_is(store, run):
     assert listed.code == 0 and "sessions" in json.loads(listed.out)
     refused = run("--json", "merge-file", "a", "b", "c")  # a command without --json
     assert refused.code == 2 and "--json" in refused.err
+    # Between a command and its verb too, and the help says where it may go.
+    verb = run("session", "--json", "list")
+    assert verb.code == 0 and json.loads(verb.out).keys() == json.loads(listed.out).keys()
+    assert "--json" in run("--help").out.split("global options")[0]
+
+
+@pytest.mark.parametrize(
+    "argv", [["setup", "git", "--bogus"], ["setup", "git", "--json"], ["session", "list", "-z"]]
+)
+def test_an_unknown_option_of_a_verb_points_to_that_verb_s_help(store, run, argv):
+    # `setup git` has a --command option of its own: the pointer still names the verb.
+    result = run(*argv)
+    assert result.code == 2
+    assert result.err.count("\n") == 1, result.err  # one line
+    assert result.err.rstrip().endswith(f" {argv[0]} {argv[1]} --help`"), result.err
 
 
 @pytest.mark.parametrize("verb", ["done", "finish"])
