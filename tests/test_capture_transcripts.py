@@ -1091,3 +1091,27 @@ def test_spec_capture_states_the_kept_states_bounds():
         stm.HOOK_READERS_MAX == 2 * stm.HOOK_SESSIONS_MAX == 16 and "(the 8 newest of each" in text
     )
     assert stm.HOOK_RECORD_MAX == 256 * 1024 and "outgrow its 256 KiB" in text
+
+
+def test_a_read_of_the_window_is_continued_with_the_first_messages_of_its_head(tmp_path):
+    """A transcript longer than the window: its read keeps the first messages it read at
+    the file's start with the state, and a read continued from it puts them first, as a
+    read of the window does (how many came between is not known: -1)."""
+    c = Claude(str(tmp_path))
+    entries = [c.user("set up the task"), c.user("and the docs")]
+    entries += [c.say("working " + "x" * 300) for _ in range(30)]
+    path = write_jsonl(tmp_path / "t.jsonl", entries)
+    window = (4096, 1024)
+    _, state = read_on(path, None, window)
+    assert json.loads(state)["head"]["requests"] == ["set up the task", "and the docs"]
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(c.user("now ship it")) + "\n")
+    continued, _ = read_on(path, state, window)
+    windowed, _ = read_on(path, None, window)
+    assert (
+        continued.requests
+        == windowed.requests
+        == ["set up the task", "and the docs", "now ship it"]
+    )
+    assert continued.requests_omitted == windowed.requests_omitted == -1
+    assert continued.request == "now ship it" and continued.position == windowed.position
