@@ -1093,7 +1093,9 @@ def test_spec_capture_states_the_kept_states_bounds():
     assert stm.HOOK_RECORD_MAX == 256 * 1024 and "outgrow its 256 KiB" in text
 
 
-def test_a_read_of_the_window_is_continued_with_the_first_messages_of_its_head(tmp_path):
+def test_a_read_of_the_window_is_continued_with_the_first_messages_of_its_head(
+    tmp_path, monkeypatch
+):
     """A transcript longer than the window: its read keeps the first messages it read at
     the file's start with the state, and a read continued from it puts them first, as a
     read of the window does (how many came between is not known: -1)."""
@@ -1106,7 +1108,9 @@ def test_a_read_of_the_window_is_continued_with_the_first_messages_of_its_head(t
     assert json.loads(state)["head"]["requests"] == ["set up the task", "and the docs"]
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(c.user("now ship it")) + "\n")
+    resumes = Resumes(monkeypatch)
     continued, _ = read_on(path, state, window)
+    assert resumes.continued == 1 and resumes.fed == 1
     windowed, _ = read_on(path, None, window)
     assert (
         continued.requests
