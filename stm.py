@@ -12971,8 +12971,7 @@ def write_memory_note(
             after = stamp_last_updated(after, iso_now())
         if not note_landed(after, section, note):  # refuse before writing anything
             raise StmError(f"note would not land under '## {section}' in {store.rel(path)}")
-        if replace and nearest is None:
-            log_kept_versions(store, path, before, section)
+        kept_moved = log_kept_versions(store, path, before, section) if replace else []
         atomic_write(path, in_line_ends_of(before, after).encode("utf-8"))
         if not note_landed(read_text(path), section, note):
             # Put back as it was: a note that did not land must not leave the file changed.
@@ -12981,7 +12980,10 @@ def write_memory_note(
     heading = section
     if nearest is None:  # the name as the file spells it (`status` finds `## Status`)
         heading = find_section(MdDoc.of(after), section).name
-    return note_result(store, path, heading, replace, created=nearest is not None, changed=True)
+    created = nearest is not None
+    return note_result(
+        store, path, heading, replace, created=created, changed=True, kept=kept_moved
+    )
 
 
 def log_holds_entry(store: Store, day: str, entry_id: str) -> bool:
@@ -12992,14 +12994,16 @@ def log_holds_entry(store: Store, day: str, entry_id: str) -> bool:
     return f"<!-- stm:entry {entry_id} -->".encode("ascii") in read_bytes(path)
 
 
-def log_kept_versions(store: Store, path: str, before: str, section: str) -> None:
+def log_kept_versions(store: Store, path: str, before: str, section: str) -> list[str]:
     """Before `note --replace` rewrites a section git's merge driver settled, the other
     version it kept there in a comment (kept_comment) moves to the log, so search still
-    finds it once the section is rewritten. Call with the stacks lock held."""
+    finds it once the section is rewritten. Call with the stacks lock held. Returns the
+    day logs that hold them (from the project root)."""
     doc = note_doc(before.replace("\r\n", "\n"))
     part = find_section(doc, section)
     body = doc.body(part) if part is not None else []
     settled = dict(SETTLED_RE.findall("\n".join(body)))
+    logs = []
     for entry_id, lines in kept_blocks(body):
         head = KEPT_RE.sub("", lines[0], count=1)
         message = (
@@ -13011,21 +13015,28 @@ def log_kept_versions(store: Store, path: str, before: str, section: str) -> Non
         # same entry (the kept id, the settle's day, author stm), so git's union merge of
         # two clones' logs keeps it once instead of interleaving two entries of one body.
         day = settled.get(entry_id) or iso_now()[:10]
+        if store.rel(store.log_path(day)) not in logs:
+            logs.append(store.rel(store.log_path(day)))
         if log_holds_entry(store, day, entry_id):
             continue
         when = parse_iso(f"{day}T00:00:00Z")
         append_log_entry(store, message, when, entry_id=entry_id, author="stm")
+    return logs
 
 
-def note_result(store: Store, path: str, section: str, replace, *, created, changed) -> dict:
+def note_result(
+    store: Store, path: str, section: str, replace, *, created, changed, kept=()
+) -> dict:
     """What `note` did: the file (from the project root), the section, whether it replaced
-    the body, created the section, or changed anything at all."""
+    the body, created the section, or changed anything at all, and the day logs the other
+    versions a git merge had kept in the section went to (`kept`)."""
     return {
         "path": store.rel(path),
         "section": section,
         "replaced": bool(replace),
         "created": bool(created),
         "changed": bool(changed),
+        "kept_moved_to": list(kept),
     }
 
 
@@ -13044,7 +13055,15 @@ def note_report(result: dict, shown: str) -> str:
         return f"already under {where}; nothing changed"
     if result["created"]:
         return f"created {where}, with the note"
-    return f"replaced the body of {where}" if result["replaced"] else f"noted under {where}"
+    if not result["replaced"]:
+        return f"noted under {where}"
+    moved = result["kept_moved_to"]
+    if moved:  # where search now finds the version a git merge had kept in the section
+        return (
+            f"replaced the body of {where}; the other version a git merge had kept there "
+            f"is now in {', '.join(moved)}"
+        )
+    return f"replaced the body of {where}"
 
 
 # ==== Operations: facts, compaction and digest ===============================
@@ -20503,6 +20522,11 @@ def help_formatter():
     return Formatter
 
 
+def add_json_option(parser, help_text: str) -> None:
+    """The one --json: a row's (add_commands, plain_command_args) and the main parser's."""
+    parser.add_argument("--json", action="store_true", help=help_text)
+
+
 def add_commands(sub, table, common, only=None, only_verb=None) -> None:
     formatter = help_formatter()
     for command in table:
@@ -20522,7 +20546,7 @@ def add_commands(sub, table, common, only=None, only_verb=None) -> None:
             if command.options is not None:
                 command.options(parser)
             if command.json is not None:  # every --json is this one: declared by the row
-                parser.add_argument("--json", action="store_true", help=command.json)
+                add_json_option(parser, command.json)
         else:  # session, setup: a second level of verbs
             verbs = parser.add_subparsers(dest=f"{command.name}_command", metavar="VERB")
             add_commands(verbs, VERBS[command.name], common, only_verb)
@@ -20542,26 +20566,25 @@ def build_parser(only: str | None = None, only_verb: str | None = None):
     )
     parser.add_argument("--version", action="version", version=f"stm {__version__}")
     # Only listed here: json_after_command has moved it to the command by now.
-    parser.add_argument(
-        "--json", action="store_true", help="JSON output (spec/json.md), before or after COMMAND"
-    )
+    add_json_option(parser, "JSON output (spec/json.md), before or after COMMAND")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_commands(sub, COMMANDS, common, only, only_verb)
     return parser
 
 
-class OptionDefaults:
-    """What argparse sets for a command given with none of its options: each option's
-    dest and default, recorded from the command's `options_X(parser)` without argparse.
-    Importing argparse (and through it gettext) and building the parser are a fifth of a
-    plain `stm boot`'s own work. `plain` turns False for anything whose value argparse
-    would work out otherwise (a positional, a required option, a typed text default, an
-    action not listed): then argparse parses, as for every other command line. A test
-    holds the result equal to argparse's for every command."""
+class OptionTable:
+    """A command's options as `options_X(parser)` declares them, recorded without
+    argparse: each flag's dest, action, type and choices, each dest's default. Importing
+    argparse (and through it gettext) and building the parser are a fifth of a plain
+    `stm boot`'s own work, and every hook (`capture --client claude --boot --max-chars
+    9500`, `nudge --client claude` on each tool call) pays them too. `plain` turns False
+    for anything whose value argparse would work out otherwise (a positional, a required
+    option, a typed text default, a call not listed): then argparse parses."""
 
     DEFAULTS = {"store": None, "store_true": False, "store_false": True, "append": None}
 
     def __init__(self):
+        self.flags: dict = {}  # "--max-chars": (dest, action, options)
         self.values: dict = {}
         self.overrides: dict = {}
         self.plain = True
@@ -20577,39 +20600,71 @@ class OptionDefaults:
         if isinstance(default, str) and ("type" in options or default == "==SUPPRESS=="):
             self.plain = False  # argparse converts it, or leaves the name out
         self.values.setdefault(dest, default)  # argparse: the first default of a dest
-
-    def add_mutually_exclusive_group(self, **_) -> OptionDefaults:
-        return self
+        for flag in flags:
+            self.flags[flag] = (dest, action, options)
 
     def set_defaults(self, **values) -> None:
         self.overrides.update(values)  # argparse: over the options' own defaults
 
     def __getattr__(self, name: str):
-        # Any other call of the parser's (a subparser, an argument group): argparse parses.
-        def unknown(*args, **kwargs) -> OptionDefaults:
+        # Any other call of the parser's (a subparser, a group of options that exclude each
+        # other, which argparse checks): argparse parses.
+        def unknown(*args, **kwargs) -> OptionTable:
             self.plain = False
             return self
 
         return unknown
 
+    def parse(self, words: list[str]) -> dict | None:
+        """The values of `words` (each option given once, exactly as declared: `--flag`,
+        `--option VALUE` with VALUE a choice, digits for an int, any other word not
+        starting with `-` for text), over the defaults; None for anything else."""
+        values = {**self.values, **self.overrides}
+        given, at = set(), 0
+        while at < len(words):
+            dest, action, options = self.flags.get(words[at], (None,) * 3)
+            if dest is None or dest in given:
+                return None  # not an option, or given twice: argparse says what it is
+            given.add(dest)
+            if action in ("store_true", "store_false"):
+                values[dest], at = action == "store_true", at + 1
+                continue
+            if action != "store" or "nargs" in options or at + 1 == len(words):
+                return None
+            value, kind = words[at + 1], options.get("type")
+            if value.startswith("-") or kind not in (None, int):
+                return None
+            if kind is int:
+                if not (value.isascii() and value.isdigit()):
+                    return None
+                value = int(value)
+            if "choices" in options and value not in options["choices"]:
+                return None
+            values[dest], at = value, at + 2
+        return values
+
 
 def plain_command_args(argv: list[str]):
-    """The parsed arguments of a command word given alone (`stm boot`), as argparse
-    would give them, or None: then argparse parses."""
-    if len(argv) != 1 or argv[0] in VERBS:
+    """The parsed arguments of a command line of one command and only its own declared
+    options (`stm boot`, `stm capture --client claude --boot --max-chars 9500`), as
+    argparse would give them, or None: then argparse parses."""
+    if not argv or argv[0] in VERBS:
         return None
     row = COMMAND_ROWS.get((None, argv[0]))
     if row is None or row.handler is None:
         return None
-    recorded = OptionDefaults()
+    table = OptionTable()
     if row.options is not None:
-        row.options(recorded)
-    if not recorded.plain:
+        row.options(table)
+    if row.json is not None:
+        add_json_option(table, row.json)
+    parsed = table.parse(argv[1:]) if table.plain else None
+    if parsed is None:
         return None
     import types
 
-    # The main parser's --json (json_after_command), then the command's own options.
-    values = {"json": False, "command": row.name, **recorded.values, **recorded.overrides}
+    # The main parser's --json (json_after_command) first, then the command's options.
+    values = {"json": False, "command": row.name, **parsed}
     values["command_row"] = row
     return types.SimpleNamespace(**values)
 

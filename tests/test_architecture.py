@@ -394,7 +394,8 @@ def test_each_row_sits_right_below_its_handler_and_options():
 
 
 def test_the_dispatcher_adds_every_json_from_the_rows():
-    assert STM_SOURCE.count('add_argument("--json"') == 1  # in add_commands, nowhere else
+    assert STM_SOURCE.count('add_argument("--json"') == 1  # in add_json_option, nowhere else
+    assert STM_SOURCE.count("add_json_option(") == 4  # its def, the rows, the fast path, main
     parser = stm.build_parser()
 
     def flags(path):

@@ -7,6 +7,8 @@ counted (files opened, folders listed), small store against a bigger one.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
 import re
@@ -531,6 +533,16 @@ def test_boot_asks_gettext_nothing_where_no_catalog_can_exist(store, run, monkey
     assert "unrecognized arguments: --bogus" in run("boot", "--bogus").err
 
 
+def parsed_by_argparse(argv: list[str]):
+    """argparse's Namespace for argv, or None where it refuses it or leaves words over."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            parsed, extra = stm.build_parser(*stm.command_of(argv)).parse_known_args(argv)
+    except SystemExit:
+        return None
+    return None if extra else parsed
+
+
 def test_a_command_given_alone_gets_what_argparse_would_give_it():
     """plain_command_args (no argparse) against argparse, for every command word: the same
     names, values and order, or None where argparse must parse."""
@@ -540,14 +552,54 @@ def test_a_command_given_alone_gets_what_argparse_would_give_it():
         if fast is None:
             continue
         taken.add(row.name)
-        parsed, extra = stm.build_parser(row.name).parse_known_args([row.name])
-        assert extra == [] and list(vars(fast).items()) == list(vars(parsed).items()), row.name
-    assert {"boot", "check", "status", "mcp"} <= taken
-    # Options argparse must work out, or a verb, or words: argparse parses.
+        parsed = parsed_by_argparse([row.name])
+        assert list(vars(fast).items()) == list(vars(parsed).items()), row.name
+    assert {"boot", "check", "status", "mcp", "capture", "nudge"} <= taken
+    # A verb, words, an unknown command: argparse parses.
     assert stm.plain_command_args(["session"]) is None
-    assert stm.plain_command_args(["boot", "--json"]) is None
     assert stm.plain_command_args(["log"]) is None  # a positional MESSAGE
     assert stm.plain_command_args(["no-such-command"]) is None
+    # What every hook runs is taken without argparse.
+    for hook in (
+        ["capture", "--client", "claude", "--boot", "--max-chars", "9500"],
+        ["capture", "--client", "codex"],
+        ["nudge", "--client", "claude"],
+    ):
+        assert stm.plain_command_args(hook) is not None, hook
+
+
+def test_command_lines_taken_without_argparse_are_what_argparse_makes_of_them():
+    """Random command lines of each command's own options (right and wrong values, an
+    option twice, two of one group, `--opt=value`, stray words): where plain_command_args
+    answers, argparse accepts the line and gives the same names, values and order."""
+    rng = random.Random(3709)
+    words = ["9500", "0", "007", "-5", "x", "", "claude", "codex", "--", "-", "=", "1e3", "٣"]
+    answered = 0
+    for row in stm.COMMANDS:
+        if row.handler is None:
+            continue
+        parser = stm.build_parser(row.name)
+        actions = parser._subparsers._group_actions[0].choices[row.name]._actions
+        flags = [flag for action in actions for flag in action.option_strings if flag != "-h"]
+        flags = [flag for flag in flags if flag != "--help"]
+        for _ in range(300):
+            argv = [row.name]
+            for _ in range(rng.randrange(5)):
+                pick = rng.random()
+                if pick < 0.6 and flags:
+                    argv.append(rng.choice(flags))
+                elif pick < 0.7 and flags:
+                    argv.append(f"{rng.choice(flags)}={rng.choice(words)}")
+                if rng.random() < 0.5:
+                    argv.append(rng.choice(words))
+            fast = stm.plain_command_args(argv)
+            if fast is None:
+                continue
+            answered += 1
+            parsed = parsed_by_argparse(argv)
+            assert parsed is not None, argv
+            assert list(vars(fast).items()) == list(vars(parsed).items()), argv
+    assert answered > 200, answered  # the lines this test is about were made
 
 
 def test_argparse_is_translated_where_a_catalog_exists(store, run, monkeypatch, tmp_path):

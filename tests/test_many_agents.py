@@ -291,7 +291,13 @@ def test_two_clones_moving_the_same_kept_version_log_it_once(world):
     world.push(bob)
     world.pull(alice)
     assert "> alice: the lexer is done" in section_text(alice, "Status")
-    world.stm(alice, "note", "Status", "alice: second round", "--replace", user="alice")
+    said = world.stm(alice, "note", "Status", "alice: second round", "--replace", user="alice")
+    # The note says where the kept version went, and that log holds it.
+    day = said.out.rstrip().rpartition(" is now in ")[2]
+    assert said.out.startswith("replaced the body of ## Status") and day.startswith(
+        ".stacks/logs/"
+    ), said.out
+    assert "> alice: the lexer is done" in (alice / day).read_text()
     world.commit(alice, "alice again")
     world.push(alice)
     world.stm(bob, "note", "Status", "bob: second round", "--replace", user="bob")
