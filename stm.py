@@ -116,7 +116,10 @@ show it (style and label, in the table's order), whether it is volatile and whet
 is work. The row gives Transcript its slot, state.json its validation, captured_record
 its key, emptiness, volatility and the one renderer (capture_body_lines) its line. What
 the row cannot say is how to read it: set it in TranscriptReader.finish (a
-transcript's), cut at CAPTURE_LIMITS[name]. Then name it in spec/capture.md and
+transcript's), cut at CAPTURE_LIMITS[name]; what the reader keeps between lines for it
+goes into TranscriptReader.state and .resumed too (a capture continues from the last
+one's state: test_a_continued_read_gives_exactly_what_one_read_of_the_whole_gives
+fails until it is there). Then name it in spec/capture.md and
 spec/state-layout.md, which tests/test_architecture.py holds to the table; its
 test_a_new_capture_field_is_one_row adds one, row and reading line, and follows it to
 boot and the log.
@@ -4926,6 +4929,71 @@ def first_error_line(text: str) -> str:
     return (named or telling or lines or [""])[0]
 
 
+# A capture continues from the last one (spec/capture.md): the reader's state is kept
+# when it is at most READER_STATE_MAX as JSON, and its last entry's line starts at most
+# READER_MARK_MAX bytes before the end (a later read reads from there to check it).
+READER_STATE_MAX = 32 * 1024
+READER_MARK_MAX = TRANSCRIPT_LINE_MAX_BYTES
+# What a reader's state keeps (TranscriptReader.state): a text read only through
+# safe_line is kept to this many characters, past which safe_line's result never looks.
+READER_TEXT_KEPT = max(CAPTURE_LIMITS.values()) + REDACT_MARGIN + 1
+# The reader's calls waiting for their results, and what each call's value must be:
+# "call" (a plan tool's name and input), "command" (Claude Code's [command, background],
+# Codex's command), str, or None (any JSON value: a task's subject as the call gave it).
+READER_PENDING = {
+    "creating": None,
+    "plan_calls": "call",
+    "plan_modes": "str",
+    "asking": "str",
+    "commands": "command",
+    "background": "str",
+}
+
+
+def newest_valid_stamp(stamps: list) -> list:
+    """Of a reader's entry times, the newest valid one (as finish() picks it), or none:
+    the older ones can never be the read's `ended_at`."""
+    for stamp in reversed(stamps):
+        if parse_iso(stamp, need_zone=True) is not None:
+            return [stamp]
+    return []
+
+
+def kept(value, kind):
+    """`value` from a reader's kept state when it is of exactly `kind`; else TypeError."""
+    if type(value) is not kind:
+        raise TypeError(f"not a {kind.__name__}")
+    return value
+
+
+def kept_list(value, length: int) -> list:
+    if type(value) is not list or len(value) != length:
+        raise TypeError(f"not a list of {length}")
+    return value
+
+
+def kept_strs(value) -> list:
+    if type(value) is not list or not all(type(item) is str for item in value):
+        raise TypeError("not a list of strings")
+    return value
+
+
+def kept_pairs(value, kind) -> dict:
+    """A reader's pending calls ({call id: value}) from their [id, value] pairs."""
+    pairs = {}
+    for key, item in (kept_list(pair, 2) for pair in kept(value, list)):
+        if key is not None and type(key) is not str:
+            raise TypeError("not a call id")
+        if kind == "str":
+            item = kept(item, str)
+        elif kind == "call":
+            item = (kept(kept_list(item, 2)[0], str), kept(item[1], dict))
+        elif kind == "command" and type(item) is not str:
+            item = (kept(kept_list(item, 2)[0], str), kept(item[1], bool))
+        pairs[key] = item
+    return pairs
+
+
 class TranscriptReader:
     """What read_transcript gathers entry by entry, before finish() cleans it."""
 
@@ -5331,6 +5399,80 @@ class TranscriptReader:
             compacted=self.compacted,
         )
 
+    # Continuing (spec/capture.md, "A capture continues from the last one"): what the
+    # reader keeps between lines, as JSON values, so that a later read of only the lines
+    # written since goes on from it as if it had read them all.
+
+    def state(self) -> dict:
+        """The reader's state between lines (before plan() or finish(), which change it).
+        A text read only through safe_line is kept to READER_TEXT_KEPT characters, where
+        safe_line gives the same; the files to the newest FILES_MAX (touch and snapshots
+        leave those as they would be); the entry times to the newest valid one."""
+        cut = READER_TEXT_KEPT
+        return {
+            "client": self.client,
+            "session_id": self.session_id[:cut],
+            "cwd": self.cwd,
+            "request": self.request,
+            "message": self.message[:cut],
+            "last_id": self.last_id,
+            "stamps": newest_valid_stamp(self.stamps),
+            "flags": [self.compacted, self.interrupted, self.worked],
+            "requests": [text[:cut] for text in self.requests],
+            "requests_omitted": self.requests_omitted,
+            "queued": self.queued,
+            "plan_tool": self.plan_tool,
+            "plan_list": self.plan_list,
+            "approved_plan": self.approved_plan,
+            "tasks": [[number, *task] for number, task in self.tasks.items()],
+            "next_task": self.next_task,
+            "pending": {name: list(getattr(self, name).items()) for name in READER_PENDING},
+            "files": list(self.files)[-FILES_MAX:],
+            "failures": [
+                [key, command[:cut], error[:cut]] for key, command, error in self.failures
+            ],
+        }
+
+    @classmethod
+    def resumed(cls, state) -> TranscriptReader | None:
+        """A reader in the state `state` (state()) holds, or None when it holds anything
+        state() does not write: a state comes from the local record, a file a hand (or a
+        hostile clone) may have written, so it is data, checked before it is used."""
+        reader = cls()
+        try:
+            for name in ("client", "session_id", "cwd", "request", "message", "last_id"):
+                setattr(reader, name, kept(state[name], str))
+            for name in ("plan_tool", "approved_plan"):
+                setattr(reader, name, kept(state[name], str))
+            reader.stamps = kept_strs(state["stamps"])
+            flags = kept(state["flags"], list)
+            if len(flags) != 3 or not all(type(flag) is bool for flag in flags):
+                return None
+            reader.compacted, reader.interrupted, reader.worked = flags
+            reader.requests, reader.queued = (
+                kept_strs(state["requests"]),
+                kept_strs(state["queued"]),
+            )
+            reader.requests_omitted = kept(state["requests_omitted"], int)
+            if reader.requests_omitted < -1:
+                return None  # a count, or -1: not counted (state.json's "count" kind)
+            reader.next_task = kept(state["next_task"], int)
+            reader.plan_list = [
+                tuple(kept_list(item, 2)) for item in kept(state["plan_list"], list)
+            ]
+            for item in kept(state["tasks"], list):
+                number, subject, status = kept_list(item, 3)
+                reader.tasks[kept(number, int)] = [subject, status]
+            pending = kept(state["pending"], dict)
+            for name in READER_PENDING:
+                setattr(reader, name, kept_pairs(pending[name], READER_PENDING[name]))
+            reader.files = dict.fromkeys(kept_strs(state["files"]))
+            for item in kept(state["failures"], list):
+                reader.failures.append(tuple(kept_strs(kept_list(item, 3))))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return reader
+
 
 def queued_text(content) -> str:
     """A queued message's text: a string, or a list of strings and text blocks."""
@@ -5518,33 +5660,150 @@ def read_transcript(
     messages (a long session ends on "continue"; the task was set at its start). A file
     that cannot be read (missing, a link, a FIFO or device) gives an empty Transcript:
     capture runs in hooks, which must not fail."""
-    reader, head = TranscriptReader(), TranscriptReader()
+    transcript, _ = read_transcript_from(
+        path, None, max_bytes=max_bytes, root=root, head_bytes=head_bytes, keep=False
+    )
+    return transcript
+
+
+def read_transcript_from(
+    path: str,
+    since: str | None,
+    *,
+    max_bytes: int = TRANSCRIPT_TAIL_BYTES,
+    root: str | None = None,
+    head_bytes: int = 0,
+    keep: bool = True,
+) -> tuple[Transcript, str | None]:
+    """read_transcript, continuing from `since` (the state an earlier read of the same
+    file kept, see transcript_state) when the file still holds what that read read and
+    what was written since fits the window: then only the bytes after it are read and
+    decoded (resumed_reader); otherwise the window, as read_transcript. Returns the
+    Transcript and, with `keep`, the state a later read continues from (None when none
+    can: see transcript_state)."""
+    reader, head, resumed = TranscriptReader(), None, None
     try:
         fd = open_regular(path)
         try:
             size = os.fstat(fd).st_size
-            if size > max_bytes + head_bytes > max_bytes:
-                first = head_lines(fd, size, head_bytes)
+            if since is not None:
+                resumed = resumed_reader(path, fd, size, since, max_bytes + head_bytes)
+            if resumed is not None:
+                reader, head, lines, _ = resumed
+            elif size > max_bytes + head_bytes > max_bytes:
+                head = head_lines(fd, size, head_bytes)
                 lines = tail_lines(fd, size, max_bytes)
             else:  # the window holds it all: read as one
-                first, lines = [], tail_lines(fd, size, max_bytes + head_bytes)
+                lines = tail_lines(fd, size, max_bytes + head_bytes)
         finally:
             os.close(fd)
     except (OSError, ValueError):  # ValueError: a NUL in the path
-        return reader.finish(None, root)
-    for each, part in ((head, first), (reader, lines)):
-        for line in part:
-            entry = parse_entry(line)
-            if entry is None:
-                continue
-            # try, not contextlib.suppress: thousands of lines, and a `with` is a call or two.
-            try:
-                each.feed(entry)
-            except (ValueError, TypeError, AttributeError, RecursionError):
-                continue  # a line of an unforeseen shape is skipped, not the file
-    if head.requests and head.client in ("", reader.client):
-        reader.follow(head.requests[:REQUESTS_FIRST])
-    return reader.finish(size, root)
+        return reader.finish(None, root), None
+    if resumed is None and head is not None:
+        first = TranscriptReader()
+        feed_lines(first, head)
+        kept_first = [text[:READER_TEXT_KEPT] for text in first.requests[:REQUESTS_FIRST]]
+        head = {"client": first.client, "requests": kept_first}
+    feed_lines(reader, lines)
+    mark = resumed[3] if resumed is not None else None
+    state = transcript_state(path, size, reader, head, lines, mark) if keep else None
+    if head and head["requests"] and head["client"] in ("", reader.client):
+        reader.follow(head["requests"])
+    return reader.finish(size, root), state
+
+
+def feed_lines(reader: TranscriptReader, lines: list) -> None:
+    """Each transcript line to `reader`; a line that is not a JSON object, or of a shape
+    the reader did not foresee, is skipped, never the file."""
+    for line in lines:
+        entry = parse_entry(line)
+        if entry is None:
+            continue
+        # try, not contextlib.suppress: thousands of lines, and a `with` is a call or two.
+        try:
+            reader.feed(entry)
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            continue
+
+
+def entry_marker(entry: dict):
+    """What marks an entry as the last one read: Claude Code's uuid, else its time."""
+    marker = entry.get("uuid") or entry.get("timestamp")
+    return marker if isinstance(marker, str) else None
+
+
+def resumed_reader(path: str, fd: int, size: int, since: str, window: int):
+    """(reader, head, the lines written since, where its last entry's line starts) from
+    the state `since` kept (transcript_state), when the file at `fd`, `size` bytes long,
+    still holds what that read read: `path` is the file it read, the file is at least as
+    long, the bytes just before that size end a whole line, the line at `mark` (a line's
+    start) is an entry marked with the reader's last entry id, and what was written since
+    fits `window`. None otherwise (the window is read). The state is data from a local
+    file: no offset in it is used before it is checked against the file."""
+    try:
+        state = load_json(since)
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or state.get("transcript") != path:
+        return None
+    at, mark, head = state.get("size"), state.get("mark"), state.get("head")
+    if type(at) is not int or type(mark) is not int:
+        return None
+    if not 0 <= mark < at <= size or size - at > window or at - mark > READER_MARK_MAX:
+        return None
+    if head is not None:
+        try:
+            head = {"client": kept(head["client"], str), "requests": kept_strs(head["requests"])}
+        except (KeyError, TypeError):
+            return None
+    reader = TranscriptReader.resumed(state.get("reader"))
+    if reader is None or not reader.last_id:
+        return None
+    start = mark - 1 if mark else 0
+    data = read_span(fd, start, size - start)
+    cut, first = at - start, mark - start
+    if (
+        len(data) != size - start
+        or data[cut - 1 : cut] != b"\n"
+        or data[:first] not in (b"", b"\n")
+    ):
+        return None  # truncated, or rewritten: the old size no longer ends a line
+    entry = parse_entry(data[first : data.index(b"\n", first)])
+    if entry is None or entry_marker(entry) != reader.last_id:
+        return None  # another entry there: the file was rewritten
+    return reader, head, data[cut:].split(b"\n"), mark
+
+
+def transcript_state(path, size, reader, head, lines, mark_before) -> str | None:
+    """What a later read of the transcript at `path` continues from (resumed_reader), as
+    JSON text (ASCII: a lone surrogate from a transcript stays what it was): its size,
+    where the line of its last entry starts (`mark`), the person's first messages read at
+    its start (`head`, for a file longer than the window) and the reader's state.
+    `mark_before` is the mark of the state this read continued from. None when no later
+    read could continue: the file does not end with a whole line, no entry marks its end
+    within READER_MARK_MAX bytes, or the state is over READER_STATE_MAX."""
+    if not reader.last_id or not lines or lines[-1]:
+        return None  # a last line without its newline may still be written to
+    mark, end = None, size
+    for line in reversed(lines):
+        begin = end - len(line)
+        if size - begin > READER_MARK_MAX:
+            break
+        entry = parse_entry(line) if line else None
+        if entry is not None and entry_marker(entry) == reader.last_id:
+            mark = begin
+            break
+        end = begin - 1
+    if mark is None:
+        mark = mark_before  # no line since marked an entry: the one before still ends it
+    if mark is None or size - mark > READER_MARK_MAX:
+        return None
+    state = {"transcript": path, "size": size, "mark": mark, "head": head}
+    try:
+        text = json.dumps({**state, "reader": reader.state()}, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return text if len(text) <= READER_STATE_MAX else None
 
 
 def find_project_transcript(
@@ -5867,11 +6126,12 @@ SESSION_TOKEN_RE = LazyRegex(r"[A-Za-z0-9._-]{1,100}")
 def read_hook_record(store: Store) -> dict:
     """The local record of .state/.hooks.json: {"sessions": {client: [entries, newest
     first]}, "runs": {"client Event": stamp}, "logged": {client session: position},
-    "nudge": {client session: what `stm nudge` counted}}. A
+    "nudge": {client session: what `stm nudge` counted}, "readers": {client session: the
+    state its last capture's read kept, see transcript_state}}. A
     missing, unreadable or corrupt record starts afresh: it only decides what to capture
     next, and a capture is never lost by re-reading."""
     path = os.path.join(store.state, HOOKS_FILE)
-    record = {"sessions": {}, "runs": {}, "logged": {}, "nudge": {}}
+    record = {"sessions": {}, "runs": {}, "logged": {}, "nudge": {}, "readers": {}}
     if links_on_the_way(store.state, path) or not os.path.lexists(path):
         return record
     try:
@@ -5913,7 +6173,45 @@ def recorded_session(record: dict, client: str, session: str) -> dict | None:
 def write_hook_record(store: Store, record: dict) -> None:
     path = os.path.join(store.state, HOOKS_FILE)
     refuse_links_below(store.state, path)
-    atomic_write(path, dumps_json(record).encode("utf-8"))
+    data = dumps_json(record).encode("utf-8")
+    readers = kept_readers(record, {}) if len(data) > HOOK_RECORD_MAX else {}
+    while len(data) > HOOK_RECORD_MAX and readers:
+        # Kept readers only save reading: a record too big to read back would lose the
+        # rest. The state of the session whose hook ran longest ago goes first.
+        readers.popitem()
+        data = dumps_json({**record, "readers": readers}).encode("utf-8")
+    atomic_write(path, data)
+
+
+# Client sessions whose reader state the local record keeps: each one it lists.
+HOOK_READERS_MAX = len(HOOK_CLIENTS) * HOOK_SESSIONS_MAX
+
+
+def kept_readers(record: dict, readers: dict) -> dict:
+    """The reader states the local record keeps (`readers`, this run's, over those it
+    held): one for each client session it lists (the ones a start may recover), newest
+    hook first (the file keeps them sorted by id). A state is JSON text
+    (transcript_state); anything else a (planted) record holds is dropped."""
+    held = record.get("readers") if isinstance(record.get("readers"), dict) else {}
+    states = {**held, **readers}
+    entries = [entry for client in HOOK_CLIENTS for entry in hook_sessions(record, client)]
+    # Newest hook first; sorted is stable, so each client's own order settles a tie.
+    entries.sort(key=lambda entry: entry.get("seen_at", ""), reverse=True)
+    kept = {}
+    for entry in entries:
+        state = states.get(entry["id"])
+        if isinstance(state, str) and len(state) <= READER_STATE_MAX and entry["id"] not in kept:
+            kept[entry["id"]] = state
+            if len(kept) == HOOK_READERS_MAX:
+                break
+    return kept
+
+
+def kept_reader(record: dict, session: str) -> str | None:
+    """The reader state the local record keeps for a client session, or None."""
+    held = record.get("readers")
+    state = held.get(session) if isinstance(held, dict) and session else None
+    return state if isinstance(state, str) and len(state) <= READER_STATE_MAX else None
 
 
 # ==== Formats: three-way merge ===============================================
@@ -14181,7 +14479,7 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     client = payload_client(payload, client)
     root = os.path.dirname(os.path.abspath(store.stacks))
     result = {"event": event, "client": client, "captured": [], "sessions": []}
-    result.update(skipped=[], failed=[], logged={}, to={})
+    result.update(skipped=[], failed=[], logged={}, to={}, readers={})
     written: dict = {}  # stm session: the client session captured into it by this run
     record = read_hook_record(store)
     git = (
@@ -14200,14 +14498,21 @@ def capture_hook(store: Store, payload: dict, *, client: str | None = None, dry_
     for session, path, log, tail in jobs:
         # Part of the window goes to the start: the same bytes, so the same cost.
         head = min(TRANSCRIPT_HEAD_BYTES, tail // 8)
+        # From the last capture's read of this transcript when it still holds (the new
+        # lines only), else the window: spec/capture.md, "A capture continues".
+        since = kept_reader(record, session)
         try:
-            transcript = read_transcript(path, max_bytes=tail - head, root=root, head_bytes=head)
+            transcript, state = read_transcript_from(
+                path, since, max_bytes=tail - head, root=root, head_bytes=head
+            )
         except (OSError, StmError, ValueError) as exc:
             result["skipped"].append(f"transcript {path}: {getattr(exc, 'strerror', exc)}")
             continue
         if not transcript.position:  # never opened: nothing may say it was read
             result["skipped"].append(f"transcript {path}: not read ({unread_reason(path)})")
             continue
+        if state is not None and session and not dry_run:
+            result["readers"][session] = state
         if capture_is_empty(transcript):
             result["skipped"].append(f"transcript {path}: nothing to capture")
             continue
@@ -14246,12 +14551,13 @@ HOOK_LOGGED_MAX = 20  # client sessions whose last logged position the record ke
 
 
 def note_hook_run(
-    store: Store, payload: dict, client: str, event: str, logged=None, to=None
+    store: Store, payload: dict, client: str, event: str, logged=None, to=None, readers=None
 ) -> None:
     """Record that this hook ran, which client session it saw (first in the client's
     recent sessions), which stm session each capture went to (`to`: {client session: stm
-    session}), and the transcript positions just logged. Re-read under the lock: hooks of
-    one client run in parallel."""
+    session}), the transcript positions just logged, and the reader states its reads
+    kept (`readers`: kept_readers). Re-read under the lock: hooks of one client run in
+    parallel."""
     now = iso_now()
     session = client_session_id(payload)
     transcript = payload_text(payload, "transcript_path")
@@ -14280,6 +14586,7 @@ def note_hook_run(
             kept = record.get("logged") if isinstance(record.get("logged"), dict) else {}
             kept = {k: v for k, v in kept.items() if k not in logged}
             record["logged"] = dict(list({**kept, **logged}.items())[-HOOK_LOGGED_MAX:])
+        record["readers"] = kept_readers(record, readers or {})
         write_hook_record(store, record)
 
 
@@ -18612,7 +18919,8 @@ def cmd_capture(args) -> int:
         client = payload_client(payload, args.client)
         try:
             logged, to = (result["logged"], result["to"]) if result else (None, None)
-            note_hook_run(store, payload, client, event, logged, to)
+            readers = result["readers"] if result else None
+            note_hook_run(store, payload, client, event, logged, to, readers)
         except Exception as exc:
             reason = exc.line() if isinstance(exc, StmError) else str(exc)
             print(f"stm capture: the hook's run was not recorded: {reason}", file=sys.stderr)

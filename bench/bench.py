@@ -478,7 +478,10 @@ def capture_results(work: str, small: str, env: dict, runs: int) -> dict:
         with open(transcript, "a", encoding="utf-8") as out:
             out.write(claude_line("assistant", [{"type": "text", "text": f"more {n}"}], n, small))
         session = f"{n:08x}-2222-4000-8000-000000000002"
-        body = hook_payload("SessionStart", transcript, small, session=session, source="startup")
+        # The new session's own transcript, beside the killed one's (not yet written): it
+        # recovers the one killed session, which sessions sharing its transcript would not.
+        own = os.path.join(work, f"{session}.jsonl")
+        body = hook_payload("SessionStart", own, small, session=session, source="startup")
         first = hook_payload("SessionStart", transcript, small, source="startup")
         run_hook(start_hook, small, env, first)  # records the worked-in session
         times.append(run_hook(start_hook, small, env, body))

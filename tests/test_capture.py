@@ -1058,8 +1058,10 @@ def test_a_start_opens_at_most_four_transcripts_and_the_next_start_gets_the_rest
     record = {"sessions": {"claude": entries[::-1]}, "runs": {}}  # newest first
     (project / ".state" / ".hooks.json").write_text(json.dumps(record))
     opened = []
-    real = stm.read_transcript
-    monkeypatch.setattr(stm, "read_transcript", lambda p, **k: opened.append(p) or real(p, **k))
+    real = stm.read_transcript_from
+    monkeypatch.setattr(
+        stm, "read_transcript_from", lambda p, *a, **k: opened.append(p) or real(p, *a, **k)
+    )
     for n, new in enumerate(("7a7a7a7a-0000-4000-8000-00000000000a", "7b7b7b7b-0000")):
         start = payload("SessionStart", new, folder / f"{new}.jsonl", project, source="startup")
         assert run("capture", "--client", "claude", stdin=start).code == 0
@@ -1083,13 +1085,13 @@ def test_a_start_shares_one_full_tail_among_the_sessions_it_recovers(agent, run,
     start and fall out of the record unread, found by a review)."""
     project, folder = agent
     reads = []
-    real = stm.read_transcript
+    real = stm.read_transcript_from
 
-    def recorded(path, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None, head_bytes=0):
+    def recorded(path, since, *, max_bytes=stm.TRANSCRIPT_TAIL_BYTES, root=None, head_bytes=0):
         reads.append(max_bytes + head_bytes)  # the bytes of its window: tail and start
-        return real(path, max_bytes=max_bytes, root=root, head_bytes=head_bytes)
+        return real(path, since, max_bytes=max_bytes, root=root, head_bytes=head_bytes)
 
-    monkeypatch.setattr(stm, "read_transcript", recorded)
+    monkeypatch.setattr(stm, "read_transcript_from", recorded)
     ids = ["1111aaaa-3333-4000-8000-000000000001", "2222aaaa-3333-4000-8000-000000000002"]
     entries = [{"id": sid, "transcript": small_work(project, folder, sid, "f.py")} for sid in ids]
     (project / ".state" / ".hooks.json").write_text(json.dumps({"sessions": {"claude": entries}}))
@@ -1099,6 +1101,167 @@ def test_a_start_shares_one_full_tail_among_the_sessions_it_recovers(agent, run,
     run("capture", "--client", "claude", stdin=start)
     assert log_text(project).count("Captured by stm") == 2  # both, at the first start
     assert reads == [stm.HOOK_RECOVER_BYTES // 2] * 2
+
+
+def transcript_fields(captured: dict) -> dict:
+    """What a capture took from the transcript (CAPTURE_FIELDS' transcript rows)."""
+    names = [f.name for f in stm.CAPTURE_FIELDS if f.source == "transcript"]
+    return {name: captured.get(name) for name in names}
+
+
+def whole_read(project, path) -> dict:
+    """The capture one read of the whole transcript gives (spec/capture.md's window)."""
+    transcript = stm.read_transcript(str(path), root=str(project))
+    record = stm.captured_record(transcript, None, client="claude", session=SID, event="x")
+    return transcript_fields(record)
+
+
+def more_work(project) -> list:
+    c = Claude(str(project), SID)
+    c.count = iter(range(100, 200))  # uuids after todo_session's
+    return [
+        c.call(
+            "e2", "Edit", file_path=f"{project}/tempconv/rankine.py", old_string="1", new_string="2"
+        ),
+        c.result("e2", "The file has been updated."),
+        c.call("b2", "Bash", command="pytest -q tests/test_rankine.py"),
+        c.result("b2", "1 passed"),
+        c.say("Rankine works; next the docs."),
+    ]
+
+
+def append_lines(path, entries) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.writelines(json.dumps(entry) + "\n" for entry in entries)
+
+
+def test_a_recovering_start_continues_from_the_last_capture(agent, run, monkeypatch):
+    """The session's PreCompact kept its reader's state in the local record; the next
+    start recovers the work done since by reading only that (spec/capture.md, "A capture
+    continues from the last one"), and records what one read of the whole would."""
+    project, folder = agent
+    path = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    assert (
+        run("capture", "--client", "claude", stdin=payload("PreCompact", SID, path, project)).code
+        == 0
+    )
+    kept = hook_record(project)["readers"][SID]
+    state = json.loads(kept)
+    assert state["transcript"] == path and state["size"] == os.path.getsize(path)
+    append_lines(path, more_work(project))
+    since = []
+    real = stm.read_transcript_from
+    monkeypatch.setattr(
+        stm, "read_transcript_from", lambda p, s, **k: since.append(s) or real(p, s, **k)
+    )
+    later = "7a7a7a7a-2222-4000-8000-000000000002"
+    start = payload("SessionStart", later, folder / f"{later}.jsonl", project, source="startup")
+    assert run("capture", "--client", "claude", stdin=start).code == 0
+    assert since == [kept]  # read on from the state the PreCompact kept
+    [folder_] = sessions(project)
+    captured = state_of(folder_)["captured"]
+    assert transcript_fields(captured) == whole_read(project, path)
+    assert (
+        captured["failures"] == [] and captured["last_message"] == "Rankine works; next the docs."
+    )
+    assert log_text(project).count("Captured by stm") == 2
+    # The state kept now is at the new size, as one read of the whole would keep it.
+    _, whole_state = stm.read_transcript_from(
+        path,
+        None,
+        root=str(project),
+        max_bytes=stm.TRANSCRIPT_TAIL_BYTES - stm.TRANSCRIPT_HEAD_BYTES,
+        head_bytes=stm.TRANSCRIPT_HEAD_BYTES,
+    )
+    assert hook_record(project)["readers"][SID] == whole_state
+
+
+FORGED_POSITIONS = ["99999999999:x", "-5:uuid-0010", "abc", "0:", "3:uuid-0001", 7]
+
+
+@pytest.mark.parametrize("position", FORGED_POSITIONS)
+def test_a_forged_position_or_kept_state_never_misleads_a_start(agent, run, position):
+    """A previous position is data, never an instruction: one forged in state.json, in the
+    local record's logged positions or in a kept reader's state (pointing at another
+    file, past the end, at a line that is not the entry) makes stm read no other file and
+    no other bytes; the start exits 0 and records what one read of the whole gives."""
+    project, folder = agent
+    path = write_jsonl(folder / f"{SID}.jsonl", todo_session(str(project)))
+    assert (
+        run("capture", "--client", "claude", stdin=payload("PreCompact", SID, path, project)).code
+        == 0
+    )
+    [folder_] = sessions(project)
+    state = state_of(folder_)
+    state["captured"]["position"] = position
+    (folder_ / "state.json").write_text(json.dumps(state))
+    record = hook_record(project)
+    kept = json.loads(record["readers"][SID])
+    size = kept["size"]
+    record["logged"][SID] = position
+    record["readers"][SID] = json.dumps(
+        {
+            **kept,
+            "size": position_number(position, size),
+            "mark": size * 3,
+            "transcript": "/etc/passwd",
+        }
+    )
+    (project / ".state" / ".hooks.json").write_text(json.dumps(record))
+    append_lines(path, more_work(project))
+    later = "7a7a7a7a-2222-4000-8000-000000000002"
+    start = payload("SessionStart", later, folder / f"{later}.jsonl", project, source="startup")
+    result = run("capture", "--client", "claude", stdin=start)
+    assert result.code == 0 and "Traceback" not in result.err
+    # Where the recovery went (a state.json made invalid by the forgery is passed over).
+    [entry] = [e for e in hook_record(project)["sessions"]["claude"] if e["id"] == SID]
+    captured = state_of(project / ".state" / "sessions" / entry["to"])["captured"]
+    assert transcript_fields(captured) == whole_read(project, path)
+    assert "passwd" not in json.dumps(captured)
+
+
+def position_number(position, size: int):
+    head = str(position).partition(":")[0]
+    return int(head) if head.lstrip("-").isdigit() else size
+
+
+def test_the_local_record_keeps_a_reader_state_for_each_session_it_lists(agent, run, monkeypatch):
+    """One state for each client session the record lists (the 8 newest of a client:
+    the ones a start may recover); a state over READER_STATE_MAX is not kept; a record
+    that would outgrow HOOK_RECORD_MAX drops the states of the sessions whose hooks ran
+    longest ago first, and stays readable."""
+    project, folder = agent
+    ids = [f"{n}{n}{n}{n}aaaa-3333-4000-8000-00000000000{n}" for n in range(1, 10)]
+    for n, sid in enumerate(ids, 1):
+        path = small_work(project, folder, sid, f"f{n}.py")
+        body = payload("PreCompact", sid, path, project)
+        assert run("capture", "--client", "claude", stdin=body).code == 0
+    readers = hook_record(project)["readers"]
+    listed = [e["id"] for e in hook_record(project)["sessions"]["claude"]]
+    assert sorted(readers) == sorted(listed) and listed == ids[::-1][: stm.HOOK_SESSIONS_MAX]
+    for sid, state in readers.items():
+        assert json.loads(state)["transcript"] == str(folder / f"{sid}.jsonl")
+    # A session whose reader would keep more than READER_STATE_MAX keeps none.
+    big = "7a7a7a7a-2222-4000-8000-000000000002"
+    c = Claude(str(project), big)
+    asked = [{"question": "x" * 1000}]
+    lines = [c.call(f"q{n}", "AskUserQuestion", questions=asked) for n in range(40)]
+    path = write_jsonl(folder / f"{big}.jsonl", [c.user("ask"), *lines])
+    assert (
+        run("capture", "--client", "claude", stdin=payload("PreCompact", big, path, project)).code
+        == 0
+    )
+    readers = hook_record(project)["readers"]
+    assert big not in readers and sorted(readers) == sorted(ids[::-1][: stm.HOOK_SESSIONS_MAX - 1])
+    # Too big a record: the oldest sessions' states go first.
+    size = len((project / ".state" / ".hooks.json").read_bytes())
+    monkeypatch.setattr(stm, "HOOK_RECORD_MAX", size - 1000)
+    body = payload("PreCompact", ids[-1], folder / f"{ids[-1]}.jsonl", project)
+    assert run("capture", "--client", "claude", stdin=body).code == 0
+    assert len((project / ".state" / ".hooks.json").read_bytes()) <= size - 1000
+    kept = list(hook_record(project)["readers"])
+    newest = [e["id"] for e in hook_record(project)["sessions"]["claude"] if e["id"] != big]
+    assert 0 < len(kept) < stm.HOOK_SESSIONS_MAX - 1 and sorted(kept) == sorted(newest[: len(kept)])
 
 
 def test_a_session_started_in_a_folder_of_the_project_is_recovered(agent, run):

@@ -10,6 +10,7 @@ import json
 import os
 import string
 import time
+from pathlib import Path
 
 import pytest
 from helpers import fake_token, git_out, needs_git
@@ -798,3 +799,323 @@ def test_git_state_outside_a_repository_or_without_git(tmp_path, no_parent_repo,
     assert stm.git_state(str(repo)) is not None
     monkeypatch.setenv("PATH", str(plain))  # no git on the PATH
     assert stm.git_state(str(repo)) is None
+
+
+# ---- a capture that continues from the last one -----------------------------------------------
+#
+# spec/capture.md, "A capture continues from the last one": the lines written since the
+# last read, fed to the reader that read kept, give what one read of the whole gives.
+
+WHOLE = (stm.TRANSCRIPT_TAIL_BYTES, 0)
+
+
+def line_ends(data: bytes) -> list[int]:
+    return [at + 1 for at, byte in enumerate(data) if byte == 0x0A]
+
+
+class Resumes:
+    """Counts what continuing reads did: how many continued (resumed_reader gave a
+    reader) and how many lines the readers were fed."""
+
+    def __init__(self, monkeypatch):
+        self.continued = self.fell_back = self.fed = 0
+        real_resumed, real_feed = stm.resumed_reader, stm.TranscriptReader.feed
+
+        def resumed(*args):
+            found = real_resumed(*args)
+            self.continued += found is not None
+            self.fell_back += found is None
+            return found
+
+        def feed(reader, entry):
+            self.fed += 1
+            return real_feed(reader, entry)
+
+        monkeypatch.setattr(stm, "resumed_reader", resumed)
+        monkeypatch.setattr(stm.TranscriptReader, "feed", feed)
+
+
+def read_on(path, since, window=WHOLE, root=None):
+    most, head = window
+    return stm.read_transcript_from(str(path), since, max_bytes=most, head_bytes=head, root=root)
+
+
+def property_transcripts(tmp_path) -> list[tuple[bytes, list[int]]]:
+    """The corpus, cut at every line's end, and 300 seeded random sessions of both clients,
+    each at five of its lines' ends: (the transcript's bytes, the cuts)."""
+    from transcripts import CORPUS, random_transcript
+
+    cases = []
+    for _, build in CORPUS.values():
+        entries, _ = build(str(tmp_path))
+        data = "".join(json.dumps(entry) + "\n" for entry in entries).encode()
+        cases.append((data, line_ends(data)))
+    rng = __import__("random").Random(3709)
+    for _ in range(300):
+        data = random_transcript(rng, str(tmp_path), rng.randint(1, 60))
+        ends = line_ends(data)
+        cases.append((data, sorted(rng.sample(ends, min(5, len(ends))))))
+    return cases
+
+
+def test_a_continued_read_gives_exactly_what_one_read_of_the_whole_gives(tmp_path, monkeypatch):
+    """The property: a transcript that fits in the window, read up to any line's end and
+    then continued over the rest, reads as one read of it all — the Transcript (so the
+    captured record) and the state a next read would continue from — and the continued
+    read is fed only the lines after the cut."""
+    path = tmp_path / "t.jsonl"
+    resumes = Resumes(monkeypatch)
+    kept = tried = 0
+    for data, cuts in property_transcripts(tmp_path):
+        path.write_bytes(data)
+        whole, whole_state = read_on(path, None)
+        for cut in cuts:
+            tried += 1
+            path.write_bytes(data[:cut])
+            state = read_on(path, None)[1]
+            if state is None:
+                continue  # no entry marked the prefix's end: nothing to continue from
+            kept += 1
+            before, resumes.fed = resumes.continued, 0
+            path.write_bytes(data)
+            continued, next_state = read_on(path, state)
+            assert resumes.continued == before + 1, (data[:cut][-300:], state)
+            assert resumes.fed <= data[cut:].count(b"\n")  # only what was written since
+            assert continued == whole, (cut, data[:cut][-200:])
+            assert next_state == whole_state
+            # and on again with nothing new: the same
+            assert read_on(path, next_state)[0] == whole
+    assert kept > 0.8 * tried and resumes.fell_back == 0
+
+
+def within_limits(transcript) -> None:
+    """A captured record of `transcript` holds what CAPTURE_FIELDS allows, no more."""
+    captured = stm.captured_record(transcript, None, client="claude", session="s", event="x")
+    for field in stm.CAPTURE_FIELDS:
+        value = captured.get(field.name)
+        items = value if isinstance(value, list) else [value]
+        if field.count:
+            assert len(items) <= field.count, field.name
+        texts = [i["text"] if isinstance(i, dict) else i for i in items]
+        if field.limit:
+            assert all(len(text) <= field.limit for text in texts if text), field.name
+    assert len(transcript.requests) <= stm.REQUESTS_FIRST + stm.REQUESTS_LAST
+    assert captured["requests_omitted"] >= -1 if "requests_omitted" in captured else True
+    assert len(transcript.files) <= stm.FILES_MAX and len(transcript.failures) <= stm.FAILURES_MAX
+
+
+def test_a_read_continued_past_the_window_stays_within_the_fields_limits(tmp_path, monkeypatch):
+    """Past the window a continued read remembers what a read of the window would have
+    dropped (the lines before it): its capture is held to the same limits and counts,
+    and its state to READER_STATE_MAX, step after step."""
+    from transcripts import random_transcript
+
+    path, window = tmp_path / "t.jsonl", (2048, 512)
+    resumes = Resumes(monkeypatch)
+    rng = __import__("random").Random(3710)
+    for _ in range(60):
+        data = random_transcript(rng, str(tmp_path), rng.randint(40, 120))
+        state, at = None, 0
+        for end in line_ends(data):
+            if end - at < 1500 and end != len(data):
+                continue  # grow by a few lines at a time, each step within the window
+            path.write_bytes(data[:end])
+            transcript, state = read_on(path, state, window)
+            within_limits(transcript)
+            assert state is None or len(state) <= stm.READER_STATE_MAX
+            at = end
+    assert resumes.continued > 500
+
+
+def test_a_continued_read_counts_the_messages_a_window_would_not(tmp_path):
+    """What differs past the window, as spec/capture.md says: a read continued from the
+    transcript's start knows the person's first messages and how many came between; a
+    read of the window alone reads the first ones from the head, and -1 (not counted)."""
+    c = Claude(str(tmp_path))
+    first = [c.user(f"task {n}") for n in range(3)]
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, first)
+    _, state = read_on(path, None, (4096, 1024))
+    later = [c.user(f"then {n} " + "x" * 200) for n in range(40)]
+    step = []
+    for entry in later:
+        step.append(entry)
+        write_jsonl(path, first + step)
+        if len(step) % 8 == 0:  # 8 messages of ~800 bytes: within the window each time
+            continued, state = read_on(path, state, (4096, 1024))
+    windowed, _ = read_on(path, None, (4096, 1024))
+    assert continued.requests[:2] == windowed.requests[:2] == ["task 0", "task 1"]
+    assert continued.requests[2:] == windowed.requests[2:]
+    assert continued.requests_omitted == 43 - 7 and windowed.requests_omitted == -1
+
+
+# Each way the state a read kept no longer holds for the file: the window is read.
+
+
+def fallback_case(tmp_path, change, window=WHOLE):
+    """A corpus session read to its 30th line's end, the file then changed by
+    `change(data, cut) -> bytes`, read on with the state kept: (the read, a read of the
+    window alone)."""
+    from transcripts import long_claude_tasks_session
+
+    entries, _ = long_claude_tasks_session(str(tmp_path))
+    data = "".join(json.dumps(entry) + "\n" for entry in entries).encode()
+    cut = line_ends(data)[30]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data[:cut])
+    _, state = read_on(path, None, window)
+    assert state is not None
+    path.write_bytes(change(data, cut))
+    return read_on(path, state, window)[0], read_on(path, None, window)[0]
+
+
+def other_uuid(data: bytes, cut: int) -> bytes:
+    """The bytes with the uuid of the entry that ends the first `cut` changed in place."""
+    start = data.rindex(b'"uuid": "', 0, cut) + len(b'"uuid": "')
+    return data[:start] + b"X" + data[start + 1 :]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda data, cut: data[: cut - 40], id="truncated below the size read"),
+        pytest.param(lambda data, cut: data.replace(b"uuid-", b"uuid-9"), id="rewritten"),
+        pytest.param(
+            lambda data, cut: data.replace(b"uuid-00", b"uuid-99"), id="rewritten, same size"
+        ),
+        pytest.param(lambda data, cut: b" " + data, id="rewritten: the size ends no line"),
+        pytest.param(other_uuid, id="another entry id at the mark"),
+        pytest.param(lambda data, cut: data[: cut - 1] + b" " + data[cut:], id="a cut line"),
+    ],
+)
+def test_a_file_that_no_longer_holds_what_was_read_is_read_whole(tmp_path, monkeypatch, change):
+    resumes = Resumes(monkeypatch)
+    found, window = fallback_case(tmp_path, change)
+    assert found == window and resumes.continued == 0 and resumes.fell_back == 1
+
+
+def test_more_written_since_than_the_window_holds_reads_the_window(tmp_path, monkeypatch):
+    resumes = Resumes(monkeypatch)
+    found, window = fallback_case(tmp_path, lambda data, cut: data, window=(2048, 0))
+    assert found == window and resumes.continued == 0 and resumes.fell_back == 1
+    state = json.loads(read_on(tmp_path / "t.jsonl", None, (2048, 0))[1])
+    assert state["size"] > 2048 + json.loads(window_state_of_cut(tmp_path))["size"]
+
+
+def window_state_of_cut(tmp_path) -> str:
+    """The state fallback_case's first read kept (its transcript cut at its 30th line)."""
+    from transcripts import long_claude_tasks_session
+
+    entries, _ = long_claude_tasks_session(str(tmp_path))
+    data = "".join(json.dumps(entry) + "\n" for entry in entries).encode()
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(data[: line_ends(data)[30]])
+    return read_on(path, None, (2048, 0))[1]
+
+
+def test_with_no_state_kept_the_window_is_read(tmp_path, monkeypatch):
+    resumes = Resumes(monkeypatch)
+    c = Claude(str(tmp_path))
+    path = write_jsonl(tmp_path / "t.jsonl", [c.user("fix it"), c.say("done")])
+    found, state = read_on(path, None)
+    assert resumes.continued == resumes.fell_back == 0 and resumes.fed == 2  # every line
+    assert found == stm.read_transcript(path) and state is not None
+
+
+def forged_states(state: str, path: str, size: int) -> list:
+    """States a hand or a hostile clone could write into the local record."""
+    real = json.loads(state)
+    forged = ["", "null", "[]", "{", '"text"', "[" * 100 + "]" * 100, "1e999", state[:-1]]
+    changes = [
+        {"transcript": "/etc/passwd"},
+        {"transcript": path + "x"},
+        {"size": size + 1},
+        {"size": -1},
+        {"size": True},
+        {"size": 10**30},
+        {"size": str(real["size"])},
+        {"mark": real["size"]},
+        {"mark": -5},
+        {"mark": 0},
+        {"mark": 1.5},
+        {"head": "x"},
+        {"head": {"client": 1, "requests": []}},
+        {"reader": None},
+        {"reader": []},
+    ]
+    for key, value in real["reader"].items():
+        for wrong in (None, 7, "x", [1], {"a": 1}, [[None]]):
+            if wrong != value:
+                changes.append({"reader": {**real["reader"], key: wrong}})
+    changes.append({"reader": {**real["reader"], "requests_omitted": -2}})
+    changes.append({"reader": {k: v for k, v in real["reader"].items() if k != "files"}})
+    return forged + [json.dumps({**real, **change}) for change in changes]
+
+
+def test_a_forged_state_never_makes_a_read_go_elsewhere_or_fail(tmp_path, monkeypatch):
+    """The state comes from a local file, which a hand or a hostile clone can write: data,
+    checked against the file before any of it is used. A state that does not hold reads
+    the window, whatever its offsets or types; one that holds only changes what is said,
+    never where stm reads (the read never leaves [its mark, the file's end])."""
+    from transcripts import long_claude_tasks_session
+
+    entries, _ = long_claude_tasks_session(str(tmp_path))
+    data = "".join(json.dumps(entry) + "\n" for entry in entries).encode()
+    path = tmp_path / "t.jsonl"
+    cut = line_ends(data)[30]
+    path.write_bytes(data[:cut])
+    _, state = read_on(path, None)
+    path.write_bytes(data)
+    whole = read_on(path, None)[0]
+    spans = []
+    real_span = stm.read_span
+    monkeypatch.setattr(
+        stm, "read_span", lambda fd, at, n: spans.append((at, n)) or real_span(fd, at, n)
+    )
+    for forged in forged_states(state, str(path), len(data)):
+        spans.clear()
+        found, _ = read_on(path, forged)
+        assert all(at >= 0 and at + n <= len(data) for at, n in spans)
+        # One that held (its texts, or its client, changed) is read on from its mark:
+        # what it says may differ, never the size read to nor where.
+        assert found.position.partition(":")[0] == str(len(data))
+        assert found == whole or len(spans) == 1
+
+
+def test_spec_capture_states_the_kept_states_bounds():
+    """The bounds spec/capture.md's "A capture continues from the last one" names."""
+    text = " ".join((Path(stm.__file__).parent / "spec" / "capture.md").read_text().split())
+    assert stm.READER_TEXT_KEPT == 4597 and "kept to 4,597 characters" in text
+    assert stm.READER_STATE_MAX == 32 * 1024 and "at most 32 KiB" in text
+    assert (
+        stm.HOOK_READERS_MAX == 2 * stm.HOOK_SESSIONS_MAX == 16 and "(the 8 newest of each" in text
+    )
+    assert stm.HOOK_RECORD_MAX == 256 * 1024 and "outgrow its 256 KiB" in text
+
+
+def test_a_read_of_the_window_is_continued_with_the_first_messages_of_its_head(
+    tmp_path, monkeypatch
+):
+    """A transcript longer than the window: its read keeps the first messages it read at
+    the file's start with the state, and a read continued from it puts them first, as a
+    read of the window does (how many came between is not known: -1)."""
+    c = Claude(str(tmp_path))
+    entries = [c.user("set up the task"), c.user("and the docs")]
+    entries += [c.say("working " + "x" * 300) for _ in range(30)]
+    path = write_jsonl(tmp_path / "t.jsonl", entries)
+    window = (4096, 1024)
+    _, state = read_on(path, None, window)
+    assert json.loads(state)["head"]["requests"] == ["set up the task", "and the docs"]
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(c.user("now ship it")) + "\n")
+    resumes = Resumes(monkeypatch)
+    continued, _ = read_on(path, state, window)
+    assert resumes.continued == 1 and resumes.fed == 1
+    windowed, _ = read_on(path, None, window)
+    assert (
+        continued.requests
+        == windowed.requests
+        == ["set up the task", "and the docs", "now ship it"]
+    )
+    assert continued.requests_omitted == windowed.requests_omitted == -1
+    assert continued.request == "now ship it" and continued.position == windowed.position

@@ -23,6 +23,7 @@ from helpers import (
     GIT,
     GIT_IDENTITY,
     git,
+    log_text,
     needs_git,
     new_store,
     run_process,
@@ -1119,3 +1120,65 @@ def test_the_window_is_read_in_one_go_and_decoded_without_load_json(tmp_path, mo
     found = stm.read_transcript(path)
     assert found.files == ["a.py"] and found.position.startswith(str(Path(path).stat().st_size))
     assert calls == {"load_json": 0, "pread": 1}
+
+
+# ---- the recovering start reads what is new (issue 37 item 9) ---------------------------
+
+
+def test_a_recovering_start_decodes_only_the_lines_written_since_the_last_capture(
+    store, run, tmp_path_factory, monkeypatch
+):
+    """spec/performance.md: a start that recovers a session captured before reads and
+    decodes only what its transcript gained since (one line here), not the window's
+    thousands of lines; the capture that kept the reader's state decoded them all."""
+    from transcripts import Claude, write_jsonl
+
+    folder = tmp_path_factory.mktemp("client")
+    sid, new = "2fc9b73b-1111-4000-8000-000000000001", "7a7a7a7a-2222-4000-8000-000000000002"
+    c = Claude(str(store), sid)
+    entries = [c.user("port the parser")]
+    for n in range(1000):
+        entries.append(c.call(f"t{n}", "Edit", file_path=f"{store}/m{n % 30}.py"))
+        entries.append(c.result(f"t{n}", "ok " * 200))
+    path = write_jsonl(folder / f"{sid}.jsonl", entries)
+    counts = {"feed": 0, "parse_entry": 0, "bytes": 0}
+    real_feed, real_parse, real_span = stm.TranscriptReader.feed, stm.parse_entry, stm.read_span
+
+    def feed(reader, entry):
+        counts["feed"] += 1
+        return real_feed(reader, entry)
+
+    def parse(line):
+        counts["parse_entry"] += 1
+        return real_parse(line)
+
+    def span(fd, at, count):
+        data = real_span(fd, at, count)
+        counts["bytes"] += len(data)
+        return data
+
+    monkeypatch.setattr(stm.TranscriptReader, "feed", feed)
+    monkeypatch.setattr(stm, "parse_entry", parse)
+    monkeypatch.setattr(stm, "read_span", span)
+
+    def hook(event, session, **extra):
+        body = {"session_id": session, "transcript_path": str(folder / f"{session}.jsonl")}
+        body.update(cwd=str(store), hook_event_name=event, **extra)
+        for key in counts:
+            counts[key] = 0
+        assert run("capture", "--client", "claude", stdin=json.dumps(body)).code == 0
+        return dict(counts)
+
+    first = hook("PreCompact", sid)
+    assert first["feed"] == 2001 and first["parse_entry"] >= 2001
+    line = c.say("the parser is ported")
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+    start = hook("SessionStart", new, source="startup")
+    assert "- Last message: the parser is ported" in log_text(store)  # recovered
+    assert start["feed"] == 1  # the one line written since
+    # That line, the last entry's line checked, the state's mark found: a few decodes, and
+    # (besides the probe that the transcript is this project's, 64 KiB at each end) only
+    # the bytes from the last entry's line on.
+    assert start["parse_entry"] <= 6
+    assert start["bytes"] <= 2 * stm.TRANSCRIPT_PROBE_BYTES + 2 * len(json.dumps(line)) + 8192

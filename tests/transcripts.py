@@ -685,3 +685,140 @@ CORPUS = {
     "codex 0.1xx, long, compacted": ("codex", long_codex_session),
     "codex 0.58, shell tool, aborted": ("codex", codex_shell_session),
 }
+
+
+# ---- random sessions ---------------------------------------------------------------------
+#
+# Seeded random transcripts of either client, mixing every shape above (calls whose
+# results come later or never, plans and tasks, questions, background runs, snapshots,
+# compactions, lines cut or not JSON): for properties that must hold on any transcript.
+
+WORDS = [
+    "fix",
+    "the",
+    "parser",
+    "continue",
+    "tests",
+    "lexer",
+    "ok",
+    "é",
+    "ß",
+    "<private>k</private>",
+]
+COMMANDS = ["pytest", "cd /w && pytest 2>&1 | tail -5", "make", "rg TODO", "git push"]
+
+
+def random_text(rng, most: int = 8) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, most)))
+
+
+def random_claude_lines(rng, claude: Claude, count: int) -> list:
+    """`count` steps of a Claude Code session: the lines they write, in order."""
+    lines, calls = [], []
+    for _ in range(count):
+        step = rng.randrange(17)
+        call = f"toolu_{rng.randrange(30)}"
+        if step == 0:
+            lines.append(claude.user(random_text(rng)))
+        elif step == 1:
+            lines.append(claude.say(random_text(rng)))
+        elif step == 2:
+            command = rng.choice(COMMANDS)
+            lines.append(claude.call(call, "Bash", command=command))
+            calls.append(call)
+        elif step == 3 and calls:
+            failed = rng.random() < 0.5
+            text = rng.choice(["Exit code 1\nFAILED t.py::x", "ok", "[Request interrupted"])
+            lines.append(claude.result(calls.pop(rng.randrange(len(calls))), text, is_error=failed))
+        elif step == 4:
+            name = rng.choice(["Edit", "Write", "MultiEdit"])
+            lines.append(claude.call(call, name, file_path=f"/w/{rng.choice(WORDS)}.py"))
+        elif step == 5:
+            todos = [
+                {"content": random_text(rng, 3), "status": rng.choice(["pending", "completed"])}
+                for _ in range(rng.randint(0, 4))
+            ]
+            lines.append(claude.call(call, "TodoWrite", todos=todos))
+            calls.append(call)
+        elif step == 6:
+            lines.append(claude.call(call, "TaskCreate", subject=random_text(rng, 3)))
+            calls.append(call)
+        elif step == 7:
+            status = rng.choice(["in_progress", "completed", "deleted", "odd"])
+            lines.append(
+                claude.call(call, "TaskUpdate", taskId=str(rng.randint(1, 5)), status=status)
+            )
+            calls.append(call)
+        elif step == 8 and calls:
+            text = rng.choice([f"Task #{rng.randint(1, 6)} created successfully", "Updated"])
+            lines.append(claude.result(calls.pop(), text, is_error=rng.random() < 0.2))
+        elif step == 9:
+            plan = rng.choice(["# Plan\n- step one\n- [x] step two", "## A\n## B", "just do it"])
+            lines.append(claude.call(call, "ExitPlanMode", plan=plan))
+            calls.append(call)
+        elif step == 10:
+            question = {"question": random_text(rng), "options": [{"label": "yes"}]}
+            lines.append(claude.call(call, "AskUserQuestion", questions=[question]))
+            calls.append(call)
+        elif step == 11:
+            lines.append(claude.call(call, "Bash", command="npm test", run_in_background=True))
+            lines.append(claude.result(call, f"Command running in background with ID: bg{call}"))
+            status = rng.choice(["completed", "failed"])
+            lines.append(claude.notification(f"bg{call}", status, "exit code 1"))
+        elif step == 12:
+            lines.append(
+                rng.choice([claude.queued(random_text(rng)), claude.folded(random_text(rng))])
+            )
+        elif step == 13:
+            lines.append(claude.snapshot(*(f"/w/{w}.txt" for w in rng.sample(WORDS, 3))))
+        elif step == 14:
+            lines.append(rng.choice([claude.compact(), claude.summary("s"), claude.interrupted()]))
+        elif step == 15:
+            lines.append(claude.sidechain(claude.call(call, "TodoWrite", todos=[])))
+        else:
+            lines.append(rng.choice(["not json", '{"type": "user"', "[1]", '{"timestamp": "x"}']))
+    return lines
+
+
+def random_codex_lines(rng, codex: Codex, count: int) -> list:
+    """`count` steps of a Codex session: the lines they write, in order."""
+    lines, calls = [codex.meta()], []
+    for _ in range(count):
+        step = rng.randrange(10)
+        call = f"call_{rng.randrange(30)}"
+        if step == 0:
+            lines += codex.prompt(random_text(rng))
+        elif step == 1:
+            lines.append(rng.choice([codex.message("assistant", random_text(rng)), codex.turn()]))
+        elif step == 2:
+            lines.append(codex.call(call, "shell", command=["bash", "-lc", rng.choice(COMMANDS)]))
+            calls.append(call)
+        elif step == 3 and calls:
+            code = rng.choice([0, 1, 2])
+            output = rng.choice([exec_json, exec_text])("error: boom" if code else "ok", code)
+            lines.append(codex.output(calls.pop(rng.randrange(len(calls))), output))
+        elif step == 4:
+            plan = [{"step": random_text(rng, 3), "status": "pending"} for _ in range(3)]
+            lines.append(codex.call(call, "update_plan", plan=plan))
+        elif step == 5:
+            lines.append(codex.custom_call(call, "apply_patch", patch(f"Add File: {call}.py")))
+        elif step == 6:
+            lines.append(rng.choice([codex.aborted(), codex.task_complete(random_text(rng))]))
+        elif step == 7:
+            lines.append(codex.compacted("summary"))
+        elif step == 8:
+            lines.append(codex.event("agent_message", random_text(rng)))
+        else:
+            lines.append(rng.choice(["{", "null", '{"type": "event_msg", "payload": 1}']))
+    return lines
+
+
+def random_transcript(rng, cwd: str, count: int) -> bytes:
+    """A random session of either client as a transcript's bytes, one line per entry
+    (a string entry is a line as it stands: cut or not JSON)."""
+    if rng.random() < 0.6:
+        lines = random_claude_lines(rng, Claude(cwd), count)
+    else:
+        lines = random_codex_lines(rng, Codex(cwd), count)
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    return text.encode("utf-8")
