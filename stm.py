@@ -5047,8 +5047,9 @@ class TranscriptReader:
     def add_request(self, text: str, queued: bool = False) -> None:
         """One message the person wrote. The same text again with no work between is one
         message (Codex writes each twice; a queued message may be written again when it
-        is delivered)."""
-        text = text.strip()
+        is delivered). Redacted as read: it is compared with messages a kept state holds
+        (state), which keeps no secret."""
+        text = redact(text).strip() if text.strip() else ""
         if not text:
             return
         if not queued and text in self.queued:
@@ -5080,6 +5081,8 @@ class TranscriptReader:
 
     def touch(self, path) -> None:
         if isinstance(path, str) and path.strip():
+            # Redacted as read: a path is shown, and kept between reads (state), only so.
+            path = redact(path)
             # Popped first: a file edited again moves to the end, so the list stays newest last.
             self.files.pop(path, None)
             self.files[path] = None
@@ -5091,11 +5094,15 @@ class TranscriptReader:
         tracked = snapshot.get("trackedFileBackups") if isinstance(snapshot, dict) else None
         if not isinstance(tracked, dict):
             return
-        older = [p for p in list(tracked)[:FILES_MAX] if p.strip() and p not in self.files]
+        older = [redact(p) for p in list(tracked)[:FILES_MAX] if p.strip()]
+        older = [p for p in older if p.strip() and p not in self.files]
         if older:
             self.files = {**dict.fromkeys(older), **self.files}
 
     def fail(self, command: str, error: str) -> None:
+        # Redacted as read, the key too: a kept state (state) holds no secret, and a
+        # command kept waiting for its result is compared as it was kept.
+        command, error = redact(command), redact(error)
         key = command_key(command)
         # One line per command: the newest failure of it, at the end.
         self.failures = [f for f in self.failures if f[0] != key] + [(key, command, error)]
@@ -5103,7 +5110,9 @@ class TranscriptReader:
 
     def succeed(self, command: str) -> None:
         """A command that ran clean: its earlier failures are fixed, not open."""
-        key = command_key(command)
+        if not self.failures:
+            return  # the common case: nothing to compare, nothing to redact
+        key = command_key(redact(command))
         self.failures = [f for f in self.failures if f[0] != key]
 
     def shell_result(self, command: str, code: int, output: str) -> None:
@@ -5774,6 +5783,40 @@ def resumed_reader(path: str, fd: int, size: int, since: str, window: int):
     return reader, head, data[cut:].split(b"\n"), mark
 
 
+# What a reader's kept state holds that is compared, never shown: ids, times, the folder
+# (stored as read). Every other text in it is redacted as a capture's stored texts are
+# (spec/capture.md, "Redaction"): the local record never holds a secret the capture drops.
+READER_COMPARED = ("client", "session_id", "cwd", "last_id", "stamps", "flags")
+
+
+def redacted_texts(value):
+    """`value` (JSON values) with every string redacted (redact), object keys aside."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, (list, tuple)):  # a tuple is written as a JSON list
+        return [redacted_texts(item) for item in value]
+    if isinstance(value, dict):
+        return {key: redacted_texts(item) for key, item in value.items()}
+    return value
+
+
+def redacted_reader_state(state: dict) -> dict:
+    """A reader's state() with its texts redacted; the ids of pending calls kept, since a
+    later line's result names its call by them."""
+    kept_state = {}
+    for key, value in state.items():
+        if key in READER_COMPARED:
+            kept_state[key] = value
+        elif key == "pending":
+            kept_state[key] = {
+                name: [[call, redacted_texts(item)] for call, item in pairs]
+                for name, pairs in value.items()
+            }
+        else:
+            kept_state[key] = redacted_texts(value)
+    return kept_state
+
+
 def transcript_state(path, size, reader, head, lines, mark_before) -> str | None:
     """What a later read of the transcript at `path` continues from (resumed_reader), as
     JSON text (ASCII: a lone surrogate from a transcript stays what it was): its size,
@@ -5798,9 +5841,10 @@ def transcript_state(path, size, reader, head, lines, mark_before) -> str | None
         mark = mark_before  # no line since marked an entry: the one before still ends it
     if mark is None or size - mark > READER_MARK_MAX:
         return None
-    state = {"transcript": path, "size": size, "mark": mark, "head": head}
+    state = {"transcript": path, "size": size, "mark": mark, "head": redacted_texts(head)}
     try:
-        text = json.dumps({**state, "reader": reader.state()}, separators=(",", ":"))
+        kept_state = redacted_reader_state(reader.state())
+        text = json.dumps({**state, "reader": kept_state}, separators=(",", ":"))
     except (ValueError, TypeError, RecursionError):
         return None
     return text if len(text) <= READER_STATE_MAX else None

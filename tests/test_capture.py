@@ -1264,6 +1264,44 @@ def test_the_local_record_keeps_a_reader_state_for_each_session_it_lists(agent, 
     assert 0 < len(kept) < stm.HOOK_SESSIONS_MAX - 1 and sorted(kept) == sorted(newest[: len(kept)])
 
 
+def test_the_kept_reader_state_holds_no_secret_the_capture_drops(agent, run):
+    """The local record's reader state is stored as a capture is (spec/capture.md,
+    "Redaction"): a token in the person's message, a failing command and its error, an
+    edited file's path, the agent's last message and a command still running are all
+    redacted there, and the capture continued from that state says what one read says."""
+    project, folder = agent
+    token = "ghp_" + "Ab3" * 12  # date-safe: no date
+    sid = "5ec2e7aa-1111-4000-8000-000000000001"
+    c = Claude(str(project), sid)
+    lines = [
+        c.user(f"deploy with {token} please"),
+        c.call("b1", "Bash", command=f"curl -H 'Authorization: token {token}' api"),
+        c.result("b1", f"401 for {token}", is_error=True),
+        c.call(
+            "e1", "Edit", file_path=f"{project}/notes-{token}.md", old_string="a", new_string="b"
+        ),
+        c.result("e1", "ok"),
+        c.say(f"I used {token} <private>and a private note</private> here"),
+        c.call("b2", "Bash", command=f"GITHUB_TOKEN={token} ./release.sh"),  # still running
+    ]
+    path = write_jsonl(folder / f"{sid}.jsonl", lines)
+    assert (
+        run("capture", "--client", "claude", stdin=payload("PreCompact", sid, path, project)).code
+        == 0
+    )
+    record = (project / ".state" / ".hooks.json").read_text()
+    assert sid in json.loads(record)["readers"]
+    assert token not in record and "private note" not in record, record
+    assert "[redacted: GitHub token]" in record
+    # Continued from that state, a capture says what one read of the whole says.
+    lines.append(c.result("b2", "released"))
+    write_jsonl(folder / f"{sid}.jsonl", lines)
+    state = json.loads(record)["readers"][sid]
+    continued, _ = stm.read_transcript_from(str(path), state)
+    whole, _ = stm.read_transcript_from(str(path), None)
+    assert continued == whole and token not in repr(whole)
+
+
 def test_a_session_started_in_a_folder_of_the_project_is_recovered(agent, run):
     """A transcript whose working folder is inside the project is the project's (an agent
     started in `pkg/`): recovered at the next start like one started at the top."""
