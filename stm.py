@@ -4137,9 +4137,9 @@ CAPTURE_FIELDS = (
                   "Waiting for the person's answer", show=300, work=True),
     capture_field("plan", "plan", "transcript", 160, 12, "plan", "Plan", work=True),
     capture_field("files", "strs", "transcript", 160, 10, "paths", "Touched", work=True),
-    # Shown up to 260: a command (80) and its error (170) as one line.
-    capture_field("failures", "strs", "transcript", 160, 3, "code", "Failed",
-                  show=260, work=True),
+    # A command (80) and its error (170) as one line, `command — error`: kept and shown
+    # whole, so a long command never leaves its error out.
+    capture_field("failures", "strs", "transcript", 260, 3, "code", "Failed", work=True),
     capture_field("last_message", "str", "transcript", 300, 0, "quoted", "Last message",
                   volatile=True, work=True),
     capture_field("interrupted", "bool", "transcript", 0, 0, "flag", CAPTURE_INTERRUPTED),

@@ -671,8 +671,11 @@ def test_each_captured_text_is_cut_once_when_read(tmp_path):
     assert record["plan"] == [{"text": read.plan[0][0], "status": "pending"}]
     assert record["requests"] == read.requests[:1] and record["request"] == read.request
     assert record["last_message"] == read.last_message
-    assert record["failures"] == [stm.failure_item(*read.failures[0])]
-    assert len(record["failures"][0]) == limit["failures"]
+    # A failure is its command and its error, each cut once when read, joined whole.
+    command, error = read.failures[0]
+    assert record["failures"] == [f"{command} — {error}"]
+    assert len(command) == stm.FAILURE_COMMAND_CHARS and len(error) == stm.FAILURE_ERROR_CHARS
+    assert len(record["failures"][0]) <= limit["failures"]
     boot = stm.render_capture(record, stm.utc_now())
     assert f"- Plan, pending: {stm.quoted(read.plan[0][0], 10**6)}" in boot
     assert f"- Last message: {stm.quoted(read.last_message, 10**6)}" in boot

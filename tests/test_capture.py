@@ -394,6 +394,30 @@ def test_a_transcript_with_no_plan_still_gives_request_files_and_failures(agent,
     assert "`tempconv/rankine.py`" in out and "test_rankine" in out
 
 
+def test_a_long_failing_command_keeps_its_whole_error_in_state_and_boot(agent, run):
+    """spec/capture.md: the command cut at 80 characters and the error at 170 on their
+    own, so a long command (a heredoc commit) never leaves its error out of the stored
+    failure, nor of boot's line."""
+    project, folder = agent
+    c = Claude(str(project), SID)
+    command = "git commit -m " + "'a long message about the kelvin port " * 6 + "'"
+    error = "error: pathspec 'kelvin.py' did not match any file(s) known to git, " + "x" * 200
+    entries = [
+        c.user("commit the kelvin port"),
+        c.call("b1", "Bash", command=command),
+        c.result("b1", error, is_error=True),
+    ]
+    transcript = write_jsonl(folder / f"{SID}.jsonl", entries)
+    run("capture", stdin=payload("SessionEnd", SID, transcript, project))
+    [only] = sessions(project)
+    [failure] = state_of(only)["captured"]["failures"]
+    shown_command, _, shown_error = failure.partition(" — ")
+    assert len(shown_command) <= stm.FAILURE_COMMAND_CHARS and shown_command.endswith("...")
+    assert shown_error.startswith("error: pathspec 'kelvin.py' did not match")
+    assert len(shown_error) == stm.FAILURE_ERROR_CHARS and shown_error.endswith("...")
+    assert failure in run("boot").out
+
+
 # ---- boot without any capture: git says when memory is behind the work ---------------------
 
 
