@@ -3174,7 +3174,10 @@ def normalise_message(text: str) -> str:
 class LogEntry:
     """One parsed log entry; its body is decoded only when asked for."""
 
-    __slots__ = ("stamp", "author", "entry_id", "line", "raw_body", "complete", "start", "end")
+    __slots__ = (
+        *("stamp", "author", "entry_id", "line", "raw_body", "complete", "start", "end"),
+        "apart",
+    )
 
     def __init__(self, stamp, author, entry_id, line, start):
         self.stamp, self.author, self.entry_id, self.line = stamp, author, entry_id, line
@@ -3182,6 +3185,9 @@ class LogEntry:
         self.complete = False
         self.start = start
         self.end = start
+        # An entry read apart from others a union merge interleaved (untangled_entries):
+        # its bytes as one entry; `start` and `end` are then not offsets in the log.
+        self.apart: bytes | None = None
 
     @property
     def body(self) -> list[str]:
@@ -3196,8 +3202,11 @@ def parse_log(data: bytes, line: int = 1):
     complete=False: a torn tail when it is the last, and then it runs to the end of the
     file; otherwise it stops at the next entry's header, so a later entry is never lost
     inside it. `line` is the number of the first line of `data` (for blocks of a file).
+    An end line that ends the data without its newline (a file saved without its last
+    newline) completes its entry. Entries git's union merge interleaved are read apart
+    (untangle_log), tried once: a log that cannot be never costs a second try.
     """
-    pos = 0
+    pos, tried = 0, False
     while pos < len(data):
         match = LOG_HEADER_BYTES_RE.search(data, pos)
         gap = data[pos : match.start() if match else len(data)]
@@ -3216,6 +3225,8 @@ def parse_log(data: bytes, line: int = 1):
         # entry does not complete this one.
         end_line = b"\n<!-- stm:end " + match.group(3) + b" -->\n"
         end = data.find(end_line, match.end())
+        if end < 0 and data.endswith(end_line[:-1]) and len(data) - len(end_line) >= match.end():
+            end = len(data) - len(end_line) + 1  # the last line, without its newline
         if end < 0:  # torn: it runs to the next entry's header, or to the end of the file
             following = LOG_HEADER_BYTES_RE.search(data, match.end())
             entry.end = following.start() if following else len(data)
@@ -3226,14 +3237,15 @@ def parse_log(data: bytes, line: int = 1):
             continue
         # A header inside the body (stm escapes every body's markers): git's union merge
         # interleaved this entry with another; read them as they were written.
-        if data.find(b" <!-- stm:entry ", match.end(), end) >= 0:
+        if not tried and data.find(b" <!-- stm:entry ", match.end(), end) >= 0:
+            tried = True
             untangled = untangle_log(data[match.start() :])
             if untangled is not None:
                 yield from untangled_entries(data, match.start(), untangled, line)
                 return
         entry.raw_body = data[match.end() + 1 : end + 1].splitlines(keepends=True)
         entry.complete = True
-        entry.end = end + len(end_line)
+        entry.end = min(end + len(end_line), len(data))
         line += data.count(b"\n", match.start(), entry.end)
         pos = entry.end
         yield ("entry", entry)
@@ -3241,14 +3253,15 @@ def parse_log(data: bytes, line: int = 1):
 
 def untangled_entries(data: bytes, at: int, untangled: bytes, line: int):
     """parse_log's entries of `untangled` (untangle_log of `data` from offset `at`, which
-    is on line `line`), each numbered with its header's line in `data`. Their offsets
-    are in `untangled`: log_blocks untangles before it cuts entries out."""
+    is on line `line`), each numbered with its header's line in `data` and carrying its
+    bytes (`apart`), since its offsets are in `untangled`."""
     lines = {}
     for match in LOG_HEADER_BYTES_RE.finditer(data, at):
         lines[match.group(3).decode()] = line + data.count(b"\n", at, match.start())
     for kind, *rest in parse_log(untangled, line):
         if kind == "entry":
             rest[0].line = lines.get(rest[0].entry_id, rest[0].line)
+            rest[0].apart = untangled[rest[0].start : rest[0].end]
         yield (kind, *rest)
 
 
@@ -3272,6 +3285,8 @@ def log_entry_bodies(data: bytes) -> list[bytes]:
         headers += 1
         start = match.end()
         end = data.find(b"\n<!-- stm:end " + match.group(3) + b" -->\n", start)
+        if end < 0 and data.endswith(b"\n<!-- stm:end " + match.group(3) + b" -->"):
+            end = size - 26 if size - 27 >= start else -1  # the last line, no newline
         if end < 0:  # torn: it runs to the next entry's header, or to the end of the data
             following = search(data, start)
             pos = following.start() if following else size
@@ -3310,19 +3325,26 @@ def untangle_log(data: bytes) -> bytes | None:
             found[0][key] = index
     if not heads or set(heads) != set(ends) or any(ends[k] < heads[k] for k in heads):
         return None
-    frames = set(heads.values()) | set(ends.values())
-    inside = set()
-    for key in heads:
-        inside.update(range(heads[key], ends[key] + 1))
-    if any(lines[i].strip() for i in range(len(lines)) if i not in inside):
+    spans = sorted((heads[k], ends[k]) for k in heads)
+    # What union writes overlaps a few entries at a time; a log whose entries span many
+    # times its length (headers nested a thousand deep) is not such a log: a person reads it.
+    if sum(end - head for head, end in spans) > 4 * len(lines) + 64:
         return None
-    if not any(frames & set(range(heads[k] + 1, ends[k])) for k in heads):
+    reach = -1  # nothing but blank lines outside the entries
+    for head, end in spans:
+        if any(lines[i].strip() for i in range(reach + 1, head)):
+            return None
+        reach = max(reach, end)
+    if any(line.strip() for line in lines[reach + 1 :]):
+        return None
+    if all(spans[n][1] < spans[n + 1][0] for n in range(len(spans) - 1)):
         return None  # no entry holds another's frame: not interleaved
+    frames = set(heads.values()) | set(ends.values())
     entries = []
-    for key in sorted(heads, key=heads.get):
-        body = [lines[i] for i in range(heads[key] + 1, ends[key]) if i not in frames]
+    for head, end in spans:
+        body = [lines[i] for i in range(head + 1, end) if i not in frames]
         text = b"\n".join(body).strip(b"\n")
-        entries.append(lines[heads[key]] + b"\n\n" + text + b"\n\n" + lines[ends[key]] + b"\n")
+        entries.append(lines[head] + b"\n\n" + text + b"\n\n" + lines[end] + b"\n")
     return b"\n".join(entries)
 
 
@@ -6990,13 +7012,14 @@ def merge_log_entries(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
 def log_blocks(data: bytes) -> list[tuple[str, bytes]] | None:
     """(entry id, the entry's bytes) of every entry of a log, or None when the log holds
     anything else (a stray line, a torn entry). Entries a union merge interleaved are
-    cut out as parse_log reads them: apart."""
-    data = untangle_log(data) or data
+    each given as parse_log read them apart."""
     found = []
     for item in parse_log(data):
         if item[0] != "entry" or not item[1].complete:
             return None
-        found.append((item[1].entry_id, data[item[1].start : item[1].end]))
+        entry = item[1]
+        block = entry.apart if entry.apart is not None else data[entry.start : entry.end]
+        found.append((entry.entry_id, block if block.endswith(b"\n") else block + b"\n"))
     return found
 
 
@@ -8531,6 +8554,8 @@ def recall_log_block(data: bytes, query: set, wanted: list[bytes]) -> tuple[list
     runs of one character and the stopwords are not words); only an entry whose lowered
     bytes hold a query word is tokenised by recall_words. A block with other bytes is
     tokenised entry by entry (the Unicode definition)."""
+    if b"\r\n" in data:  # checked out with core.autocrlf: the entries are intact
+        data = data.replace(b"\r\n", b"\n")
     bodies = log_entry_bodies(data)
     joined = b"\n".join(bodies)  # a word never runs from one entry into the next
     if joined.isascii():
@@ -10814,7 +10839,9 @@ def union_keeps_entries(repo: SyncRepo, texts: list[bytes]) -> bool:
             with contextlib.suppress(OSError):
                 os.unlink(name)
     union = out.encode("utf-8", "surrogateescape")
-    blocks = log_blocks(union) if code == 0 else None
+    # Entries union interleaved are read apart, but sync writes them apart: not kept whole.
+    interleaved = any(kind == "entry" and e.apart is not None for kind, e, *_ in parse_log(union))
+    blocks = log_blocks(union) if code == 0 and not interleaved else None
     wanted = {i for text in texts[1:] for i, _ in log_blocks(text) or []}
     return blocks is not None and {i for i, _ in blocks} >= wanted
 
@@ -12650,7 +12677,7 @@ def compose_handoff(store: Store, handoff: dict, raw: bytes, switch: bool) -> di
         ref = create_session(store, state, rollback, files, [event])
         if switch:
             switch_pointer(store, session_id, rollback)
-        append_log_entry(store, handoff_receipt(state, session_id), now)
+        append_log_entry(store, handoff_receipt(state, session_id), now, rollback=rollback)
     return {"ref": ref, "state": state}
 
 
@@ -20682,8 +20709,8 @@ class OptionTable:
             if value.startswith("-") or kind not in (None, int):
                 return None
             if kind is int:
-                if not (value.isascii() and value.isdigit()):
-                    return None
+                if not (value.isascii() and value.isdigit()) or len(value) > 100:
+                    return None  # (over Python's digit limit int() raises: argparse says so)
                 value = int(value)
             if "choices" in options and value not in options["choices"]:
                 return None
@@ -20730,7 +20757,12 @@ def json_after_command(argv: list[str]) -> list[str]:
         elif not word.startswith("-") or word == "--":
             break
         at += 1
-    if at + 2 < len(argv) and argv[at] in VERBS and argv[at + 1] == "--json":
+    if (
+        at + 2 < len(argv)
+        and argv[at] in VERBS
+        and argv[at + 1] == "--json"
+        and argv[at + 2] in {verb.name for verb in VERBS[argv[at]]}
+    ):
         return [*argv[: at + 1], argv[at + 2], "--json", *argv[at + 3 :]]
     if "--json" not in argv[:at] or at == len(argv) or argv[at] == "--":
         return argv

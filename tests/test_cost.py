@@ -727,6 +727,7 @@ def test_recall_counts_the_log_as_tokenising_every_entry_would(store):
         for day in range(today - stm.RECALL_LOG_DAYS + 1, today + 1):
             path = str(logs / (stm.iso(day * 86400)[:10] + ".md"))
             for data, line, _ in stm.iter_log_blocks(path):  # as boot has always read
+                data = data.replace(b"\r\n", b"\n")  # (a CRLF checkout's, as check reads)
                 for kind, *item in stm.parse_log(data, line):
                     if kind == "entry":
                         body = b"".join(item[0].raw_body).decode("utf-8", "replace")
@@ -741,6 +742,18 @@ def test_recall_counts_the_log_as_tokenising_every_entry_would(store):
         kept = [i for i, words in enumerate(refs + every) if i < 2 or set(words) & set(query)]
         assert scores == [expected[i] for i in kept]
         assert all(expected[i] == 0.0 for i in range(len(expected)) if i not in kept)
+
+
+def test_recall_reads_a_log_checked_out_with_crlf_line_ends(store, run):
+    """core.autocrlf turns a day log's line ends into CRLF; its entries are intact, and
+    boot's recall finds the work's words in them as check reads them."""
+    run("log", "the OAuth login refresh is fixed in auth.py")
+    for path in (store / ".stacks" / "logs").glob("*.md"):
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    run("session", "new", "--name", "OAuth login refresh")
+    opened = stm.open_store(stacks=str(store / ".stacks"))
+    found, unseen, _ = stm.recall_log_entries(opened, stm.recall_words("OAuth login refresh"))
+    assert unseen == 0 and len(found) == 1 and {"oauth", "login", "refresh"} <= set(found[0])
 
 
 def test_boot_tokenises_only_the_log_entries_holding_the_works_words(store, run, monkeypatch):

@@ -776,6 +776,14 @@ def test_json_before_the_command_is_taken_as_dir_is(store, run):
     verb = run("session", "--json", "list")
     assert verb.code == 0 and json.loads(verb.out).keys() == json.loads(listed.out).keys()
     assert "--json" in run("--help").out.split("global options")[0]
+    # Moved only before a verb: a global option there is argparse's to place.
+    mixed = run("session", "--json", "--dir", ".stacks", "list")
+    assert mixed.code == 2 and "expected one argument" not in mixed.err, mixed.err
+
+
+def test_an_int_option_of_thousands_of_digits_is_a_usage_error(store, run):
+    result = run("boot", "--max-chars", "9" * 5000)
+    assert result.code == 2 and "Traceback" not in result.err, result.err
 
 
 @pytest.mark.parametrize(

@@ -696,6 +696,9 @@ def test_conflict_matrix(world, pair):
                 assert token in text, (way, repo, token)
             assert events <= session_events(repo), (way, repo)
             assert entries <= {e.entry_id for _, e in log_entries(repo)}, (way, repo)
+            if way.startswith("sync"):  # sync merges day logs by whole entries: none stacked
+                for _, entry in log_entries(repo):
+                    assert entry.apart is None, (way, repo, entry.entry_id)
             left = findings(world.stm(repo, "check", "--json", code=None))
             assert [f for f in left if f["rule"] != "section-over-limit"] == [], (way, left)
             boot = world.stm(repo, "boot").out
@@ -844,6 +847,63 @@ def test_sync_merges_a_log_a_union_merge_interleaved_by_whole_entries():
     ids = [e.entry_id for kind, e, *_ in stm.parse_log(merged) if kind == "entry"]
     assert ids == ["978fc39f", "7d254f51", "0a1b2c3d"]
     assert merged.count(b"- base step 2") == 2 and theirs.encode() in merged
+
+
+def test_a_log_read_apart_after_an_entry_seen_twice_gives_whole_blocks(monkeypatch):
+    """An entry whose id repeats (three clones moved one kept version) before a stacked
+    pair: untangling the whole log fails, its rest is read apart, and log_blocks (sync's
+    merge) still gives each entry whole, never bytes cut at the wrong offsets."""
+    day = "2026-01-02"  # date-safe: a format literal, no clock involved
+    same = stm.render_log_entry("kept", "stm", f"{day}T00:00:00Z", "5e771ed0")
+    data = (same + "\n" + interleaved_compactions(day) + "\n" + same).encode()
+    calls = []
+    real = stm.untangle_log
+    monkeypatch.setattr(stm, "untangle_log", lambda d: calls.append(1) or real(d))
+    blocks = stm.log_blocks(data)
+    assert blocks is not None and [i for i, _ in blocks] == [
+        "5e771ed0",
+        "978fc39f",
+        "7d254f51",
+        "5e771ed0",
+    ]
+    for entry_id, block in blocks:
+        [(kind, entry)] = list(stm.parse_log(block))
+        assert kind == "entry" and entry.complete and entry.entry_id == entry_id, block
+    assert len(calls) == 1
+
+
+def test_a_log_that_cannot_be_read_apart_is_tried_once(monkeypatch):
+    """Many stacked pairs and a line a person typed after them: parse_log tries to read
+    them apart once, not once for every pair (which made a 300 KB log take seconds)."""
+    day = "2026-01-02"  # date-safe: a format literal, no clock involved
+    pairs = [
+        interleaved_compactions(day)
+        .replace("978fc39f", f"{n:08x}")
+        .replace("7d254f51", f"{n + 1 << 16:08x}")
+        for n in range(200)
+    ]
+    data = ("\n".join(pairs) + "a line a person typed\n" + pairs[0]).encode()
+    calls = []
+    real = stm.untangle_log
+    monkeypatch.setattr(stm, "untangle_log", lambda d: calls.append(1) or real(d))
+    items = list(stm.parse_log(data))
+    assert len(calls) == 1 and any(kind == "stray" for kind, *_ in items)
+
+
+def test_an_entry_ending_the_file_without_its_newline_is_whole(store, run):
+    """A log saved without its last newline (an editor, `printf %s`): its last entry is
+    complete, check says nothing, and the next `stm log` keeps it."""
+    run("log", "first entry")
+    [path] = (store / ".stacks" / "logs").glob("*.md")
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    assert findings(run("check", "--strict", "--json")) == []
+    assert stm.log_entry_bodies(path.read_bytes()) == [
+        b"".join(e.raw_body) for _, e in log_entries(store)
+    ]
+    assert run("log", "second entry").code == 0
+    texts = [entry_text(e) for _, e in log_entries(store)]
+    assert texts == ["first entry", "second entry"], path.read_text()
+    assert findings(run("check", "--strict", "--json")) == []
 
 
 def test_an_interleaving_with_stray_text_is_still_a_finding_check_fix_cannot_guess(store, run):

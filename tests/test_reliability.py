@@ -239,6 +239,7 @@ SIGNALLED_AFTER_APPEND = {
     "archive": ["session", "archive"],
     "fact rm": ["fact", "rm", "editor", "--why", "moved on"],
     "compact": ["compact"],
+    "compose-handoff": ["compose-handoff", str(ROOT / "spec" / "handoff-example.json")],
 }
 
 
@@ -246,28 +247,44 @@ SIGNALLED_AFTER_APPEND = {
 def test_a_signal_right_after_an_append_undoes_the_whole_command(
     tmp_path, monkeypatch, capsys, operation
 ):
-    root = prepared_store(tmp_path, "store")
-    assert stm.main(["fact", "set", "editor", "vim"]) == 0
-    memory = root / ".stacks" / "MEMORY.md"
-    steps = "".join(f"- step {n}\n" for n in range(13, 0, -1))  # over the limit of 10
-    memory.write_text(memory.read_text().replace("Port the expression grammar.\n", steps))
-    capsys.readouterr()
-    before = snapshot(root)
+    def prepared(name: str):
+        root = prepared_store(tmp_path, name)
+        assert stm.main(["fact", "set", "editor", "vim"]) == 0
+        memory = root / ".stacks" / "MEMORY.md"
+        steps = "".join(f"- step {n}\n" for n in range(13, 0, -1))  # over the limit of 10
+        memory.write_text(memory.read_text().replace("Port the expression grammar.\n", steps))
+        capsys.readouterr()
+        return root
+
     original = stm.append_record
     appended = []
 
     def append_then_terminated(*args, **kwargs):
         original(*args, **kwargs)
         appended.append(args[0])
-        raise stm.Terminated()
+        if len(appended) == signal_at:
+            raise stm.Terminated()
 
-    monkeypatch.setattr(stm, "append_record", append_then_terminated)
-    code = stm.main(SIGNALLED_AFTER_APPEND[operation])
-    monkeypatch.setattr(stm, "append_record", original)
-    assert appended, "the command appended nothing: the test reached no append"
-    assert code == 143, capsys.readouterr().err
-    assert snapshot(root) == before
-    assert stm.main(["check"]) == 0, capsys.readouterr().out  # no error (a warning: compact)
+    def command() -> int:
+        appended.clear()
+        monkeypatch.setattr(stm, "append_record", append_then_terminated)
+        try:
+            return stm.main(SIGNALLED_AFTER_APPEND[operation])
+        finally:
+            monkeypatch.setattr(stm, "append_record", original)
+
+    signal_at = 0  # first, how many appends the command makes
+    prepared("count")
+    assert command() == 0
+    count = len(appended)
+    assert count, "the command appended nothing: the test reached no append"
+    for signal_at in range(1, count + 1):  # then a signal after each of them in turn
+        root = prepared(f"after-append-{signal_at}")
+        before = snapshot(root)
+        code = command()
+        assert code == 143, (signal_at, capsys.readouterr().err)
+        assert snapshot(root) == before, f"append {signal_at} of {count} was left behind"
+        assert stm.main(["check"]) == 0, capsys.readouterr().out  # no error (compact: a warning)
 
 
 # ---- 1, 5. injected faults at every step of the write protocol ---------------------
