@@ -14,7 +14,7 @@ stm left) by the test named, ending in a clean `check` with nothing lost:
 - check's fixes: `conflict-markers` and `merge-driver`, then `git-unmerged`
   (test_check_s_finding_on_a_merge_without_the_driver_runs_as_pasted); `session-moved`,
   then `git-unmerged` (test_a_plain_git_pull_of_a_moved_session_is_joined_by_check_fix);
-  `log-entry` (test_check_fix_separates_log_entries_a_union_merge_interleaved); every
+  `log-entry` (test_check_fix_separates_a_stacked_pair_a_read_block_cut_in_two); every
   fix check names after a `git pull` of each matrix pair (test_conflict_matrix).
 - sync's and commit's refusals in the middle of a merge that stopped on memory
   (test_a_refusal_in_the_middle_of_a_merge_runs_as_pasted); sync's refusal for the
@@ -903,6 +903,33 @@ def test_an_entry_ending_the_file_without_its_newline_is_whole(store, run):
     assert run("log", "second entry").code == 0
     texts = [entry_text(e) for _, e in log_entries(store)]
     assert texts == ["first entry", "second entry"], path.read_text()
+    assert findings(run("check", "--strict", "--json")) == []
+
+
+def test_check_fix_separates_a_stacked_pair_a_read_block_cut_in_two(store, run, monkeypatch):
+    """check reads a big log a block of whole entries at a time; a block that ends between
+    the two stacked end lines leaves the pair unread apart: check reports `log-entry`, and
+    the `check --fix` it names separates the entries, no line dropped."""
+    day = time.strftime("%Y-%m-%d", time.gmtime(clock()))
+    log = store / ".stacks" / "logs" / f"{day}.md"
+    text = interleaved_compactions(day)
+    log.write_text(text)
+    first_end = text.index("<!-- stm:end 7d254f51")  # the block ends before this line
+    block_bytes = stm.LOG_BLOCK_BYTES
+    monkeypatch.setattr(stm, "LOG_BLOCK_BYTES", first_end + 5)
+    found = findings(run("check", "--json"))
+    assert found and {f["rule"] for f in found} == {"log-entry"}, found
+    assert found[0]["fix"].startswith("run `stm check --fix`"), found
+    fixed = run("check", "--fix")
+    assert "separated the entries" in fixed.out, fixed
+    assert "## " in log.read_text() and stm.untangle_log(log.read_bytes()) is None
+    assert set(text.splitlines()) <= set(log.read_text().splitlines())
+    monkeypatch.setattr(stm, "LOG_BLOCK_BYTES", block_bytes)
+    entries = log_entries(store)
+    assert [(e.author, e.complete, e.apart) for _, e in entries] == [
+        ("bob", True, None),
+        ("alice", True, None),
+    ]
     assert findings(run("check", "--strict", "--json")) == []
 
 
