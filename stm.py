@@ -1073,10 +1073,14 @@ SECRET_CODE_VALUE_RE = LazyRegex(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[A-Za-z_]+")
 SECRET_DOTTED_RE = LazyRegex(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # A value made of words (letters in lower case, Capitalized, CamelCase or UPPER; no digit,
 # no symbol): "next_token", "NextToken", "development key" — a name or prose, not a key.
-SECRET_WORDS_RE = LazyRegex(
-    r"(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+)"
-    r"(?:[-_. ]+(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)+|[A-Z]+))*"
+# A word is its first camel part, then parts that each start with a capital: written so,
+# no run of letters can be split two ways, and a near miss (`API_TOKEN=abc…xyz1`) fails
+# in linear time. (`[A-Z]?[a-z]+` repeated split a run of 22 lowercase letters about 4
+# million ways before failing: a hook hung on one pasted token.)
+_SECRET_WORD = (
+    r"(?:(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+)(?:[A-Z]+(?=[A-Z][a-z])|[A-Z][a-z]+)*|[A-Z]+)"
 )
+SECRET_WORDS_RE = LazyRegex(_SECRET_WORD + r"(?:[-_. ]+" + _SECRET_WORD + r")*")
 
 
 def is_secret_name(name: str) -> bool:
@@ -4959,6 +4963,7 @@ READER_MARK_MAX = TRANSCRIPT_LINE_MAX_BYTES
 # What a reader's state keeps (TranscriptReader.state): a text read only through
 # safe_line is kept to this many characters, past which safe_line's result never looks.
 READER_TEXT_KEPT = max(CAPTURE_LIMITS.values()) + REDACT_MARGIN + 1
+READER_COUNT_MAX = 10**9  # a kept count (messages left out, tasks) no session reaches
 # The reader's calls waiting for their results, and what each call's value must be:
 # "call" (a plan tool's name and input), "command" (Claude Code's [command, background],
 # Codex's command), str, or None (any JSON value: a task's subject as the call gave it).
@@ -5016,6 +5021,24 @@ def kept_pairs(value, kind) -> dict:
     return pairs
 
 
+def plan_text(text):
+    """A plan item's or task's text as plan() shows it (the same when cut again); a value
+    that is no text shows as nothing, as there."""
+    return safe_line(text, CAPTURE_LIMITS["plan"], item=True)
+
+
+def redacted_as_read(text: str) -> str:
+    """A text the reader compares and keeps between reads (a message, a command, an
+    error), redacted as it is read. A text longer than any field shows, and the margin
+    redaction looks past, is cut first (a pasted megabyte costs the same as 9 KB), its
+    last word then left out as safe_line leaves it: a token cut there is not recognised."""
+    keep = READER_TEXT_KEPT + REDACT_MARGIN
+    if len(text) <= keep:
+        return redact(text)
+    words = redact(text[:keep]).rsplit(None, 1)
+    return (words[0] if len(words) == 2 else "") + " ..."
+
+
 class TranscriptReader:
     """What read_transcript gathers entry by entry, before finish() cleans it."""
 
@@ -5071,7 +5094,7 @@ class TranscriptReader:
         message (Codex writes each twice; a queued message may be written again when it
         is delivered). Redacted as read: it is compared with messages a kept state holds
         (state), which keeps no secret."""
-        text = redact(text).strip() if text.strip() else ""
+        text = redacted_as_read(text).strip() if text.strip() else ""
         if not text:
             return
         if not queued and text in self.queued:
@@ -5124,7 +5147,7 @@ class TranscriptReader:
     def fail(self, command: str, error: str) -> None:
         # Redacted as read, the key too: a kept state (state) holds no secret, and a
         # command kept waiting for its result is compared as it was kept.
-        command, error = redact(command), redact(error)
+        command, error = redacted_as_read(command), redacted_as_read(error)
         key = command_key(command)
         # One line per command: the newest failure of it, at the end.
         self.failures = [f for f in self.failures if f[0] != key] + [(key, command, error)]
@@ -5134,7 +5157,7 @@ class TranscriptReader:
         """A command that ran clean: its earlier failures are fixed, not open."""
         if not self.failures:
             return  # the common case: nothing to compare, nothing to redact
-        key = command_key(redact(command))
+        key = command_key(redacted_as_read(command))
         self.failures = [f for f in self.failures if f[0] != key]
 
     def shell_result(self, command: str, code: int, output: str) -> None:
@@ -5265,7 +5288,9 @@ class TranscriptReader:
         elif call_id in self.plan_modes:
             plan = self.plan_modes.pop(call_id)
             if not failed:  # refused ("The user doesn't want to proceed…"): not the plan
-                self.approved_plan = plan
+                # Redacted whole, before it is cut into steps: a `<private>` span over
+                # several steps is dropped whole.
+                self.approved_plan = redact(plan) if isinstance(plan, str) else plan
         elif failed and text_of(block.get("content"))[:200].startswith(NOT_A_FAILURE):
             self.interrupted = True
 
@@ -5436,16 +5461,20 @@ class TranscriptReader:
 
     def state(self) -> dict:
         """The reader's state between lines (before plan() or finish(), which change it).
-        A text read only through safe_line is kept to READER_TEXT_KEPT characters, where
-        safe_line gives the same; the files to the newest FILES_MAX (touch and snapshots
-        leave those as they would be); the entry times to the newest valid one."""
+        The last message and plan texts are kept as shown (safe_line, which gives the same
+        when made again); messages, commands and errors were redacted as read and are kept
+        to READER_TEXT_KEPT characters, where safe_line gives the same; the files to the
+        newest FILES_MAX (touch and snapshots leave those as they would be); the entry
+        times to the newest valid one."""
         cut = READER_TEXT_KEPT
         return {
             "client": self.client,
             "session_id": self.session_id[:cut],
             "cwd": self.cwd,
             "request": self.request,
-            "message": self.message[:cut],
+            # Shown only through these cuts, which give the same when made again: kept so,
+            # redacted over what a read shows, no more and no less.
+            "message": safe_line(self.message, CAPTURE_LIMITS["last_message"]),
             "last_id": self.last_id,
             "stamps": newest_valid_stamp(self.stamps),
             "flags": [self.compacted, self.interrupted, self.worked],
@@ -5453,9 +5482,9 @@ class TranscriptReader:
             "requests_omitted": self.requests_omitted,
             "queued": self.queued,
             "plan_tool": self.plan_tool,
-            "plan_list": self.plan_list,
+            "plan_list": [[plan_text(text), status] for text, status in self.plan_list],
             "approved_plan": self.approved_plan,
-            "tasks": [[number, *task] for number, task in self.tasks.items()],
+            "tasks": [[number, plan_text(task[0]), task[1]] for number, task in self.tasks.items()],
             "next_task": self.next_task,
             "pending": {name: list(getattr(self, name).items()) for name in READER_PENDING},
             "files": list(self.files)[-FILES_MAX:],
@@ -5501,6 +5530,17 @@ class TranscriptReader:
             for item in kept(state["failures"], list):
                 reader.failures.append(tuple(kept_strs(kept_list(item, 3))))
         except (KeyError, TypeError, ValueError):
+            return None
+        # Within the bounds a read keeps to: a hand-made state cannot make a capture (and
+        # state.json, and boot) carry hundreds of messages or a count of 300 digits.
+        if (
+            len(reader.requests) > REQUESTS_FIRST + REQUESTS_LAST
+            or len(reader.queued) > REQUESTS_LAST * 4 + 1
+            or len(reader.files) > FILES_MAX
+            or len(reader.failures) > FAILURES_TRACKED
+            or reader.requests_omitted > READER_COUNT_MAX
+            or reader.next_task > READER_COUNT_MAX
+        ):
             return None
         return reader
 
@@ -5818,7 +5858,7 @@ def redacted_texts(value):
     if isinstance(value, (list, tuple)):  # a tuple is written as a JSON list
         return [redacted_texts(item) for item in value]
     if isinstance(value, dict):
-        return {key: redacted_texts(item) for key, item in value.items()}
+        return {redact(key): redacted_texts(item) for key, item in value.items()}
     return value
 
 

@@ -9,10 +9,13 @@ import functools
 import json
 import os
 import string
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from helpers import fake_token, git_out, needs_git
 from transcripts import Claude, Codex, exec_json, patch, write_jsonl
 
@@ -856,6 +859,90 @@ def property_transcripts(tmp_path) -> list[tuple[bytes, list[int]]]:
         ends = line_ends(data)
         cases.append((data, sorted(rng.sample(ends, min(5, len(ends))))))
     return cases
+
+
+def secret_heavy_session(cwd: str):
+    """A session whose texts hold what redaction drops: tokens, a `<private>` span over a
+    plan's steps, a last message whose private span runs past what a read shows, task
+    subjects and todo texts with tokens (and a token as an object's key)."""
+    from transcripts import Claude
+
+    token = "ghp_" + "Ab3" * 12
+    c = Claude(cwd, "5ec2e7aa-2222-4000-8000-000000000002")
+    plan = "- step one <private>my notes\n- step two hidden\n- secret-step</private> three"
+    long_private = "short text <private>" + "y" * 4370 + "</private> after the private part"
+    return token, [
+        c.user(f"ship it with {token}"),
+        c.call("pm", "ExitPlanMode", plan=plan),
+        c.result("pm", "approved"),
+        c.call("t1", "TodoWrite", todos=[{"content": f"rotate {token}", "status": "pending"}]),
+        c.result("t1", "ok"),
+        c.call("k1", "TaskCreate", subject=f"revoke {token}", extra={token: 1}),
+        c.say(long_private),
+        c.call("t2", "TodoWrite", todos=[{"content": f"audit {token}", "status": "pending"}]),
+    ]
+
+
+def test_what_redaction_drops_never_reaches_the_plan_or_the_kept_state(tmp_path):
+    """A `<private>` span over an approved plan's steps is dropped whole; the state kept
+    between reads holds no token (keys included, and none cut in half at the end of a
+    long message); and a read continued from it says what one read of the whole says."""
+    token, entries = secret_heavy_session(str(tmp_path))
+    path = tmp_path / "t.jsonl"
+    data = "".join(json.dumps(e) + "\n" for e in entries).encode()
+    path.write_bytes(data)
+    whole, whole_state = read_on(path, None)
+    texts = [text for text, _ in whole.plan]
+    assert not any("hidden" in t or "secret-step" in t or "notes" in t for t in texts), texts
+    assert token not in repr(whole) and token[:12] not in whole_state, whole_state
+    assert "my notes" not in whole_state and "y" * 50 not in whole_state
+    cuts = [n + 1 for n in range(len(data)) if data[n : n + 1] == b"\n"][:-1]
+    for cut in cuts:
+        path.write_bytes(data[:cut])
+        state = read_on(path, None)[1]
+        assert state is None or (token[:12] not in state and "my notes" not in state), cut
+        path.write_bytes(data)
+        if state is not None:
+            continued, next_state = read_on(path, state)
+            assert continued == whole, cut
+            assert next_state == whole_state, cut
+
+
+def test_a_kept_state_beyond_a_read_s_bounds_is_not_continued(tmp_path):
+    """A hand-made state holding more than any read keeps (hundreds of messages, a count
+    of 300 digits) is not continued from: the window is read."""
+    from transcripts import Claude
+
+    c = Claude(str(tmp_path))
+    path = tmp_path / "t.jsonl"
+    lines = [c.user("first"), c.say("done")]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    state = json.loads(read_on(path, None)[1])
+    for key, value in (("requests", ["x"] * 600), ("requests_omitted", 10**300)):
+        forged = json.loads(json.dumps(state))
+        forged["reader"][key] = value
+        with path.open("a") as f:
+            f.write(json.dumps(c.user("second")) + "\n")
+        continued, _ = read_on(path, json.dumps(forged))
+        assert continued == read_on(path, None)[0], key
+        assert len(continued.requests) <= stm.REQUESTS_FIRST + stm.REQUESTS_LAST
+
+
+def test_redaction_of_a_near_miss_token_ends(tmp_path):
+    """A run of lowercase letters then a digit after a secret's name (`API_TOKEN=abc…1`)
+    once split its letters millions of ways in SECRET_WORDS_RE: a hook hung on it. In a
+    process of its own, with a bound that only a hang reaches."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import stm\n"
+        "for n in (22, 40, 400):\n"
+        "    stm.redact('export API_TOKEN=' + 'a' * n + '1')\n"
+        "    stm.redact('Authorization: Bearer ' + 'abcdefghijklmnopqrstuvwxyz' * 4 + '0123')\n"
+        "print('done')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout == "done\n", done.stderr
 
 
 def test_a_continued_read_gives_exactly_what_one_read_of_the_whole_gives(tmp_path, monkeypatch):
