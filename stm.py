@@ -5852,7 +5852,7 @@ READER_COMPARED = ("client", "session_id", "cwd", "last_id", "stamps", "flags")
 
 
 def redacted_texts(value):
-    """`value` (JSON values) with every string redacted (redact), object keys aside."""
+    """`value` (JSON values) with every string redacted (redact), object keys too."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, (list, tuple)):  # a tuple is written as a JSON list
