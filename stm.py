@@ -15841,13 +15841,11 @@ def gather_status(store: Store) -> dict:
     }
 
 
-def installed_hook_notices(store: Store) -> list[str]:
-    """The hooks stm installed for agent clients that never ran here, or not for long
-    (spec/capture.md): notices, which never change a verdict."""
-    if store.settings.ci:
-        return []
+def installed_hooks(store: Store):
+    """(client, its settings file, {event: the stm commands installed for it}) of each
+    agent client whose settings file this clone holds (not through a link) and stm can
+    read; a file it cannot is not stm's to judge (setup refuses it with the reason)."""
     root = os.path.dirname(os.path.abspath(store.stacks))
-    notices = []
     for client in HOOK_CLIENTS_TABLE:
         path = os.path.join(root, client.file)
         if not os.path.isfile(path) or links_on_the_way(root, path):
@@ -15857,8 +15855,18 @@ def installed_hook_notices(store: Store) -> list[str]:
             data, _ = load_settings(path, events)
         except (StmError, OSError):
             continue
-        installed = [e for e in events if stm_hook_commands(data, e)]
-        notices += hook_run_notices(store, client, installed)
+        yield client, path, {event: stm_hook_commands(data, event) for event in events}
+
+
+def installed_hook_notices(store: Store) -> list[str]:
+    """The hooks stm installed for agent clients that never ran here, or not for long
+    (spec/capture.md): notices, which never change a verdict."""
+    if store.settings.ci:
+        return []
+    notices = []
+    for client, _, installed in installed_hooks(store):
+        ran = [event for event, commands in installed.items() if commands]
+        notices += hook_run_notices(store, client, ran)
     return notices
 
 
@@ -17010,16 +17018,7 @@ class Checker:
         failure: a hook runs only when an agent starts). Not said on CI, where no agent
         starts."""
         root = os.path.dirname(os.path.abspath(self.store.stacks))
-        for client in HOOK_CLIENTS_TABLE:
-            path = os.path.join(root, client.file)
-            if not os.path.isfile(path) or links_on_the_way(root, path):
-                continue
-            events = tuple(event for event, _, _ in client.hooks)
-            try:
-                data, _ = load_settings(path, events)
-            except (StmError, OSError):
-                continue  # not stm's file to judge: setup refuses it with the reason
-            installed = {e: stm_hook_commands(data, e) for e in events}
+        for client, path, installed in installed_hooks(self.store):
             for event, commands in installed.items():
                 for command in commands:
                     problem = hook_command_problem(root, command)
