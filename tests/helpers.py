@@ -487,7 +487,12 @@ def pin(monkeypatch, stamp: str) -> float:
     return moment
 
 
-def memory_text(n_next: int, *, last_updated: str = "2026-11-22", extra: str = "") -> str:
+def memory_text(
+    n_next: int,
+    *,
+    last_updated: str = "2026-11-22",  # date-safe: tests that compare it pin the clock
+    extra: str = "",
+) -> str:
     """A MEMORY.md whose Next Steps holds `n_next` bullets, `- step N` newest (highest) on
     top, as `stm note` writes them."""
     steps = "\n".join(f"- step {n}" for n in range(n_next, 0, -1))

@@ -146,7 +146,8 @@ def test_compact_moves_the_bottom_bullets_into_one_log_entry(store, run, monkeyp
     entries = log_entries(store)
     assert len(entries) == 1
     name, entry = entries[0]
-    assert name == "2026-11-23.md" and entry.complete and entry.stamp == "2026-11-23T10:00:00Z"
+    assert name == "2026-11-23.md" and entry.complete  # date-safe: pinned clock
+    assert entry.stamp == "2026-11-23T10:00:00Z"  # date-safe: pinned clock
     assert entry_text(entry) == (
         "moved from .stacks/MEMORY.md ## Next Steps by stm compact: "
         "<!-- stm:compact MEMORY.md Next%20Steps -->\n\n- step 3\n- step 2\n- step 1"

@@ -800,11 +800,13 @@ def write_log(path: Path, entries: int | None = None, size: int | None = None, t
             written += len(text)
             n += 1
         if torn:
-            f.write("\n## 2026-11-20T23:59:59Z · tester <!-- stm:entry ffffffff -->\n\ntorn\n")
+            torn_head = "## 2026-11-20T23:59:59Z · tester <!-- stm:entry ffffffff -->"  # date-safe
+            f.write(f"\n{torn_head}\n\ntorn\n")
 
 
 def test_check_is_linear_on_a_log_with_a_torn_last_entry(store):
-    write_log(store / ".stacks" / "logs" / "2026-11-20.md", entries=16_000, torn=True)
+    log = store / ".stacks" / "logs" / "2026-11-20.md"  # date-safe: any past day
+    write_log(log, entries=16_000, torn=True)
     try:
         done = run_stm("check", "--json", cwd=store, timeout=20, env={"CI": "1"})
     except subprocess.TimeoutExpired:
@@ -819,7 +821,8 @@ def big_store(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("STM_FSYNC", "0")
         new_store(root, handoff=False)
-    write_log(root / ".stacks" / "logs" / "2026-11-20.md", size=60 * 1024 * 1024)
+    log = root / ".stacks" / "logs" / "2026-11-20.md"  # date-safe: any past day
+    write_log(log, size=60 * 1024 * 1024)
     return root
 
 
